@@ -1,0 +1,29 @@
+package store
+
+import "errors"
+
+var (
+	// ErrInvalidID is returned when a string is not a valid ID or ID prefix.
+	ErrInvalidID = errors.New("invalid id")
+	// ErrNotFound is returned when an object, generation or workspace does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrAmbiguous is returned when a generation prefix matches more than one generation.
+	ErrAmbiguous = errors.New("ambiguous id prefix")
+	// ErrCorrupt is returned when stored bytes do not match their address or
+	// cannot be decoded. It is never silently ignored.
+	ErrCorrupt = errors.New("corrupt object")
+	// ErrExists is returned when creating something that already exists.
+	ErrExists = errors.New("already exists")
+	// ErrHeadMoved is returned by CompareAndAppend when the workspace head is
+	// not the expected one.
+	ErrHeadMoved = errors.New("workspace head moved")
+	// ErrFenced is returned when a publication permit's lease gate is closed,
+	// superseded or expired at the store's clock.
+	ErrFenced = errors.New("publication permit fenced")
+	// ErrIncompatible is returned when the store's format is newer or
+	// different than this binary understands.
+	ErrIncompatible = errors.New("incompatible store format")
+	// ErrLocked is returned when the store is held by another process beyond
+	// the lock wait bound.
+	ErrLocked = errors.New("store is locked by another process")
+)

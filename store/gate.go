@@ -1,0 +1,153 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Lease gates fence publications. A gate belongs to one lease; every open
+// or renewal bumps its epoch and hands out a Permit for that epoch. A head
+// append that carries a permit commits only if, inside the same bbolt
+// transaction, the gate is open, at the permit's epoch, and unexpired at the
+// store's clock. Closing, renewing or expiring a lease therefore linearizes
+// exactly against publication: a fenced writer can never publish.
+
+var bucketGates = []byte("gates")
+
+// Permit authorizes head publications on behalf of one lease epoch.
+type Permit struct {
+	Gate  string `json:"gate"`
+	Epoch uint64 `json:"epoch"`
+}
+
+// gateRecord is the stored state of one gate.
+type gateRecord struct {
+	Epoch     uint64 `json:"epoch"`
+	ExpiresAt int64  `json:"expires_at_ms"`
+	Open      bool   `json:"open"`
+}
+
+func gatesBucket(tx *bolt.Tx) (*bolt.Bucket, error) {
+	if b := tx.Bucket(bucketGates); b != nil {
+		return b, nil
+	}
+	if !tx.Writable() {
+		return nil, nil
+	}
+	return tx.CreateBucketIfNotExists(bucketGates)
+}
+
+func loadGate(b *bolt.Bucket, gate string) (gateRecord, bool, error) {
+	var g gateRecord
+	if b == nil {
+		return g, false, nil
+	}
+	v := b.Get([]byte(gate))
+	if v == nil {
+		return g, false, nil
+	}
+	if err := json.Unmarshal(v, &g); err != nil {
+		return g, false, fmt.Errorf("%w: gate %q: %v", ErrCorrupt, gate, err)
+	}
+	return g, true, nil
+}
+
+func putGate(b *bolt.Bucket, gate string, g gateRecord) error {
+	v, err := json.Marshal(g)
+	if err != nil {
+		return err
+	}
+	return b.Put([]byte(gate), v)
+}
+
+// OpenGateTx opens (or re-opens) the gate for a lease with a new epoch and
+// returns the permit for it. Any older permit of the gate is fenced.
+func OpenGateTx(tx *bolt.Tx, gate string, expiresAtMs int64) (Permit, error) {
+	if gate == "" {
+		return Permit{}, fmt.Errorf("open gate: empty gate id")
+	}
+	b, err := gatesBucket(tx)
+	if err != nil {
+		return Permit{}, fmt.Errorf("open gate %q: %w", gate, err)
+	}
+	g, _, err := loadGate(b, gate)
+	if err != nil {
+		return Permit{}, err
+	}
+	g.Epoch++
+	g.ExpiresAt = expiresAtMs
+	g.Open = true
+	if err := putGate(b, gate, g); err != nil {
+		return Permit{}, fmt.Errorf("open gate %q: %w", gate, err)
+	}
+	return Permit{Gate: gate, Epoch: g.Epoch}, nil
+}
+
+// RenewGateTx is OpenGateTx for an existing open gate: the old permit is
+// fenced and a new one returned. Renewing a closed or unknown gate fails with
+// ErrFenced.
+func RenewGateTx(tx *bolt.Tx, gate string, expiresAtMs int64) (Permit, error) {
+	b, err := gatesBucket(tx)
+	if err != nil {
+		return Permit{}, fmt.Errorf("renew gate %q: %w", gate, err)
+	}
+	g, ok, err := loadGate(b, gate)
+	if err != nil {
+		return Permit{}, err
+	}
+	if !ok || !g.Open {
+		return Permit{}, fmt.Errorf("renew gate %q: %w", gate, ErrFenced)
+	}
+	return OpenGateTx(tx, gate, expiresAtMs)
+}
+
+// FenceGateTx closes the gate; every permit of it stops working. Fencing an
+// unknown or closed gate is a no-op.
+func FenceGateTx(tx *bolt.Tx, gate string) error {
+	b, err := gatesBucket(tx)
+	if err != nil {
+		return fmt.Errorf("fence gate %q: %w", gate, err)
+	}
+	g, ok, err := loadGate(b, gate)
+	if err != nil || !ok || !g.Open {
+		return err
+	}
+	g.Open = false
+	return putGate(b, gate, g)
+}
+
+// DeleteGateTx forgets a closed gate entirely (garbage collection of old
+// leases). An open gate is fenced first.
+func DeleteGateTx(tx *bolt.Tx, gate string) error {
+	b, err := gatesBucket(tx)
+	if err != nil || b == nil {
+		return err
+	}
+	return b.Delete([]byte(gate))
+}
+
+// CheckPermitTx returns nil if p is the current epoch of an open gate that
+// has not expired at nowMs, and an error wrapping ErrFenced otherwise.
+func CheckPermitTx(tx *bolt.Tx, p Permit, nowMs int64) error {
+	b, err := gatesBucket(tx)
+	if err != nil {
+		return err
+	}
+	g, ok, err := loadGate(b, p.Gate)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !ok:
+		return fmt.Errorf("gate %q unknown: %w", p.Gate, ErrFenced)
+	case !g.Open:
+		return fmt.Errorf("gate %q closed: %w", p.Gate, ErrFenced)
+	case g.Epoch != p.Epoch:
+		return fmt.Errorf("gate %q epoch %d superseded by %d: %w", p.Gate, p.Epoch, g.Epoch, ErrFenced)
+	case nowMs >= g.ExpiresAt:
+		return fmt.Errorf("gate %q expired at %d (now %d): %w", p.Gate, g.ExpiresAt, nowMs, ErrFenced)
+	}
+	return nil
+}

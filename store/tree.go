@@ -1,0 +1,169 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"sort"
+)
+
+// Kind is the type of a tree entry.
+type Kind uint8
+
+// Entry kinds. Values are part of the on-disk format.
+const (
+	KindFile    Kind = 1 // regular file, mode 0644-ish
+	KindExec    Kind = 2 // regular file with the executable bit
+	KindSymlink Kind = 3 // symbolic link; ID is the blob holding the target
+	KindDir     Kind = 4 // directory; ID is the tree
+)
+
+// String returns a short name for the kind.
+func (k Kind) String() string {
+	switch k {
+	case KindFile:
+		return "file"
+	case KindExec:
+		return "exec"
+	case KindSymlink:
+		return "symlink"
+	case KindDir:
+		return "dir"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// IsRegular reports whether k is a regular file (plain or executable).
+func (k Kind) IsRegular() bool { return k == KindFile || k == KindExec }
+
+// Valid reports whether k is one of the defined kinds.
+func (k Kind) Valid() bool { return k >= KindFile && k <= KindDir }
+
+// Entry is one name in a tree. For a directory Size is 0 and ID is the
+// subtree; for a file or symlink ID is the blob and Size its length.
+// Mtime is in nanoseconds since the Unix epoch.
+type Entry struct {
+	Name  string
+	Kind  Kind
+	Size  int64
+	Mtime int64
+	ID    ID
+}
+
+// Tree is a directory: entries sorted by name in byte order, names unique.
+type Tree struct {
+	Entries []Entry
+}
+
+// Lookup returns the entry called name.
+func (t *Tree) Lookup(name string) (Entry, bool) {
+	i := sort.Search(len(t.Entries), func(i int) bool { return t.Entries[i].Name >= name })
+	if i < len(t.Entries) && t.Entries[i].Name == name {
+		return t.Entries[i], true
+	}
+	return Entry{}, false
+}
+
+// Sort orders entries by name; callers building trees call it before Encode.
+func (t *Tree) Sort() {
+	sort.Slice(t.Entries, func(i, j int) bool { return t.Entries[i].Name < t.Entries[j].Name })
+}
+
+// ValidName reports whether name may appear in a tree: not empty, not "."
+// or "..", no '/' and no NUL. Any other bytes (newlines, invalid UTF-8) are
+// allowed, as POSIX allows them.
+func ValidName(name string) bool {
+	if name == "" || name == "." || name == ".." {
+		return false
+	}
+	return !bytes.ContainsAny([]byte(name), "/\x00")
+}
+
+const treeFormat = 1
+
+// Encode returns the canonical encoding: a version byte, then per entry
+// uvarint(len name), name, kind byte, uvarint(size), varint(mtime), 32-byte id.
+// It fails if entries are unsorted, duplicated or invalid, so every encoded
+// tree is canonical and its ID unique.
+func (t *Tree) Encode() ([]byte, error) {
+	buf := make([]byte, 0, 1+len(t.Entries)*64)
+	buf = append(buf, treeFormat)
+	for i, e := range t.Entries {
+		if !ValidName(e.Name) {
+			return nil, fmt.Errorf("%w: invalid entry name %q", ErrCorrupt, e.Name)
+		}
+		if i > 0 && t.Entries[i-1].Name >= e.Name {
+			return nil, fmt.Errorf("%w: entries not sorted or duplicated at %q", ErrCorrupt, e.Name)
+		}
+		if !e.Kind.Valid() {
+			return nil, fmt.Errorf("%w: invalid kind %d for %q", ErrCorrupt, e.Kind, e.Name)
+		}
+		if e.Size < 0 {
+			return nil, fmt.Errorf("%w: negative size for %q", ErrCorrupt, e.Name)
+		}
+		buf = binary.AppendUvarint(buf, uint64(len(e.Name)))
+		buf = append(buf, e.Name...)
+		buf = append(buf, byte(e.Kind))
+		buf = binary.AppendUvarint(buf, uint64(e.Size))
+		buf = binary.AppendVarint(buf, e.Mtime)
+		buf = append(buf, e.ID[:]...)
+	}
+	return buf, nil
+}
+
+// TreeID returns the address of an encoded tree.
+func TreeID(encoded []byte) ID { return hashWithDomain(domainTree, encoded) }
+
+// DecodeTree parses a canonical tree encoding. Anything non-canonical is
+// ErrCorrupt.
+func DecodeTree(b []byte) (*Tree, error) {
+	if len(b) == 0 || b[0] != treeFormat {
+		return nil, fmt.Errorf("%w: tree: bad format byte", ErrCorrupt)
+	}
+	orig := b
+	b = b[1:]
+	t := &Tree{}
+	for len(b) > 0 {
+		n, k := binary.Uvarint(b)
+		if k <= 0 || n > uint64(len(b)-k) || n > 4096 {
+			return nil, fmt.Errorf("%w: tree: bad name length", ErrCorrupt)
+		}
+		b = b[k:]
+		var e Entry
+		e.Name = string(b[:n])
+		b = b[n:]
+		if len(b) < 1 {
+			return nil, fmt.Errorf("%w: tree: truncated", ErrCorrupt)
+		}
+		e.Kind = Kind(b[0])
+		b = b[1:]
+		size, k := binary.Uvarint(b)
+		if k <= 0 || size > 1<<62 {
+			return nil, fmt.Errorf("%w: tree: bad size", ErrCorrupt)
+		}
+		e.Size = int64(size)
+		b = b[k:]
+		mt, k := binary.Varint(b)
+		if k <= 0 {
+			return nil, fmt.Errorf("%w: tree: bad mtime", ErrCorrupt)
+		}
+		e.Mtime = mt
+		b = b[k:]
+		if len(b) < IDSize {
+			return nil, fmt.Errorf("%w: tree: truncated id", ErrCorrupt)
+		}
+		copy(e.ID[:], b[:IDSize])
+		b = b[IDSize:]
+		t.Entries = append(t.Entries, e)
+	}
+	// Re-encode to enforce canonical form (sorted, valid names and kinds,
+	// minimal varints).
+	re, err := t.Encode()
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.Equal(re, orig) {
+		return nil, fmt.Errorf("%w: tree: non-canonical encoding", ErrCorrupt)
+	}
+	return t, nil
+}
