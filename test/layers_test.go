@@ -1,0 +1,70 @@
+// Package test holds end-to-end tests that drive the real acyclicfs binary
+// and real FUSE mounts, plus architecture checks.
+package test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/acyclicfs/acyclicfs"
+
+// layers gives each package its layer (DESIGN.md "Packages and import
+// direction"). A package may import only packages of strictly lower layers.
+var layers = map[string]int{
+	"store":             0,
+	"store/storetest":   1,
+	"corestate":         0,
+	"rebase":            1,
+	"window":            1,
+	"window/windowtest": 2,
+	"workspace":         2,
+	"fusefs":            3,
+	"fusefs/sessions":   0,
+	"daemon":            3,
+	"cmd/acyclicfs":     4,
+}
+
+// goFuseOwners are the only packages allowed to import go-fuse.
+var goFuseOwners = map[string]bool{"fusefs": true}
+
+func TestImportDirection(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, module+"/...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	seen := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		pkg := strings.TrimPrefix(strings.TrimPrefix(fields[0], module), "/")
+		if pkg == "test" || strings.HasPrefix(pkg, "test/") {
+			continue
+		}
+		layer, ok := layers[pkg]
+		if !ok {
+			t.Errorf("package %q has no layer in layers_test.go: add it", pkg)
+			continue
+		}
+		seen++
+		for _, imp := range fields[1:] {
+			if strings.HasPrefix(imp, "github.com/hanwen/go-fuse") && !goFuseOwners[pkg] {
+				t.Errorf("%s imports go-fuse; only fusefs may", pkg)
+			}
+			if !strings.HasPrefix(imp, module+"/") {
+				continue
+			}
+			dep := strings.TrimPrefix(imp, module+"/")
+			dl, ok := layers[dep]
+			if !ok {
+				continue // reported when dep itself is listed
+			}
+			if dl >= layer {
+				t.Errorf("%s (layer %d) imports %s (layer %d): imports must point to lower layers", pkg, layer, dep, dl)
+			}
+		}
+	}
+	if seen == 0 {
+		t.Fatal("go list returned no project packages")
+	}
+}
