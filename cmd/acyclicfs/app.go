@@ -1,0 +1,136 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/acyclicfs/acyclicfs/workspace"
+)
+
+// app is one invocation of the CLI: its flags, its output streams, and how
+// it reaches the store (opened directly, or the daemon's open Manager when
+// the daemon runs the command on the client's behalf).
+type app struct {
+	storeFlag string
+	jsonOut   bool
+	quiet     bool
+	verbose   bool
+
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	stderrTTY      bool
+	cwd            string // the client's working directory (relative paths)
+
+	// mgr is set when running inside the daemon.
+	mgr *workspace.Manager
+	// inDaemon is true when the daemon executes a forwarded command.
+	inDaemon bool
+	// owned is a manager this invocation opened and must close.
+	owned *workspace.Manager
+	// daemon hooks (nil outside the daemon)
+	d *daemon
+}
+
+// storeDir resolves --store, $ACYCLICFS_STORE, $XDG_DATA_HOME/acyclicfs,
+// ~/.local/share/acyclicfs — in that order.
+func (a *app) storeDir() (string, error) {
+	dir := a.storeFlag
+	if dir == "" {
+		dir = os.Getenv("ACYCLICFS_STORE")
+	}
+	if dir == "" {
+		if x := os.Getenv("XDG_DATA_HOME"); x != "" {
+			dir = filepath.Join(x, "acyclicfs")
+		}
+	}
+	if dir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("find the store: %w (set --store or $ACYCLICFS_STORE)", err)
+		}
+		dir = filepath.Join(home, ".local", "share", "acyclicfs")
+	}
+	return a.abs(dir), nil
+}
+
+// abs makes p absolute relative to the client's working directory.
+func (a *app) abs(p string) string {
+	if filepath.IsAbs(p) || p == "" {
+		return filepath.Clean(p)
+	}
+	return filepath.Join(a.cwd, p)
+}
+
+// manager returns the open workspace manager, opening the store if needed.
+func (a *app) manager() (*workspace.Manager, error) {
+	if a.mgr != nil {
+		return a.mgr, nil
+	}
+	dir, err := a.storeDir()
+	if err != nil {
+		return nil, err
+	}
+	m, err := workspace.Open(dir, workspace.Options{Warn: a.warn})
+	if err != nil {
+		return nil, err
+	}
+	a.mgr, a.owned = m, m
+	return m, nil
+}
+
+func (a *app) close() {
+	if a.owned != nil {
+		a.owned.Close()
+		a.owned, a.mgr = nil, nil
+	}
+}
+
+func (a *app) warn(msg string) {
+	if !a.quiet {
+		fmt.Fprintf(a.stderr, "warning: %s\n", msg)
+	}
+}
+
+func (a *app) info(format string, args ...any) {
+	if a.verbose {
+		fmt.Fprintf(a.stderr, format+"\n", args...)
+	}
+}
+
+// emit prints v as JSON with --json, else calls text.
+func (a *app) emit(v any, text func(w io.Writer)) error {
+	if a.jsonOut {
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	text(a.stdout)
+	return nil
+}
+
+// args validators that produce usage errors (exit 2).
+func exactArgs(n int, names string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usageError{fmt.Errorf("%s: expected %s, got %d argument(s)", cmd.Name(), names, len(args))}
+		}
+		return nil
+	}
+}
+
+func rangeArgs(lo, hi int, names string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) < lo || len(args) > hi {
+			return usageError{fmt.Errorf("%s: expected %s, got %d argument(s)", cmd.Name(), names, len(args))}
+		}
+		return nil
+	}
+}
+
+var errNoDaemon = errors.New("daemon is not running")

@@ -1,0 +1,220 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// The CLI talks to the per-store daemon over STORE/daemon.sock with
+// HTTP+JSON. Every command except `daemon` and `exec` is forwarded whole:
+// the daemon runs the same command tree against its open store and returns
+// what it printed and its exit code. Commands therefore behave identically
+// with or without a daemon.
+
+const (
+	socketName = "daemon.sock"
+	pidName    = "daemon.pid"
+	logName    = "daemon.log"
+)
+
+// runRequest is a forwarded invocation.
+type runRequest struct {
+	Args      []string `json:"args"`
+	Cwd       string   `json:"cwd"`
+	StderrTTY bool     `json:"stderr_tty"`
+	ClientPID int      `json:"client_pid"`
+}
+
+// runResponse is what the daemon printed and the exit code.
+type runResponse struct {
+	Stdout []byte `json:"stdout"`
+	Stderr []byte `json:"stderr"`
+	Code   int    `json:"code"`
+}
+
+// localOnly commands never forward.
+var localOnly = map[string]bool{"daemon": true, "exec": true, "help": true, "__exec-child": true, "completion": true}
+
+func firstCommand(args []string) string {
+	skipNext := false
+	for _, s := range args {
+		if skipNext {
+			skipNext = false
+			continue
+		}
+		if s == "--store" {
+			skipNext = true
+			continue
+		}
+		if len(s) > 0 && s[0] == '-' {
+			continue
+		}
+		return s
+	}
+	return ""
+}
+
+// forward runs args in the daemon if one serves the store.
+func (a *app) forward(args []string) (int, bool) {
+	cmd := firstCommand(args)
+	if cmd == "" || localOnly[cmd] {
+		return 0, false
+	}
+	a.storeFlag = preScanStore(args)
+	dir, err := a.storeDir()
+	if err != nil {
+		return 0, false
+	}
+	c := newClient(dir)
+	if !c.alive() {
+		if cmd == "mount" && !hasFlag(args, "--foreground") {
+			if err := startDaemon(dir); err != nil {
+				reportError(a.stderr, fmt.Errorf("mount: start daemon: %w", err))
+				return exitError, true
+			}
+		} else {
+			return 0, false
+		}
+	}
+	resp, err := c.run(runRequest{Args: args, Cwd: a.cwd, StderrTTY: a.stderrTTY, ClientPID: os.Getpid()})
+	if err != nil {
+		reportError(a.stderr, fmt.Errorf("%s: daemon unreachable: %w", cmd, err))
+		return exitError, true
+	}
+	a.stdout.Write(resp.Stdout)
+	a.stderr.Write(resp.Stderr)
+	return resp.Code, true
+}
+
+func hasFlag(args []string, flag string) bool {
+	for _, s := range args {
+		if s == "--" {
+			return false
+		}
+		if s == flag {
+			return true
+		}
+	}
+	return false
+}
+
+type client struct {
+	dir  string
+	http *http.Client
+}
+
+func newClient(storeDir string) *client {
+	sock := filepath.Join(storeDir, socketName)
+	return &client{dir: storeDir, http: &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		},
+	}}}
+}
+
+// alive reports whether a daemon answers on the socket.
+func (c *client) alive() bool {
+	if _, err := os.Stat(filepath.Join(c.dir, socketName)); err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://acyclicfs/ping", nil)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+func (c *client) run(r runRequest) (runResponse, error) {
+	var out runResponse
+	err := c.call("/run", r, &out)
+	return out, err
+}
+
+func (c *client) call(path string, in, out any) error {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	resp, err := c.http.Post("http://acyclicfs"+path, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("daemon: %s: %s", resp.Status, bytes.TrimSpace(b))
+	}
+	return json.Unmarshal(b, out)
+}
+
+// startDaemon launches `acyclicfs --store DIR daemon` detached in its own
+// session and waits until it signals readiness on a pipe (or dies).
+func startDaemon(storeDir string) error {
+	if err := os.MkdirAll(storeDir, 0o700); err != nil {
+		return fmt.Errorf("create store %s: %w", storeDir, err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(filepath.Join(storeDir, logName), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("daemon log: %w", err)
+	}
+	defer logf.Close()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer pr.Close()
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		pw.Close()
+		return err
+	}
+	defer devnull.Close()
+	cmd := exec.Command(exe, "--store", storeDir, "daemon", "--ready-fd", "3", "--exit-when-idle")
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, logf, logf
+	cmd.ExtraFiles = []*os.File{pw}
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		pw.Close()
+		return fmt.Errorf("start daemon: %w", err)
+	}
+	pw.Close()
+	go cmd.Wait() //nolint:errcheck // reaped; the daemon outlives us normally
+	pr.SetReadDeadline(time.Now().Add(30 * time.Second))
+	buf := make([]byte, 64)
+	n, err := pr.Read(buf)
+	if n > 0 && string(buf[:n]) == "ready\n" {
+		return nil
+	}
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("daemon did not become ready: %w (see %s)", err, filepath.Join(storeDir, logName))
+	}
+	msg := string(bytes.TrimSpace(buf[:n]))
+	if msg == "" {
+		msg = "it exited"
+	}
+	return fmt.Errorf("daemon failed to start: %s (see %s)", msg, filepath.Join(storeDir, logName))
+}

@@ -1,0 +1,499 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/acyclicfs/acyclicfs/rebase"
+	"github.com/acyclicfs/acyclicfs/store"
+	"github.com/acyclicfs/acyclicfs/workspace"
+)
+
+func (a *app) cmdInit() *cobra.Command {
+	return &cobra.Command{
+		Use:   "init",
+		Short: "Create the store if absent (idempotent)",
+		Args:  exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := a.manager()
+			if err != nil {
+				return fmt.Errorf("init store: %w", err)
+			}
+			return a.emit(map[string]string{"store": m.Dir()}, func(w io.Writer) { fmt.Fprintln(w, m.Dir()) })
+		},
+	}
+}
+
+type importJSON struct {
+	Workspace string   `json:"workspace"`
+	Head      store.ID `json:"head"`
+	Files     int      `json:"files"`
+	Hashed    int      `json:"hashed"`
+	Bytes     int64    `json:"bytes"`
+	Skipped   int      `json:"skipped"`
+}
+
+func (a *app) cmdCreate() *cobra.Command {
+	var from, inPlace string
+	c := &cobra.Command{
+		Use:   "create NAME [--from DIR]",
+		Short: "Create a root workspace, empty or importing DIR",
+		Args:  exactArgs(1, "NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if inPlace != "" {
+				return usageError{fmt.Errorf("create --in-place: not implemented yet")}
+			}
+			if from != "" {
+				from = a.abs(from)
+			}
+			m, err := a.manager()
+			if err != nil {
+				return err
+			}
+			gen, st, err := m.Create(args[0], from)
+			if err != nil {
+				return fmt.Errorf("create %s: %w", args[0], err)
+			}
+			a.info("imported %d files (%d bytes), skipped %d", st.Files, st.Bytes, st.Skipped)
+			return a.emit(importJSON{args[0], gen, st.Files, st.Hashed, st.Bytes, st.Skipped}, func(w io.Writer) { fmt.Fprintln(w, gen) })
+		},
+	}
+	c.Flags().StringVar(&from, "from", "", "import this directory's tree")
+	c.Flags().StringVar(&inPlace, "in-place", "", "workspace over a real directory, read lazily")
+	return c
+}
+
+func (a *app) cmdFork() *cobra.Command {
+	var at string
+	c := &cobra.Command{
+		Use:   "fork PARENT CHILD [--at GEN]",
+		Short: "Fork CHILD from PARENT's head (or GEN) in O(1)",
+		Args:  exactArgs(2, "PARENT CHILD"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := a.manager()
+			if err != nil {
+				return err
+			}
+			gen, err := m.Fork(args[0], args[1], at)
+			if err != nil {
+				return fmt.Errorf("fork %s %s: %w", args[0], args[1], err)
+			}
+			return a.emit(map[string]any{"workspace": args[1], "parent": args[0], "head": gen}, func(w io.Writer) { fmt.Fprintln(w, gen) })
+		},
+	}
+	c.Flags().StringVar(&at, "at", "", "fork at this generation of PARENT (id or unique prefix)")
+	return c
+}
+
+func (a *app) cmdCommit() *cobra.Command {
+	return &cobra.Command{
+		Use:   "commit NAME DIR",
+		Short: "Snapshot DIR as NAME's next generation",
+		Args:  exactArgs(2, "NAME DIR"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := a.manager()
+			if err != nil {
+				return err
+			}
+			gen, st, err := m.Commit(args[0], a.abs(args[1]))
+			if err != nil {
+				return fmt.Errorf("commit %s: %w", args[0], err)
+			}
+			a.info("scanned %d files, read %d (%d bytes)", st.Files, st.Hashed, st.Bytes)
+			return a.emit(importJSON{args[0], gen, st.Files, st.Hashed, st.Bytes, st.Skipped}, func(w io.Writer) { fmt.Fprintln(w, gen) })
+		},
+	}
+}
+
+// listRow is one workspace in `list`.
+type listRow struct {
+	Name       string   `json:"name"`
+	Parent     string   `json:"parent"`
+	Head       store.ID `json:"head"`
+	Base       store.ID `json:"base"`
+	State      string   `json:"state"`
+	Mountpoint string   `json:"mountpoint"`
+}
+
+func (a *app) workspaceState(m *workspace.Manager, w store.Workspace) (state, mountpoint string) {
+	state = "idle"
+	if rec, ok, err := m.MountRecord(w.Name); err == nil && ok {
+		state, mountpoint = "mounted", rec.Mountpoint
+		if a.d != nil && a.d.active(w.Name) {
+			state = "active"
+		} else if a.d == nil || !a.d.serving(w.Name) {
+			state = "recovering"
+		}
+	}
+	if cs, err := m.Conflicts(w.Name); err == nil && len(cs) > 0 {
+		state += ",conflicted"
+	}
+	return state, mountpoint
+}
+
+func (a *app) cmdList() *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List every workspace",
+		Args:  exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := a.manager()
+			if err != nil {
+				return err
+			}
+			ws, err := m.List()
+			if err != nil {
+				return fmt.Errorf("list: %w", err)
+			}
+			rows := make([]listRow, 0, len(ws))
+			for _, w := range ws {
+				st, mp := a.workspaceState(m, w)
+				rows = append(rows, listRow{w.Name, w.Parent, w.Head, w.Base, st, mp})
+			}
+			return a.emit(rows, func(out io.Writer) {
+				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "NAME\tPARENT\tHEAD\tBASE\tSTATE\tMOUNTPOINT")
+				for _, r := range rows {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, dash(r.Parent), short(r.Head), short(r.Base), r.State, dash(r.Mountpoint))
+				}
+				tw.Flush()
+			})
+		},
+	}
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func short(id store.ID) string {
+	if id.IsZero() {
+		return "-"
+	}
+	return id.Short()
+}
+
+func fmtTime(ms int64) string {
+	return time.UnixMilli(ms).UTC().Format(time.RFC3339)
+}
+
+func (a *app) cmdLog() *cobra.Command {
+	var n int
+	c := &cobra.Command{
+		Use:   "log NAME [-n N]",
+		Short: "Show NAME's head history, newest first",
+		Args:  exactArgs(1, "NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if n < 0 {
+				return usageError{fmt.Errorf("log: -n must be >= 0")}
+			}
+			m, err := a.manager()
+			if err != nil {
+				return err
+			}
+			entries, err := m.Log(args[0], n)
+			if err != nil {
+				return fmt.Errorf("log %s: %w", args[0], err)
+			}
+			return a.emit(entries, func(w io.Writer) {
+				for _, e := range entries {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", e.Gen, e.Kind, fmtTime(e.Time), e.Operation)
+				}
+			})
+		},
+	}
+	c.Flags().IntVarP(&n, "number", "n", 0, "show at most N entries (0: all)")
+	return c
+}
+
+type changeJSON struct {
+	Status string `json:"status"`
+	Path   string `json:"path"`
+}
+
+func (a *app) cmdDiff() *cobra.Command {
+	var stat bool
+	c := &cobra.Command{
+		Use:   "diff NAME [OTHER] [--stat]",
+		Short: "Show NAME's changes against its base, or against OTHER",
+		Args:  rangeArgs(1, 2, "NAME [OTHER]"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := a.manager()
+			if err != nil {
+				return err
+			}
+			other := ""
+			if len(args) == 2 {
+				other = args[1]
+			}
+			from, to, err := m.DiffRefs(args[0], other)
+			if err != nil {
+				return fmt.Errorf("diff %s: %w", strings.Join(args, " "), err)
+			}
+			changes, err := m.Diff(from, to)
+			if err != nil {
+				return fmt.Errorf("diff %s: %w", strings.Join(args, " "), err)
+			}
+			if a.jsonOut {
+				out := make([]changeJSON, 0, len(changes))
+				for _, c := range changes {
+					out = append(out, changeJSON{string(rune(c.Kind)), c.Path})
+				}
+				return a.emit(out, nil)
+			}
+			if stat {
+				for _, c := range changes {
+					fmt.Fprintf(a.stdout, "%c\t%s\n", c.Kind, c.Path)
+				}
+				return nil
+			}
+			return m.WriteUnified(a.stdout, changes)
+		},
+	}
+	c.Flags().BoolVar(&stat, "stat", false, "one line per changed path: A, M, D or T, a tab, the path")
+	return c
+}
+
+func (a *app) cmdExport() *cobra.Command {
+	var force bool
+	c := &cobra.Command{
+		Use:   "export NAME[@GEN] DIR [--force]",
+		Short: "Write a workspace's tree into a real directory (journaled)",
+		Args:  exactArgs(2, "NAME[@GEN] DIR"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := a.manager()
+			if err != nil {
+				return err
+			}
+			ref := args[0]
+			if !strings.Contains(ref, "@") {
+				if _, err := m.Get(ref); err != nil {
+					return fmt.Errorf("export %s: %w", ref, err)
+				}
+			}
+			gen, err := m.ResolveRef(ref)
+			if err != nil {
+				return fmt.Errorf("export %s: %w", ref, err)
+			}
+			n, err := m.Export(gen, a.abs(args[1]), force)
+			if err != nil {
+				return fmt.Errorf("export %s: %w", ref, err)
+			}
+			return a.emit(map[string]any{"generation": gen, "files": n, "dir": a.abs(args[1])}, func(w io.Writer) { fmt.Fprintln(w, n) })
+		},
+	}
+	c.Flags().BoolVar(&force, "force", false, "replace the contents of a non-empty DIR")
+	return c
+}
+
+func parsePrefer(s string) (rebase.Prefer, error) {
+	switch s {
+	case "":
+		return rebase.PreferNone, nil
+	case "ours":
+		return rebase.PreferOurs, nil
+	case "theirs":
+		return rebase.PreferTheirs, nil
+	}
+	return 0, usageError{fmt.Errorf("--prefer must be ours or theirs, not %q", s)}
+}
+
+// printOutcome prints a reconcile outcome as SPEC.md describes it and
+// returns errConflictExit for a conflict.
+func (a *app) printOutcome(w io.Writer, res workspace.Result) error {
+	if a.jsonOut {
+		if err := a.emit(res, nil); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintln(w, res.Outcome)
+		for _, c := range res.Conflicts {
+			fmt.Fprintln(w, c.Path)
+		}
+	}
+	if res.Outcome == workspace.OutcomeConflicted {
+		return errConflictExit
+	}
+	return nil
+}
+
+func (a *app) cmdRebase() *cobra.Command {
+	var prefer string
+	var markers bool
+	c := &cobra.Command{
+		Use:   "rebase NAME [--prefer ours|theirs] [--markers]",
+		Short: "Rebase NAME onto its parent's head now",
+		Args:  exactArgs(1, "NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := parsePrefer(prefer)
+			if err != nil {
+				return err
+			}
+			if markers && p != rebase.PreferNone {
+				return usageError{fmt.Errorf("rebase: --markers and --prefer exclude each other")}
+			}
+			m, err := a.manager()
+			if err != nil {
+				return err
+			}
+			if a.d != nil {
+				if err := a.d.refuseIfActive(args[0]); err != nil {
+					return fmt.Errorf("rebase %s: %w", args[0], err)
+				}
+			}
+			res, err := m.Rebase(args[0], workspace.RebaseOptions{Prefer: p, Markers: markers})
+			if err != nil {
+				return fmt.Errorf("rebase %s: %w", args[0], err)
+			}
+			if a.d != nil {
+				a.d.headMoved(args[0])
+			}
+			return a.printOutcome(a.stdout, res)
+		},
+	}
+	c.Flags().StringVar(&prefer, "prefer", "", "resolve every conflict by taking ours or theirs")
+	c.Flags().BoolVar(&markers, "markers", false, "write diff3-style conflict markers into text files")
+	return c
+}
+
+func (a *app) cmdLand() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "land NAME",
+		Short: "Publish NAME's changes into its parent (rebasing first if needed)",
+		Args:  exactArgs(1, "NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := a.manager()
+			if err != nil {
+				return err
+			}
+			if a.d != nil {
+				if err := a.d.refuseIfActive(args[0]); err != nil {
+					return fmt.Errorf("land %s: %w", args[0], err)
+				}
+			}
+			res, err := m.Land(args[0], workspace.RebaseOptions{})
+			if err != nil {
+				return fmt.Errorf("land %s: %w", args[0], err)
+			}
+			if a.d != nil {
+				a.d.headMoved(args[0])
+				a.d.headMoved(res.Parent)
+			}
+			if res.Outcome == workspace.OutcomeConflicted {
+				return a.printOutcome(a.stdout, res)
+			}
+			return a.emit(res, func(w io.Writer) { fmt.Fprintln(w, res.Head) })
+		},
+	}
+	return c
+}
+
+func (a *app) cmdUndo() *cobra.Command {
+	return &cobra.Command{
+		Use:   "undo NAME",
+		Short: "Make NAME's previous head current again (a new history entry)",
+		Args:  exactArgs(1, "NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := a.manager()
+			if err != nil {
+				return err
+			}
+			gen, err := m.Undo(args[0])
+			if err != nil {
+				return fmt.Errorf("undo %s: %w", args[0], err)
+			}
+			return a.emit(map[string]any{"workspace": args[0], "head": gen}, func(w io.Writer) { fmt.Fprintln(w, gen) })
+		},
+	}
+}
+
+func (a *app) cmdRm() *cobra.Command {
+	var recursive bool
+	c := &cobra.Command{
+		Use:   "rm NAME [--recursive]",
+		Short: "Delete a workspace",
+		Args:  exactArgs(1, "NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := a.manager()
+			if err != nil {
+				return err
+			}
+			removed, err := m.Remove(args[0], recursive)
+			if err != nil {
+				return fmt.Errorf("rm %s: %w", args[0], err)
+			}
+			if a.jsonOut {
+				return a.emit(map[string]any{"removed": removed}, nil)
+			}
+			for _, r := range removed {
+				a.info("removed %s", r)
+			}
+			return nil
+		},
+	}
+	c.Flags().BoolVarP(&recursive, "recursive", "r", false, "also delete every descendant")
+	return c
+}
+
+func (a *app) cmdGC() *cobra.Command {
+	return &cobra.Command{
+		Use:   "gc",
+		Short: "Delete objects no workspace or journal reaches",
+		Args:  exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := a.manager()
+			if err != nil {
+				return err
+			}
+			// In the daemon, the request handler holds gcMu exclusively.
+			freed, err := m.GC()
+			if err != nil {
+				return fmt.Errorf("gc: %w", err)
+			}
+			return a.emit(map[string]int64{"freed_bytes": freed}, func(w io.Writer) { fmt.Fprintln(w, freed) })
+		},
+	}
+}
+
+func (a *app) cmdFsck() *cobra.Command {
+	return &cobra.Command{
+		Use:   "fsck",
+		Short: "Verify every object's address, every reference, every journal",
+		Args:  exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := a.manager()
+			if err != nil {
+				return err
+			}
+			probs, err := m.Fsck()
+			if err != nil {
+				return fmt.Errorf("fsck: %w", err)
+			}
+			if err := a.emit(map[string]any{"problems": probs, "clean": len(probs) == 0}, func(w io.Writer) {
+				for _, p := range probs {
+					fmt.Fprintln(w, p)
+				}
+				if len(probs) == 0 && !a.quiet {
+					fmt.Fprintln(w, "clean")
+				}
+			}); err != nil {
+				return err
+			}
+			if len(probs) > 0 {
+				return errSilent1
+			}
+			return nil
+		},
+	}
+}
+
+var _ = os.Stdout

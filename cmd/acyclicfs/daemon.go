@@ -1,0 +1,304 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/acyclicfs/acyclicfs/store"
+	"github.com/acyclicfs/acyclicfs/workspace"
+)
+
+// daemon is the per-store server: it alone holds the store open, serves
+// every mount of the store, and runs forwarded CLI commands.
+type daemon struct {
+	m            *workspace.Manager
+	dir          string
+	exitWhenIdle bool
+	logger       *log.Logger
+
+	// gcMu: forwarded commands hold it shared; gc holds it exclusively so
+	// that no capture or rebase writes objects while unreachable ones are
+	// swept.
+	gcMu sync.RWMutex
+
+	mu     sync.Mutex         // protects mounts and stopping
+	mounts map[string]*served // by workspace name
+	// stopping is set once shutdown began; new mounts are refused.
+	stopping bool
+
+	quit     chan struct{} // closed to stop the daemon
+	quitOnce sync.Once
+}
+
+// runDaemon serves until shutdown, SIGTERM or (with exitWhenIdle) the last
+// unmount. readyFD, if >= 0, receives "ready\n" once the socket listens.
+func runDaemon(storeDir string, ready io.WriteCloser, exitWhenIdle bool) error {
+	logger := log.New(os.Stderr, "acyclicfs-daemon: ", log.LstdFlags|log.Lmicroseconds)
+	fail := func(err error) error {
+		if ready != nil {
+			fmt.Fprintf(ready, "%v\n", err)
+			ready.Close()
+		}
+		return err
+	}
+	m, err := openManagerPatiently(storeDir, logger)
+	if err != nil {
+		return fail(err)
+	}
+	d := &daemon{m: m, dir: m.Dir(), exitWhenIdle: exitWhenIdle, logger: logger,
+		mounts: map[string]*served{}, quit: make(chan struct{})}
+	m.SetHooks(workspace.Hooks{Active: d.active, ParentAdvanced: d.parentAdvanced})
+
+	sock := filepath.Join(d.dir, socketName)
+	if newClient(d.dir).alive() {
+		m.Close()
+		return fail(fmt.Errorf("another daemon already serves %s", d.dir))
+	}
+	_ = os.Remove(sock)
+	old := unix.Umask(0o077)
+	ln, err := net.Listen("unix", sock)
+	unix.Umask(old)
+	if err != nil {
+		m.Close()
+		return fail(fmt.Errorf("listen on %s: %w", sock, err))
+	}
+	if err := os.Chmod(sock, 0o600); err != nil {
+		ln.Close()
+		m.Close()
+		return fail(err)
+	}
+	pidPath := filepath.Join(d.dir, pidName)
+	if err := os.WriteFile(pidPath, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		ln.Close()
+		m.Close()
+		return fail(fmt.Errorf("write %s: %w", pidPath, err))
+	}
+	srv := &http.Server{Handler: d.routes(), ConnContext: peerContext}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Printf("serve: %v", err)
+			d.stop()
+		}
+	}()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	logger.Printf("serving %s (pid %d)", d.dir, os.Getpid())
+	if ready != nil {
+		io.WriteString(ready, "ready\n")
+		ready.Close()
+	}
+	select {
+	case s := <-sigs:
+		logger.Printf("%v: reconciling and unmounting everything", s)
+	case <-d.quit:
+	}
+	signal.Stop(sigs)
+	outs := d.unmountAll()
+	for _, o := range outs {
+		logger.Printf("%s", o)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	srv.Shutdown(ctx)
+	cancel()
+	_ = os.Remove(sock)
+	if b, err := os.ReadFile(pidPath); err == nil && string(bytes.TrimSpace(b)) == strconv.Itoa(os.Getpid()) {
+		_ = os.Remove(pidPath)
+	}
+	return m.Close()
+}
+
+// openManagerPatiently opens the store, waiting for a CLI command that
+// holds it to finish.
+func openManagerPatiently(dir string, logger *log.Logger) (*workspace.Manager, error) {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		m, err := workspace.Open(dir, workspace.Options{Warn: func(s string) { logger.Print(s) }})
+		if err == nil || !errors.Is(err, store.ErrLocked) || time.Now().After(deadline) {
+			return m, err
+		}
+	}
+}
+
+func (d *daemon) stop() { d.quitOnce.Do(func() { close(d.quit) }) }
+
+type peerKey struct{}
+
+// peerContext records the connecting process's credentials.
+func peerContext(ctx context.Context, c net.Conn) context.Context {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return ctx
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return ctx
+	}
+	var cred *unix.Ucred
+	raw.Control(func(fd uintptr) {
+		cred, _ = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	})
+	if cred == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, peerKey{}, *cred)
+}
+
+func (d *daemon) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /ping", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
+	mux.HandleFunc("POST /run", d.handleRun)
+	return d.checkPeer(mux)
+}
+
+// checkPeer admits only the daemon's own user (and root).
+func (d *daemon) checkPeer(next http.Handler) http.Handler {
+	uid := uint32(os.Getuid())
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cred, ok := r.Context().Value(peerKey{}).(unix.Ucred)
+		if !ok || (cred.Uid != uid && cred.Uid != 0) {
+			http.Error(w, "permission denied", http.StatusForbidden)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (d *daemon) handleRun(w http.ResponseWriter, r *http.Request) {
+	var req runRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var out, errb bytes.Buffer
+	a := &app{stdout: &out, stderr: &errb, stdin: bytes.NewReader(nil), cwd: req.Cwd,
+		stderrTTY: false, mgr: d.m, inDaemon: true, d: d}
+	cmd := firstCommand(req.Args)
+	if cmd == "gc" {
+		d.gcMu.Lock()
+	} else {
+		d.gcMu.RLock()
+	}
+	code := a.execute(req.Args)
+	if cmd == "gc" {
+		d.gcMu.Unlock()
+	} else {
+		d.gcMu.RUnlock()
+	}
+	resp := runResponse{Stdout: out.Bytes(), Stderr: errb.Bytes(), Code: code}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(resp)
+	if cmd == "shutdown" {
+		d.stop()
+	}
+	if (cmd == "unmount") && d.exitWhenIdle {
+		d.mu.Lock()
+		idle := len(d.mounts) == 0
+		d.mu.Unlock()
+		if idle {
+			d.stop()
+		}
+	}
+}
+
+// mount registry helpers used by commands.
+
+func (d *daemon) get(ws string) *served {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.mounts[ws]
+}
+
+func (d *daemon) byMountpoint(mp string) *served {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, s := range d.mounts {
+		if s.mp == mp {
+			return s
+		}
+	}
+	return nil
+}
+
+func (d *daemon) all() []*served {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]*served, 0, len(d.mounts))
+	for _, s := range d.mounts {
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ws < out[j].ws })
+	return out
+}
+
+// serving reports whether ws is mounted by this daemon.
+func (d *daemon) serving(ws string) bool { return d.get(ws) != nil }
+
+// active reports whether ws has leases open.
+func (d *daemon) active(ws string) bool {
+	s := d.get(ws)
+	return s != nil && s.activeLeases() > 0
+}
+
+// refuseIfActive fails for a workspace whose window is open: its head may
+// only move at the window's final close.
+func (d *daemon) refuseIfActive(ws string) error {
+	if d.active(ws) {
+		return fmt.Errorf("%w: %s has open leases (tools are running in its mount)", workspace.ErrBusy, ws)
+	}
+	return nil
+}
+
+// headMoved refreshes an idle mount of ws whose head was moved by a
+// command (rebase, land into it).
+func (d *daemon) headMoved(ws string) {
+	if s := d.get(ws); s != nil {
+		s.refresh()
+	}
+}
+
+// parentAdvanced is the manager's hook: a mounted child learns that its
+// parent moved. Returns true when the mount handled it.
+func (d *daemon) parentAdvanced(ws string, parentHead store.ID) bool {
+	s := d.get(ws)
+	if s == nil {
+		return false
+	}
+	s.parentAdvanced(parentHead)
+	return true
+}
+
+// unmountAll reconciles and unmounts every mount (shutdown, SIGTERM).
+func (d *daemon) unmountAll() []string {
+	d.mu.Lock()
+	d.stopping = true
+	d.mu.Unlock()
+	var outs []string
+	for _, s := range d.all() {
+		res, err := s.unmount()
+		if err != nil {
+			outs = append(outs, fmt.Sprintf("%s: %v", s.mp, err))
+			continue
+		}
+		outs = append(outs, fmt.Sprintf("%s: %s", s.mp, res.Outcome))
+	}
+	return outs
+}
+
+func newDiscardLogger() *log.Logger { return log.New(io.Discard, "", 0) }

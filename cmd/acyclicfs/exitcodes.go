@@ -1,0 +1,103 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"syscall"
+
+	"github.com/acyclicfs/acyclicfs/corestate"
+	"github.com/acyclicfs/acyclicfs/store"
+	"github.com/acyclicfs/acyclicfs/workspace"
+)
+
+// Exit codes (SPEC.md "Exit codes").
+const (
+	exitOK       = 0
+	exitError    = 1 // operational: I/O, corrupt store, daemon unreachable
+	exitUsage    = 2 // usage error or invalid input
+	exitConflict = 3
+	exitBusy     = 4
+)
+
+// usageError marks errors in how the command was called.
+type usageError struct{ err error }
+
+func (u usageError) Error() string { return u.err.Error() }
+func (u usageError) Unwrap() error { return u.err }
+
+// errConflictExit makes a command exit 3 after it printed its outcome.
+var errConflictExit = errors.New("conflict")
+
+// errSilent1 makes a command exit 1 without another message (fsck).
+var errSilent1 = errors.New("problems found")
+
+// exitCode maps an error to the process exit code: the one switch.
+func exitCode(err error) int {
+	var u usageError
+	var ec exitCodeError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &ec):
+		return int(ec)
+	case errors.Is(err, errConflictExit), errors.Is(err, workspace.ErrConflict):
+		return exitConflict
+	case errors.As(err, &u),
+		errors.Is(err, workspace.ErrInvalidName),
+		errors.Is(err, workspace.ErrUnknownWorkspace),
+		errors.Is(err, workspace.ErrExists),
+		errors.Is(err, workspace.ErrInvalidInput),
+		errors.Is(err, workspace.ErrHasChildren),
+		errors.Is(err, workspace.ErrNotEmpty),
+		errors.Is(err, workspace.ErrNoHistory),
+		errors.Is(err, workspace.ErrNoParent),
+		errors.Is(err, store.ErrInvalidID),
+		errors.Is(err, store.ErrAmbiguous):
+		return exitUsage
+	case errors.Is(err, workspace.ErrBusy),
+		errors.Is(err, store.ErrLocked),
+		errors.Is(err, corestate.ErrLockTimeout):
+		return exitBusy
+	}
+	return exitError
+}
+
+// hint suggests what to do about err, or "".
+func hint(err error) string {
+	switch {
+	case errors.Is(err, workspace.ErrInvalidName):
+		return "names are 1-128 bytes of letters, digits, '.', '_' and '-', not starting with '.' or '-'"
+	case errors.Is(err, workspace.ErrUnknownWorkspace):
+		return "run 'acyclicfs list' to see the workspaces"
+	case errors.Is(err, workspace.ErrNotEmpty):
+		return "pass --force to replace the directory's contents"
+	case errors.Is(err, workspace.ErrHasChildren):
+		return "remove the children first, or pass --recursive"
+	case errors.Is(err, store.ErrAmbiguous):
+		return "give more characters of the generation id"
+	case errors.Is(err, store.ErrLocked):
+		return "another acyclicfs command holds the store; retry, or check 'acyclicfs status'"
+	case errors.Is(err, store.ErrCorrupt):
+		return "run 'acyclicfs fsck' to list damaged objects"
+	case errors.Is(err, syscall.ENOSPC):
+		return "free space on the store's disk, then retry; 'acyclicfs gc' removes unreachable objects"
+	case errors.Is(err, syscall.EROFS), errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):
+		return "check that the store directory is writable (--store DIR or $ACYCLICFS_STORE)"
+	}
+	return ""
+}
+
+// reportError prints the one-line error and an optional hint.
+func reportError(w io.Writer, err error) {
+	var ec exitCodeError
+	if errors.Is(err, errConflictExit) || errors.Is(err, errSilent1) || errors.As(err, &ec) {
+		return
+	}
+	msg := strings.ReplaceAll(err.Error(), "\n", " ")
+	fmt.Fprintf(w, "acyclicfs: %s\n", msg)
+	if h := hint(err); h != "" {
+		fmt.Fprintf(w, "hint: %s\n", h)
+	}
+}

@@ -1,0 +1,460 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/acyclicfs/acyclicfs/fusefs/sessions"
+	"github.com/acyclicfs/acyclicfs/window"
+	"github.com/acyclicfs/acyclicfs/workspace"
+)
+
+func (a *app) addMountCommands(root *cobra.Command) {
+	root.AddCommand(a.cmdMount(), a.cmdUnmount(), a.cmdExec(), a.cmdLease(), a.cmdDaemon(), a.cmdShutdown(), a.cmdExecChild())
+}
+
+// needDaemon fails a command that only the daemon can run.
+func (a *app) needDaemon(what string) error {
+	if a.d == nil {
+		return fmt.Errorf("%s: %w (no mount of this store is being served)", what, errNoDaemon)
+	}
+	return nil
+}
+
+func (a *app) cmdMount() *cobra.Command {
+	var opt mountOptions
+	var ttl, idle time.Duration
+	var by string
+	var foreground bool
+	c := &cobra.Command{
+		Use:   "mount NAME MOUNTPOINT [--foreground] [--allow-other] [--lease-ttl DUR]",
+		Short: "Mount a workspace; returns once the mount is ready",
+		Args:  rangeArgs(1, 2, "NAME MOUNTPOINT"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				return usageError{fmt.Errorf("mount %s: MOUNTPOINT is required (in-place workspaces are not implemented yet)", args[0])}
+			}
+			if err := workspace.ValidateName(args[0]); err != nil {
+				return fmt.Errorf("mount %s: %w", args[0], err)
+			}
+			b, err := sessions.ParseBy(by)
+			if err != nil {
+				return usageError{fmt.Errorf("mount: --lease-by: %w", err)}
+			}
+			if ttl < 100*time.Millisecond {
+				return usageError{fmt.Errorf("mount: --lease-ttl must be at least 100ms")}
+			}
+			if idle < 0 {
+				return usageError{fmt.Errorf("mount: --idle-close must not be negative")}
+			}
+			opt.leaseTTL, opt.leaseBy, opt.idleClose = ttl, b, idle
+			mp := a.abs(args[1])
+			if a.d == nil {
+				if !foreground {
+					return fmt.Errorf("mount: %w", errNoDaemon)
+				}
+				return a.mountForeground(args[0], mp, opt)
+			}
+			_, notes, err := a.d.mountWorkspace(args[0], mp, opt)
+			for _, n := range notes {
+				fmt.Fprintf(a.stderr, "recovery: %s\n", n)
+			}
+			if err != nil {
+				return fmt.Errorf("mount %s: %w", args[0], err)
+			}
+			return a.emit(map[string]string{"workspace": args[0], "mountpoint": mp}, func(w io.Writer) { fmt.Fprintln(w, mp) })
+		},
+	}
+	f := c.Flags()
+	f.BoolVar(&foreground, "foreground", false, "serve the mount from this process until it is unmounted")
+	f.BoolVar(&opt.allowOther, "allow-other", false, "let other users access the mount")
+	f.DurationVar(&ttl, "lease-ttl", 10*time.Second, "lease lifetime without renewal (bounds a crashed daemon's leases)")
+	f.StringVar(&by, "lease-by", "sid", "lease owner key: sid, pgid or pid")
+	f.DurationVar(&idle, "idle-close", 0, "also end a lease after this long with no request, open file or cwd in the mount")
+	f.BoolVar(&opt.debug, "debug", false, "log every FUSE request to the daemon log")
+	return c
+}
+
+// mountForeground runs a daemon in this process serving one mount.
+func (a *app) mountForeground(ws, mp string, opt mountOptions) error {
+	dir, err := a.storeDir()
+	if err != nil {
+		return err
+	}
+	if newClient(dir).alive() {
+		return fmt.Errorf("mount --foreground: %w: a daemon already serves %s; mount without --foreground", workspace.ErrBusy, dir)
+	}
+	a.close()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- runDaemon(dir, pw, true) }()
+	buf := make([]byte, 256)
+	n, _ := pr.Read(buf)
+	pr.Close()
+	if msg := strings.TrimSpace(string(buf[:n])); msg != "ready" {
+		return fmt.Errorf("mount --foreground: %s", msg)
+	}
+	c := newClient(dir)
+	args := []string{"--store", dir, "mount", ws, mp, "--lease-ttl", opt.leaseTTL.String(), "--lease-by", opt.leaseBy.String()}
+	if opt.allowOther {
+		args = append(args, "--allow-other")
+	}
+	if opt.idleClose > 0 {
+		args = append(args, "--idle-close", opt.idleClose.String())
+	}
+	resp, err := c.run(runRequest{Args: args, Cwd: a.cwd})
+	if err != nil {
+		return err
+	}
+	a.stdout.Write(resp.Stdout)
+	a.stderr.Write(resp.Stderr)
+	if resp.Code != 0 {
+		c.run(runRequest{Args: []string{"--store", dir, "shutdown"}})
+		<-errc
+		return exitWith(resp.Code)
+	}
+	return <-errc
+}
+
+// exitWith is an error that only carries an exit code already reported.
+type exitCodeError int
+
+func (e exitCodeError) Error() string { return "exit " + strconv.Itoa(int(e)) }
+
+func exitWith(code int) error { return exitCodeError(code) }
+
+func (a *app) cmdUnmount() *cobra.Command {
+	return &cobra.Command{
+		Use:   "unmount MOUNTPOINT",
+		Short: "Finish every lease, capture, reconcile, unmount",
+		Args:  exactArgs(1, "MOUNTPOINT"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			mp := a.abs(args[0])
+			if a.d == nil {
+				return a.unmountOffline(mp)
+			}
+			s := a.d.byMountpoint(mp)
+			if s == nil {
+				return usageError{fmt.Errorf("unmount %s: not an acyclicfs mount of this store", mp)}
+			}
+			res, err := s.unmount()
+			if err != nil {
+				return fmt.Errorf("unmount %s: %w", mp, err)
+			}
+			return a.printOutcome(a.stdout, res)
+		},
+	}
+}
+
+// unmountOffline handles a mountpoint whose daemon died: detach it and
+// recover its overlay into the store.
+func (a *app) unmountOffline(mp string) error {
+	m, err := a.manager()
+	if err != nil {
+		return err
+	}
+	recs, err := m.MountRecords()
+	if err != nil {
+		return err
+	}
+	for _, rec := range recs {
+		if rec.Mountpoint != mp {
+			continue
+		}
+		d := &daemon{m: m, dir: m.Dir(), logger: newDiscardLogger(), mounts: map[string]*served{}}
+		notes, err := d.recoverMount(rec)
+		for _, n := range notes {
+			fmt.Fprintf(a.stderr, "recovery: %s\n", n)
+		}
+		if err != nil {
+			return fmt.Errorf("unmount %s: %w", mp, err)
+		}
+		w, _ := m.Get(rec.Workspace)
+		return a.printOutcome(a.stdout, workspace.Result{Workspace: rec.Workspace, Outcome: workspace.OutcomeCurrent, Head: w.Head, Base: w.Base})
+	}
+	return usageError{fmt.Errorf("unmount %s: not an acyclicfs mount of this store", mp)}
+}
+
+func (a *app) cmdShutdown() *cobra.Command {
+	return &cobra.Command{
+		Use:   "shutdown",
+		Short: "Unmount every mount (each reconciled), then stop the daemon",
+		Args:  exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if a.d == nil {
+				a.info("no daemon is running")
+				return nil
+			}
+			outs := a.d.unmountAll()
+			return a.emit(map[string]any{"unmounted": outs}, func(w io.Writer) {
+				for _, o := range outs {
+					fmt.Fprintln(w, o)
+				}
+			})
+		},
+	}
+}
+
+func (a *app) cmdDaemon() *cobra.Command {
+	var readyFD int
+	var exitIdle bool
+	c := &cobra.Command{
+		Use:    "daemon",
+		Short:  "Run the per-store daemon (started on demand by mount)",
+		Args:   exactArgs(0, "no arguments"),
+		Hidden: false,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dir, err := a.storeDir()
+			if err != nil {
+				return err
+			}
+			var ready io.WriteCloser
+			if readyFD >= 0 {
+				ready = os.NewFile(uintptr(readyFD), "ready")
+			}
+			return runDaemon(dir, ready, exitIdle)
+		},
+	}
+	c.Flags().IntVar(&readyFD, "ready-fd", -1, "write \"ready\" to this fd once serving")
+	c.Flags().BoolVar(&exitIdle, "exit-when-idle", false, "exit after the last unmount")
+	c.Flags().MarkHidden("ready-fd")
+	return c
+}
+
+// ---- leases ----
+
+func (a *app) cmdLease() *cobra.Command {
+	lease := &cobra.Command{Use: "lease", Short: "Explicit leases for harnesses"}
+	var owner string
+	var ttl time.Duration
+	begin := &cobra.Command{
+		Use:   "begin MOUNTPOINT --owner NAME [--ttl DUR]",
+		Short: "Open an explicit lease; prints its id",
+		Args:  exactArgs(1, "MOUNTPOINT"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if owner == "" {
+				return usageError{fmt.Errorf("lease begin: --owner is required")}
+			}
+			s, err := a.servedAt(args[0])
+			if err != nil {
+				return err
+			}
+			if ttl <= 0 {
+				ttl = s.ttl
+			}
+			l, err := s.beginLease(sessions.Owner("explicit:"+owner), owner, true, ttl)
+			if err != nil {
+				return fmt.Errorf("lease begin %s: %w", args[0], err)
+			}
+			s.tracker.Bind(sessions.Owner("explicit:" + owner))
+			return a.emit(map[string]string{"lease": l.ID.String(), "owner": owner}, func(w io.Writer) { fmt.Fprintln(w, l.ID) })
+		},
+	}
+	begin.Flags().StringVar(&owner, "owner", "", "who holds the lease (e.g. agent/tool-call id)")
+	begin.Flags().DurationVar(&ttl, "ttl", 0, "lease lifetime without renewal (default: the mount's --lease-ttl)")
+	end := &cobra.Command{
+		Use:   "end MOUNTPOINT LEASE",
+		Short: "Close a lease; the last close reconciles",
+		Args:  exactArgs(2, "MOUNTPOINT LEASE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := a.servedAt(args[0])
+			if err != nil {
+				return err
+			}
+			id, err := window.ParseLeaseID(args[1])
+			if err != nil {
+				return usageError{fmt.Errorf("lease end: %q is not a lease id", args[1])}
+			}
+			o, ok := s.ownerOfLease(id)
+			if !ok {
+				return usageError{fmt.Errorf("lease end %s: no open lease %s", args[0], args[1])}
+			}
+			s.tracker.Unbind(o)
+			res, err := s.endLease(o)
+			if err != nil {
+				return fmt.Errorf("lease end %s: %w", args[1], err)
+			}
+			return a.printOutcome(a.stdout, res)
+		},
+	}
+	var pid int
+	bind := &cobra.Command{
+		Use:    "bind MOUNTPOINT --pid PID",
+		Short:  "Open a lease owned by PID's session (used by exec)",
+		Hidden: true,
+		Args:   exactArgs(1, "MOUNTPOINT"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := a.servedAt(args[0])
+			if err != nil {
+				return err
+			}
+			o := sessions.MakeOwner(s.by, pid)
+			l, err := s.beginLease(o, "exec "+string(o), true, s.ttl)
+			if err != nil {
+				return fmt.Errorf("exec %s: %w", args[0], err)
+			}
+			s.tracker.Bind(o)
+			fmt.Fprintln(a.stdout, l.ID)
+			return nil
+		},
+	}
+	bind.Flags().IntVar(&pid, "pid", 0, "session leader pid")
+	lease.AddCommand(begin, end, bind)
+	return lease
+}
+
+func (a *app) servedAt(mp string) (*served, error) {
+	if err := a.needDaemon("lease"); err != nil {
+		return nil, err
+	}
+	s := a.d.byMountpoint(a.abs(mp))
+	if s == nil {
+		return nil, usageError{fmt.Errorf("%s is not an acyclicfs mount of this store", a.abs(mp))}
+	}
+	return s, nil
+}
+
+func (s *served) ownerOfLease(id window.LeaseID) (sessions.Owner, bool) {
+	s.acquire(0)
+	defer s.release()
+	for o, hl := range s.leases {
+		if hl.holder.Lease().ID == id {
+			return o, true
+		}
+	}
+	return "", false
+}
+
+// ---- exec ----
+
+func (a *app) cmdExec() *cobra.Command {
+	return &cobra.Command{
+		Use:   "exec MOUNTPOINT -- CMD [ARG...]",
+		Short: "Run CMD inside MOUNTPOINT as one explicit lease; print the outcome; exit with CMD's status",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) < 2 {
+				return usageError{fmt.Errorf("exec: expected MOUNTPOINT -- CMD [ARG...]")}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.runExec(a.abs(args[0]), args[1:])
+		},
+	}
+}
+
+// runExec starts CMD in a new session through a re-exec of this binary
+// that waits on a pipe, binds that session to a lease in the daemon, then
+// lets CMD run: every request of CMD's session belongs to that lease.
+func (a *app) runExec(mp string, argv []string) error {
+	dir, err := a.storeDir()
+	if err != nil {
+		return err
+	}
+	c := newClient(dir)
+	if !c.alive() {
+		return fmt.Errorf("exec %s: %w", mp, errNoDaemon)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	child := exec.Command(exe, append([]string{"__exec-child", mp, "--"}, argv...)...)
+	child.Stdin, child.Stdout, child.Stderr = os.Stdin, a.stdout, a.stderr
+	child.ExtraFiles = []*os.File{pr}
+	child.Dir = "/"
+	child.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := child.Start(); err != nil {
+		pr.Close()
+		pw.Close()
+		return fmt.Errorf("exec %s: %w", argv[0], err)
+	}
+	pr.Close()
+	resp, err := c.run(runRequest{Args: []string{"--store", dir, "lease", "bind", mp, "--pid", strconv.Itoa(child.Process.Pid)}, Cwd: a.cwd})
+	if err != nil || resp.Code != 0 {
+		pw.Close() // the child sees EOF without "go" and exits 127
+		child.Wait()
+		if err != nil {
+			return fmt.Errorf("exec %s: %w", mp, err)
+		}
+		a.stderr.Write(resp.Stderr)
+		return exitWith(resp.Code)
+	}
+	leaseID := strings.TrimSpace(string(resp.Stdout))
+	pw.Write([]byte("go"))
+	pw.Close()
+	werr := child.Wait()
+	end, err := c.run(runRequest{Args: []string{"--store", dir, "lease", "end", mp, leaseID}, Cwd: a.cwd})
+	if err != nil {
+		fmt.Fprintf(a.stderr, "acyclicfs: exec: end lease: %v\n", err)
+	} else {
+		a.stderr.Write(end.Stdout)
+		a.stderr.Write(end.Stderr)
+	}
+	if werr != nil {
+		var ee *exec.ExitError
+		if errors.As(werr, &ee) {
+			code := ee.ExitCode()
+			if code < 0 {
+				code = 128 + int(ee.Sys().(syscall.WaitStatus).Signal())
+			}
+			return exitWith(code)
+		}
+		return werr
+	}
+	return nil
+}
+
+// cmdExecChild is the hidden half of exec: wait for "go", chdir, exec CMD.
+func (a *app) cmdExecChild() *cobra.Command {
+	return &cobra.Command{
+		Use:                "__exec-child MOUNTPOINT -- CMD [ARG...]",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) < 3 || args[1] != "--" {
+				return usageError{fmt.Errorf("__exec-child: bad arguments")}
+			}
+			gate := os.NewFile(3, "gate")
+			buf := make([]byte, 2)
+			if n, _ := io.ReadFull(gate, buf); n != 2 || string(buf) != "go" {
+				return exitWith(127)
+			}
+			gate.Close()
+			if err := os.Chdir(args[0]); err != nil {
+				return fmt.Errorf("exec: chdir %s: %w", args[0], err)
+			}
+			path, err := exec.LookPath(args[2])
+			if err != nil {
+				fmt.Fprintf(a.stderr, "acyclicfs: exec: %v\n", err)
+				return exitWith(127)
+			}
+			if !filepath.IsAbs(path) {
+				path, _ = filepath.Abs(path)
+			}
+			err = syscall.Exec(path, args[2:], os.Environ())
+			fmt.Fprintf(a.stderr, "acyclicfs: exec %s: %v\n", args[2], err)
+			return exitWith(126)
+		},
+	}
+}
+
+var _ = tabwriter.NewWriter

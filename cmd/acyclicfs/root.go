@@ -1,0 +1,94 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+)
+
+// run executes one CLI invocation and returns the exit code.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	cwd, _ := os.Getwd()
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, cwd: cwd}
+	if f, ok := stderr.(*os.File); ok {
+		_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+		a.stderrTTY = err == nil
+	}
+	// Route through the per-store daemon when one runs: it alone holds the
+	// store open.
+	if code, forwarded := a.forward(args); forwarded {
+		return code
+	}
+	return a.execute(args)
+}
+
+// execute parses and runs args in this process.
+func (a *app) execute(args []string) int {
+	root := a.rootCommand()
+	root.SetArgs(args)
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	root.SetIn(a.stdin)
+	err := root.Execute()
+	a.close()
+	if err != nil {
+		if strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "unknown flag") ||
+			strings.HasPrefix(err.Error(), "unknown shorthand flag") || strings.Contains(err.Error(), "flag needs an argument") ||
+			strings.HasPrefix(err.Error(), "invalid argument") || strings.HasPrefix(err.Error(), "required flag") {
+			err = usageError{err}
+		}
+		reportError(a.stderr, err)
+		return exitCode(err)
+	}
+	return exitOK
+}
+
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "acyclicfs",
+		Short:         "Workspace filesystem for coding agents: fork in O(1), mount, rebase, land",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		// Bare `acyclicfs` prints help.
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.storeFlag, "store", "", "store directory (default $ACYCLICFS_STORE, else $XDG_DATA_HOME/acyclicfs)")
+	pf.BoolVar(&a.jsonOut, "json", false, "machine-readable output on stdout")
+	pf.BoolVarP(&a.quiet, "quiet", "q", false, "print less")
+	pf.BoolVarP(&a.verbose, "verbose", "v", false, "print more")
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(
+		a.cmdInit(), a.cmdCreate(), a.cmdFork(), a.cmdCommit(), a.cmdList(), a.cmdLog(),
+		a.cmdDiff(), a.cmdExport(), a.cmdRebase(), a.cmdLand(), a.cmdUndo(), a.cmdRm(),
+		a.cmdStatus(), a.cmdGC(), a.cmdFsck(),
+	)
+	a.addMountCommands(root)
+	return root
+}
+
+// preScanStore finds --store in args without full parsing (needed to find
+// the daemon before the command runs).
+func preScanStore(args []string) string {
+	for i := 0; i < len(args); i++ {
+		s := args[i]
+		if s == "--" {
+			break
+		}
+		if s == "--store" && i+1 < len(args) {
+			return args[i+1]
+		}
+		if v, ok := strings.CutPrefix(s, "--store="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+var _ = errors.New
+var _ = fmt.Sprint

@@ -1,0 +1,585 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/acyclicfs/acyclicfs/fusefs"
+	"github.com/acyclicfs/acyclicfs/fusefs/sessions"
+	"github.com/acyclicfs/acyclicfs/internal/failpoint"
+	"github.com/acyclicfs/acyclicfs/store"
+	"github.com/acyclicfs/acyclicfs/window"
+	"github.com/acyclicfs/acyclicfs/workspace"
+)
+
+// served is one mounted workspace: the FUSE mount, its session tracker,
+// and the leases it holds in the workspace's operation window.
+//
+// Lock order: served.lock, then daemon.mu. The lock is a channel so that
+// waits for it are bounded (new sessions wait for a reconcile to finish,
+// up to admitWait, instead of failing at once).
+type served struct {
+	d        *daemon
+	ws       string
+	mp       string
+	stateDir string
+	ttl      time.Duration
+	by       sessions.By
+	mnt      *fusefs.Mount
+	tracker  *sessions.Tracker
+
+	lock chan struct{} // held (full) while leases change or the mount reconciles
+
+	// Fields below are protected by lock.
+	leases  map[sessions.Owner]*heldLease
+	pinned  store.ID // generation the view shows (overlay base)
+	last    workspace.Result
+	closing bool
+	nextSeq int
+}
+
+type heldLease struct {
+	owner    sessions.Owner
+	holder   *window.Holder
+	explicit bool
+	label    string
+	since    time.Time
+}
+
+const admitWait = 60 * time.Second
+
+func (s *served) acquire(wait time.Duration) bool {
+	if wait <= 0 {
+		s.lock <- struct{}{}
+		return true
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case s.lock <- struct{}{}:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+func (s *served) release() { <-s.lock }
+
+func (s *served) activeLeases() int {
+	if !s.acquire(50 * time.Millisecond) {
+		return 1 // reconciling or changing leases: treat as active
+	}
+	defer s.release()
+	return len(s.leases)
+}
+
+// mountOptions are the knobs of `mount`.
+type mountOptions struct {
+	allowOther bool
+	leaseTTL   time.Duration
+	leaseBy    sessions.By
+	idleClose  time.Duration
+	debug      bool
+}
+
+// mountWorkspace mounts ws at mp in this daemon, recovering a previous
+// crashed mount of ws first.
+func (d *daemon) mountWorkspace(ws, mp string, opt mountOptions) (*served, []string, error) {
+	m := d.m
+	w, err := m.Get(ws)
+	if err != nil {
+		return nil, nil, err
+	}
+	d.mu.Lock()
+	if d.stopping {
+		d.mu.Unlock()
+		return nil, nil, fmt.Errorf("%w: the daemon is shutting down", workspace.ErrBusy)
+	}
+	if s := d.mounts[ws]; s != nil {
+		d.mu.Unlock()
+		return nil, nil, fmt.Errorf("%w: %s is already mounted at %s", workspace.ErrBusy, ws, s.mp)
+	}
+	for _, s := range d.mounts {
+		if s.mp == mp {
+			d.mu.Unlock()
+			return nil, nil, fmt.Errorf("%w: %s already serves %s", workspace.ErrBusy, mp, s.ws)
+		}
+	}
+	// Reserve the name while mounting.
+	d.mounts[ws] = nil
+	d.mu.Unlock()
+	ok := false
+	defer func() {
+		if !ok {
+			d.mu.Lock()
+			delete(d.mounts, ws)
+			d.mu.Unlock()
+		}
+	}()
+
+	if err := checkMountpoint(mp); err != nil {
+		return nil, nil, err
+	}
+	var notes []string
+	stateDir := filepath.Join(d.dir, "mounts", ws)
+	if rec, found, err := m.MountRecord(ws); err != nil {
+		return nil, nil, err
+	} else if found {
+		n, err := d.recoverMount(rec)
+		notes = append(notes, n...)
+		if err != nil {
+			return nil, notes, fmt.Errorf("recover previous mount of %s: %w", ws, err)
+		}
+	}
+	// An unmounted child whose parent moved follows it before mounting.
+	if w.Parent != "" {
+		if res, err := m.Rebase(ws, workspace.RebaseOptions{}); err == nil && res.Outcome != workspace.OutcomeCurrent {
+			notes = append(notes, fmt.Sprintf("%s: %s onto %s", ws, res.Outcome, w.Parent))
+		}
+	}
+	w, err = m.Get(ws)
+	if err != nil {
+		return nil, notes, err
+	}
+	root, err := m.RootOf(w.Head)
+	if err != nil {
+		return nil, notes, err
+	}
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return nil, notes, fmt.Errorf("mount state %s: %w", stateDir, err)
+	}
+	if err := fusefs.ResetState(stateDir); err != nil {
+		return nil, notes, err
+	}
+	s := &served{d: d, ws: ws, mp: mp, stateDir: stateDir, ttl: opt.leaseTTL, by: opt.leaseBy,
+		lock: make(chan struct{}, 1), leases: map[sessions.Owner]*heldLease{}, pinned: w.Head}
+	tr, err := sessions.New(sessions.Config{By: opt.leaseBy, MountPoint: mp, IdleClose: opt.idleClose,
+		Handler: s, IgnorePIDs: []int{os.Getpid()}})
+	if err != nil {
+		return nil, notes, err
+	}
+	s.tracker = tr
+	if err := m.PutMountRecord(workspace.MountRecord{Workspace: ws, Mountpoint: mp, StateDir: stateDir,
+		Pinned: w.Head.String(), DaemonPID: os.Getpid(), Since: time.Now().UnixMilli()}); err != nil {
+		tr.Close()
+		return nil, notes, err
+	}
+	mnt, err := fusefs.MountAt(mp, fusefs.Config{Objects: m.Store(), Root: root, StateDir: stateDir,
+		Admitter: tr, AllowOther: opt.allowOther, Debug: opt.debug, FsName: "acyclicfs:" + ws, Passthrough: true})
+	if err != nil {
+		tr.Close()
+		_ = m.ClearMountRecord(ws)
+		return nil, notes, fmt.Errorf("mount %s at %s: %w", ws, mp, err)
+	}
+	s.mnt = mnt
+	d.mu.Lock()
+	d.mounts[ws] = s
+	d.mu.Unlock()
+	ok = true
+	d.logger.Printf("mounted %s at %s (generation %s)", ws, mp, w.Head.Short())
+	return s, notes, nil
+}
+
+// checkMountpoint requires an existing directory; a dead FUSE mount left
+// by a crashed daemon is detached first.
+func checkMountpoint(mp string) error {
+	var st unix.Stat_t
+	err := unix.Stat(mp, &st)
+	if errors.Is(err, unix.ENOTCONN) || errors.Is(err, unix.EIO) {
+		if uerr := unix.Unmount(mp, unix.MNT_DETACH); uerr != nil {
+			return fmt.Errorf("clean up dead mount at %s: %w", mp, uerr)
+		}
+		err = unix.Stat(mp, &st)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: mountpoint %s: %w", workspace.ErrInvalidInput, mp, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return fmt.Errorf("%w: mountpoint %s is not a directory", workspace.ErrInvalidInput, mp)
+	}
+	if isMounted(mp) {
+		return fmt.Errorf("%w: %s is already a mountpoint", workspace.ErrBusy, mp)
+	}
+	return nil
+}
+
+// isMounted reports whether mp appears in /proc/self/mountinfo.
+func isMounted(mp string) bool {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && unescapeMount(f[4]) == mp {
+			return true
+		}
+	}
+	return false
+}
+
+func unescapeMount(s string) string {
+	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
+	return r.Replace(s)
+}
+
+// recoverMount finishes the work of a mount whose daemon died: detach its
+// dead mountpoint, capture and publish whatever its overlay persisted, and
+// resume or claim its window's reconciliation.
+func (d *daemon) recoverMount(rec workspace.MountRecord) ([]string, error) {
+	m := d.m
+	var notes []string
+	if rec.DaemonPID != os.Getpid() && rec.Mountpoint != "" {
+		var st unix.Stat_t
+		if err := unix.Stat(rec.Mountpoint, &st); errors.Is(err, unix.ENOTCONN) || errors.Is(err, unix.EIO) || (err == nil && isMounted(rec.Mountpoint)) {
+			if err := unix.Unmount(rec.Mountpoint, unix.MNT_DETACH); err == nil {
+				notes = append(notes, "detached dead mount at "+rec.Mountpoint)
+			}
+		}
+	}
+	pinned, err := store.ParseID(rec.Pinned)
+	if err != nil {
+		return notes, fmt.Errorf("mount record of %s: %w", rec.Workspace, err)
+	}
+	pinnedRoot, err := m.RootOf(pinned)
+	if err != nil {
+		return notes, err
+	}
+	newRoot, changed, err := fusefs.RecoverCapture(rec.StateDir, m.Store(), pinnedRoot)
+	if err != nil {
+		return notes, fmt.Errorf("replay overlay %s: %w", rec.StateDir, err)
+	}
+	if changed {
+		gen, conflicts, err := m.PublishCapture(rec.Workspace, pinned, newRoot, nil)
+		if err != nil {
+			return notes, err
+		}
+		notes = append(notes, fmt.Sprintf("recovered unpublished changes of %s as %s", rec.Workspace, gen.Short()))
+		for _, c := range conflicts {
+			notes = append(notes, "kept the mount's version of "+c.Path)
+		}
+	}
+	if err := fusefs.ResetState(rec.StateDir); err != nil {
+		return notes, err
+	}
+	// A window left active or reconciling by the dead daemon: claim it once
+	// its leases expired, and finish the interrupted reconcile by its ticket.
+	ctx := context.Background()
+	if r, ok, err := m.Windows().ClaimReconcile(ctx, rec.Workspace); err == nil && ok {
+		res, err := d.finishTicket(rec.Workspace, r)
+		if err != nil {
+			return notes, err
+		}
+		notes = append(notes, fmt.Sprintf("finished interrupted reconcile of %s: %s", rec.Workspace, res.Outcome))
+	}
+	if err := m.ClearMountRecord(rec.Workspace); err != nil {
+		return notes, err
+	}
+	return notes, nil
+}
+
+// finishTicket runs the rebase of a claimed reconcile ticket (replayed by
+// key if it already happened) and completes it, following any next ticket.
+func (d *daemon) finishTicket(ws string, r window.Reconcile) (workspace.Result, error) {
+	m := d.m
+	ctx := context.Background()
+	var res workspace.Result
+	for {
+		var err error
+		res, err = d.rebaseForTicket(ws, r)
+		if err != nil {
+			return res, err
+		}
+		failpoint.Hit("reconcile.before-complete")
+		next, more, err := m.Windows().CompleteReconcile(ctx, ws, r.Ticket)
+		if err != nil {
+			return res, fmt.Errorf("complete reconcile of %s: %w", ws, err)
+		}
+		if !more {
+			return res, nil
+		}
+		r = next
+	}
+}
+
+func (d *daemon) rebaseForTicket(ws string, r window.Reconcile) (workspace.Result, error) {
+	w, err := d.m.Get(ws)
+	if err != nil {
+		return workspace.Result{}, err
+	}
+	if w.Parent == "" {
+		return workspace.Result{Workspace: ws, Outcome: workspace.OutcomeCurrent, Head: w.Head, Base: w.Base}, nil
+	}
+	return d.m.Rebase(ws, workspace.RebaseOptions{Key: "reconcile " + r.Ticket.String()})
+}
+
+// Begin implements sessions.Handler: a new tool session opens a lease.
+// It waits (bounded) while the mount reconciles.
+func (s *served) Begin(owner sessions.Owner) error {
+	_, err := s.beginLease(owner, string(owner), false, s.ttl)
+	return err
+}
+
+// End implements sessions.Handler: the session is gone.
+func (s *served) End(owner sessions.Owner) {
+	if _, err := s.endLease(owner); err != nil {
+		s.d.logger.Printf("%s: end lease of %s: %v", s.ws, owner, err)
+	}
+}
+
+func (s *served) beginLease(owner sessions.Owner, label string, explicit bool, ttl time.Duration) (window.Lease, error) {
+	if !s.acquire(admitWait) {
+		return window.Lease{}, fmt.Errorf("%w: %s is reconciling; gave up after %v", workspace.ErrBusy, s.ws, admitWait)
+	}
+	defer s.release()
+	if s.closing {
+		return window.Lease{}, fmt.Errorf("%w: %s is being unmounted", workspace.ErrBusy, s.ws)
+	}
+	if hl := s.leases[owner]; hl != nil {
+		return hl.holder.Lease(), nil
+	}
+	parent, err := s.d.m.PinnedParent(s.ws)
+	if err != nil {
+		return window.Lease{}, err
+	}
+	ctx := context.Background()
+	lease, err := s.d.m.Windows().Begin(ctx, s.ws, parent, label, ttl)
+	if err != nil {
+		return window.Lease{}, fmt.Errorf("open lease on %s: %w", s.ws, err)
+	}
+	s.leases[owner] = &heldLease{owner: owner, holder: window.HoldLease(ctx, s.d.m.Windows(), lease, ttl), explicit: explicit, label: label, since: time.Now()}
+	return lease, nil
+}
+
+// endLease closes owner's lease; the last close reconciles the mount.
+func (s *served) endLease(owner sessions.Owner) (workspace.Result, error) {
+	if !s.acquire(0) {
+		return workspace.Result{}, errors.New("unreachable")
+	}
+	defer s.release()
+	hl := s.leases[owner]
+	if hl == nil {
+		return s.outcome(workspace.OutcomeCurrent), nil
+	}
+	delete(s.leases, owner)
+	lease, _ := hl.holder.Stop()
+	ctx := context.Background()
+	if len(s.leases) > 0 {
+		if _, err := s.d.m.Windows().Finish(ctx, lease); err != nil {
+			return workspace.Result{}, err
+		}
+		return s.outcome(workspace.OutcomeStillActive), nil
+	}
+	return s.reconcileLast(lease)
+}
+
+func (s *served) outcome(o workspace.Outcome) workspace.Result {
+	w, _ := s.d.m.Get(s.ws)
+	return workspace.Result{Workspace: s.ws, Outcome: o, Head: w.Head, Base: w.Base, Parent: w.Parent}
+}
+
+// reconcileLast is the final close: capture the mount, publish the capture
+// with the last lease's permit, close the lease (claiming the reconcile
+// ticket), rebase onto the pending parent, switch the view, complete.
+// Called with s.lock held.
+func (s *served) reconcileLast(lease window.Lease) (workspace.Result, error) {
+	m := s.d.m
+	ctx := context.Background()
+	s.d.gcMu.RLock()
+	defer s.d.gcMu.RUnlock()
+	permit := lease.Permit
+	if err := s.captureAndPublish(&permit); err != nil {
+		if !workspace.IsFenced(err) {
+			return workspace.Result{}, err
+		}
+		// The lease expired under us (a stalled daemon). Claim the window's
+		// reconciliation, then publish under that claim.
+		s.d.logger.Printf("%s: lease %s fenced before publish; reclaiming", s.ws, lease.ID)
+		if err := s.captureAndPublish(nil); err != nil {
+			return workspace.Result{}, err
+		}
+	}
+	failpoint.Hit("reconcile.after-publish")
+	fin, err := m.Windows().Finish(ctx, lease)
+	if err != nil {
+		return workspace.Result{}, fmt.Errorf("close lease on %s: %w", s.ws, err)
+	}
+	r := fin.Reconcile
+	if fin.Outcome != window.FinishReconcile {
+		var ok bool
+		r, ok, err = m.Windows().ClaimReconcile(ctx, s.ws)
+		if err != nil {
+			return workspace.Result{}, err
+		}
+		if !ok {
+			res := s.outcome(workspace.OutcomeCurrent)
+			s.last = res
+			return res, nil
+		}
+	}
+	res, err := s.d.finishTicket(s.ws, r)
+	if err != nil {
+		return res, err
+	}
+	if err := s.switchToHead(); err != nil {
+		return res, err
+	}
+	s.last = res
+	return res, nil
+}
+
+// captureAndPublish publishes the overlay's changes, if any.
+func (s *served) captureAndPublish(permit *store.Permit) error {
+	root, changed, err := s.mnt.Capture()
+	if err != nil {
+		return fmt.Errorf("capture %s: %w", s.ws, err)
+	}
+	if !changed {
+		return nil
+	}
+	failpoint.Hit("reconcile.after-capture")
+	if _, _, err := s.d.m.PublishCapture(s.ws, s.pinned, root, permit); err != nil {
+		return err
+	}
+	return nil
+}
+
+// switchToHead points the view at the workspace's current head and resets
+// the overlay's base. Called with s.lock held.
+func (s *served) switchToHead() error {
+	w, err := s.d.m.Get(s.ws)
+	if err != nil {
+		return err
+	}
+	root, err := s.d.m.RootOf(w.Head)
+	if err != nil {
+		return err
+	}
+	if err := s.mnt.SwitchView(root); err != nil {
+		return fmt.Errorf("switch view of %s: %w", s.ws, err)
+	}
+	s.pinned = w.Head
+	return s.d.m.PutMountRecord(workspace.MountRecord{Workspace: s.ws, Mountpoint: s.mp, StateDir: s.stateDir,
+		Pinned: w.Head.String(), DaemonPID: os.Getpid(), Since: time.Now().UnixMilli()})
+}
+
+// parentAdvanced: idle → rebase now and refresh the view; active → the
+// window coalesces the parent; reconciling → remembered for the next ticket.
+func (s *served) parentAdvanced(parentHead store.ID) {
+	ctx := context.Background()
+	r, claimed, err := s.d.m.Windows().ParentAdvanced(ctx, s.ws, parentHead)
+	if err != nil {
+		s.d.logger.Printf("%s: parent advanced: %v", s.ws, err)
+		return
+	}
+	if !claimed {
+		return
+	}
+	go func() {
+		// Not inline: the caller may be another mount's reconcile or a
+		// command holding locks of its own.
+		s.acquire(0)
+		defer s.release()
+		if s.closing {
+			return
+		}
+		if err := s.captureAndPublish(nil); err != nil {
+			s.d.logger.Printf("%s: capture before rebase: %v", s.ws, err)
+		}
+		res, err := s.d.finishTicket(s.ws, r)
+		if err != nil {
+			s.d.logger.Printf("%s: rebase onto advanced parent: %v", s.ws, err)
+			return
+		}
+		if err := s.switchToHead(); err != nil {
+			s.d.logger.Printf("%s: %v", s.ws, err)
+		}
+		s.last = res
+	}()
+}
+
+// refresh re-pins an idle mount at its workspace's head after a command
+// moved it (land into a mounted parent, an explicit rebase).
+func (s *served) refresh() {
+	if !s.acquire(admitWait) {
+		return
+	}
+	defer s.release()
+	if len(s.leases) > 0 || s.closing {
+		return // the final close merges with the moved head
+	}
+	w, err := s.d.m.Get(s.ws)
+	if err != nil || w.Head == s.pinned {
+		return
+	}
+	if err := s.captureAndPublish(nil); err != nil {
+		s.d.logger.Printf("%s: capture before refresh: %v", s.ws, err)
+		return
+	}
+	if err := s.switchToHead(); err != nil {
+		s.d.logger.Printf("%s: refresh: %v", s.ws, err)
+	}
+}
+
+// unmount ends every lease (the last close reconciles), publishes anything
+// left, unmounts and forgets the mount.
+func (s *served) unmount() (workspace.Result, error) {
+	s.acquire(0)
+	s.last = workspace.Result{}
+	s.release()
+	s.tracker.EndAll()
+	s.acquire(0)
+	owners := make([]sessions.Owner, 0, len(s.leases))
+	for o := range s.leases {
+		owners = append(owners, o)
+	}
+	s.release()
+	sort.Slice(owners, func(i, j int) bool { return owners[i] < owners[j] })
+	res := s.outcome(workspace.OutcomeCurrent)
+	for _, o := range owners {
+		s.tracker.Unbind(o)
+		r, err := s.endLease(o)
+		if err != nil {
+			return r, err
+		}
+		res = r
+	}
+	s.acquire(0)
+	defer s.release()
+	s.closing = true
+	if res.Outcome == workspace.OutcomeCurrent && s.last.Outcome != "" && len(owners) == 0 {
+		res = s.last
+	}
+	if err := s.captureAndPublish(nil); err != nil {
+		s.closing = false
+		return res, err
+	}
+	s.tracker.Close()
+	if err := s.mnt.Unmount(); err != nil {
+		s.closing = false
+		return res, fmt.Errorf("unmount %s: %w", s.mp, err)
+	}
+	if err := fusefs.ResetState(s.stateDir); err != nil {
+		return res, err
+	}
+	_ = os.Remove(s.stateDir)
+	if err := s.d.m.ClearMountRecord(s.ws); err != nil {
+		return res, err
+	}
+	s.d.mu.Lock()
+	delete(s.d.mounts, s.ws)
+	s.d.mu.Unlock()
+	s.d.logger.Printf("unmounted %s from %s: %s", s.ws, s.mp, res.Outcome)
+	if res.Outcome == "" {
+		res = s.outcome(workspace.OutcomeCurrent)
+	}
+	return res, nil
+}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/acyclicfs/acyclicfs/store"
+	"github.com/acyclicfs/acyclicfs/window"
+	"github.com/acyclicfs/acyclicfs/workspace"
+)
+
+// statusLease is one open lease.
+type statusLease struct {
+	ID      string `json:"id"`
+	Owner   string `json:"owner"`
+	Expires string `json:"expires"`
+}
+
+// statusRow is one workspace in `status`.
+type statusRow struct {
+	Workspace     string                   `json:"workspace"`
+	State         string                   `json:"state"`
+	Mountpoint    string                   `json:"mountpoint,omitempty"`
+	Window        string                   `json:"window"`
+	Leases        []statusLease            `json:"leases,omitempty"`
+	PendingParent store.ID                 `json:"pending_parent,omitzero"`
+	Behind        bool                     `json:"behind_parent"`
+	Conflicts     []workspace.ConflictInfo `json:"conflicts,omitempty"`
+	LastOutcome   string                   `json:"last_outcome,omitempty"`
+}
+
+type statusReport struct {
+	Workspaces []statusRow `json:"workspaces"`
+	Recovery   []string    `json:"recovery"`
+}
+
+func (a *app) cmdStatus() *cobra.Command {
+	return &cobra.Command{
+		Use:   "status [NAME]",
+		Short: "Windows, leases, pending parents, recorded conflicts, recovery work",
+		Args:  rangeArgs(0, 1, "[NAME]"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := a.manager()
+			if err != nil {
+				return err
+			}
+			var ws []store.Workspace
+			if len(args) == 1 {
+				w, err := m.Get(args[0])
+				if err != nil {
+					return fmt.Errorf("status %s: %w", args[0], err)
+				}
+				ws = []store.Workspace{w}
+			} else if ws, err = m.List(); err != nil {
+				return fmt.Errorf("status: %w", err)
+			}
+			rep := statusReport{Workspaces: []statusRow{}, Recovery: []string{}}
+			for _, w := range ws {
+				row, err := a.statusOf(m, w)
+				if err != nil {
+					return fmt.Errorf("status %s: %w", w.Name, err)
+				}
+				rep.Workspaces = append(rep.Workspaces, row)
+			}
+			work, err := m.RecoveryWork()
+			if err != nil {
+				return fmt.Errorf("status: %w", err)
+			}
+			rep.Recovery = append(rep.Recovery, work...)
+			recs, err := m.MountRecords()
+			if err != nil {
+				return err
+			}
+			for _, r := range recs {
+				if a.d == nil || !a.d.serving(r.Workspace) {
+					rep.Recovery = append(rep.Recovery, fmt.Sprintf("mount of %s at %s (daemon %d gone): recovered by the next mount or unmount", r.Workspace, r.Mountpoint, r.DaemonPID))
+				}
+			}
+			return a.emit(rep, func(out io.Writer) { printStatus(out, rep) })
+		},
+	}
+}
+
+func (a *app) statusOf(m *workspace.Manager, w store.Workspace) (statusRow, error) {
+	state, mp := a.workspaceState(m, w)
+	row := statusRow{Workspace: w.Name, State: state, Mountpoint: mp}
+	snap, err := m.Windows().Inspect(context.Background(), w.Name)
+	if err != nil {
+		row.Window = "unreadable: " + err.Error()
+	} else {
+		row.Window = string(snap.Phase.Kind)
+		row.PendingParent = snap.Phase.PendingParent
+		for _, l := range sortedLeases(snap.Phase.Leases) {
+			row.Leases = append(row.Leases, statusLease{ID: l.ID.String(), Owner: l.Owner, Expires: time.UnixMilli(l.ExpiresAtMillis).UTC().Format(time.RFC3339)})
+		}
+	}
+	if w.Parent != "" {
+		if p, err := m.Store().GetWorkspace(w.Parent); err == nil {
+			row.Behind = p.Head != w.Base
+		}
+	}
+	cs, err := m.Conflicts(w.Name)
+	if err != nil {
+		return row, err
+	}
+	row.Conflicts = cs
+	if a.d != nil {
+		if s := a.d.get(w.Name); s != nil && s.acquire(100*time.Millisecond) {
+			row.LastOutcome = string(s.last.Outcome)
+			s.release()
+		}
+	}
+	return row, nil
+}
+
+func sortedLeases(m map[window.LeaseID]window.LeaseRecord) []window.LeaseRecord {
+	out := make([]window.LeaseRecord, 0, len(m))
+	for _, l := range m {
+		out = append(out, l)
+	}
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && out[j].ID.String() < out[j-1].ID.String(); j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out
+}
+
+func printStatus(out io.Writer, rep statusReport) {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "WORKSPACE\tSTATE\tWINDOW\tLEASES\tPENDING PARENT\tBEHIND\tCONFLICTS")
+	for _, r := range rep.Workspaces {
+		behind := "no"
+		if r.Behind {
+			behind = "yes"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%d\n", r.Workspace, r.State, r.Window, len(r.Leases), short(r.PendingParent), behind, len(r.Conflicts))
+	}
+	tw.Flush()
+	for _, r := range rep.Workspaces {
+		for _, l := range r.Leases {
+			fmt.Fprintf(out, "lease %s %s owner %s expires %s\n", r.Workspace, l.ID, l.Owner, l.Expires)
+		}
+		for _, c := range r.Conflicts {
+			fmt.Fprintf(out, "conflict %s %s (%s)\n", r.Workspace, c.Path, c.Kind)
+		}
+	}
+	for _, w := range rep.Recovery {
+		fmt.Fprintf(out, "recovery: %s\n", w)
+	}
+}

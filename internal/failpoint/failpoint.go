@@ -1,0 +1,71 @@
+// Package failpoint lets crash tests stop a real acyclicfs process at a
+// named durability step.
+//
+// A failpoint is armed only by the environment variable
+// ACYCLICFS_FAILPOINT=name[,name...] together with ACYCLICFS_FAILPOINT_ARMED=1
+// (two variables so that a stray one in a user's shell does nothing). When
+// the process reaches an armed point it kills itself with SIGKILL, which is
+// what a power cut or an OOM kill looks like to the store: no deferred
+// cleanup, no flushes. Hit costs one atomic load when nothing is armed.
+package failpoint
+
+import (
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+)
+
+var (
+	once  sync.Once
+	armed atomic.Pointer[map[string]bool]
+	// testHook, if set, is called instead of killing the process.
+	testHook atomic.Pointer[func(name string)]
+)
+
+func load() {
+	if os.Getenv("ACYCLICFS_FAILPOINT_ARMED") != "1" {
+		return
+	}
+	set := map[string]bool{}
+	for _, n := range strings.Split(os.Getenv("ACYCLICFS_FAILPOINT"), ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			set[n] = true
+		}
+	}
+	if len(set) > 0 {
+		armed.Store(&set)
+	}
+}
+
+// Hit crashes the process if the failpoint name is armed.
+func Hit(name string) {
+	once.Do(load)
+	set := armed.Load()
+	if set == nil || !(*set)[name] {
+		return
+	}
+	if h := testHook.Load(); h != nil {
+		(*h)(name)
+		return
+	}
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {} // SIGKILL is not deliverable late; never return past the point
+}
+
+// ArmForTest arms names in this process and calls hook instead of killing
+// it. It returns a function that disarms everything. Tests only.
+func ArmForTest(hook func(name string), names ...string) (disarm func()) {
+	once.Do(load)
+	set := map[string]bool{}
+	for _, n := range names {
+		set[n] = true
+	}
+	armed.Store(&set)
+	testHook.Store(&hook)
+	return func() {
+		armed.Store(nil)
+		testHook.Store(nil)
+	}
+}

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The main job end to end on the embedded default store (no server):
+# create a workspace from a sample tree, fork one child per "agent", mount a
+# child, run real tools inside it, advance the parent meanwhile, unmount to
+# reconcile (the child is rebased once), land both children, export the
+# result, and check the store.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=${ACYCLICFS_BIN:-$PWD/bin/acyclicfs}
+[ -x "$B" ] || go build -o "$B" ./cmd/acyclicfs
+work=$(mktemp -d /tmp/acyclicfs-demo.XXXXXX)
+export ACYCLICFS_STORE="$work/store"
+cleanup() {
+  "$B" shutdown >/dev/null 2>&1 || true
+  mountpoint -q "$work/mnt" 2>/dev/null && umount -l "$work/mnt" || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+say() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
+run() { say "$*"; "$@"; }
+
+mkdir -p "$work/src/cmd" "$work/mnt" "$work/out"
+printf 'package main\n\nfunc main() { println("hello") }\n' > "$work/src/cmd/main.go"
+printf '# sample\n\nline one\nline two\n' > "$work/src/README.md"
+printf 'module example.com/demo\n\ngo 1.21\n' > "$work/src/go.mod"
+
+run "$B" init
+run "$B" create main --from "$work/src"
+run "$B" fork main agent-a
+run "$B" fork main agent-b
+run "$B" mount agent-a "$work/mnt"
+
+say "tools run inside the mount (one lease: acyclicfs exec)"
+"$B" exec "$work/mnt" -- sh -c '
+  echo "feature from agent-a" > feature.txt
+  sed -i "s/line one/line one (edited by agent-a)/" README.md
+  git init -q && git add -A && git -c user.email=a@b -c user.name=agent commit -qm "agent-a work" && git log --oneline
+'
+
+say "meanwhile agent-b lands into main (the mounted child is idle, so it follows at once)"
+mkdir -p "$work/b" && "$B" export agent-b "$work/b" >/dev/null
+printf 'line three from agent-b\n' >> "$work/b/README.md"
+run "$B" commit agent-b "$work/b"
+run "$B" land agent-b
+run cat "$work/mnt/README.md"
+run "$B" log agent-a -n 3
+run "$B" unmount "$work/mnt"
+run "$B" diff agent-a --stat
+run "$B" land agent-a
+run "$B" export main "$work/out"
+run ls -A "$work/out"
+run "$B" list
+run "$B" fsck
+echo; echo "demo: OK"

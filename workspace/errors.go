@@ -1,0 +1,32 @@
+package workspace
+
+import "errors"
+
+var (
+	// ErrInvalidName is returned when a workspace name breaks the naming rule
+	// (1–128 bytes of [A-Za-z0-9._-], not starting with '.' or '-').
+	ErrInvalidName = errors.New("invalid workspace name")
+	// ErrUnknownWorkspace is returned when a named workspace does not exist.
+	ErrUnknownWorkspace = errors.New("unknown workspace")
+	// ErrExists is returned when creating a workspace whose name is taken.
+	ErrExists = errors.New("workspace already exists")
+	// ErrInvalidInput is returned for bad arguments: a --from that is not a
+	// directory, a malformed generation, an export target that is a file.
+	ErrInvalidInput = errors.New("invalid input")
+	// ErrBusy is returned when a workspace is mounted or a lock could not be
+	// had in time.
+	ErrBusy = errors.New("busy")
+	// ErrConflict is returned (wrapped in a *ConflictError) when a rebase or
+	// land cannot merge cleanly; nothing was changed.
+	ErrConflict = errors.New("conflict")
+	// ErrHasChildren is returned by Remove when the workspace has children
+	// and recursive removal was not asked for.
+	ErrHasChildren = errors.New("workspace has children")
+	// ErrNotEmpty is returned by Export when the target directory is not
+	// empty and --force was not given.
+	ErrNotEmpty = errors.New("target directory is not empty")
+	// ErrNoHistory is returned by Undo when there is no previous head.
+	ErrNoHistory = errors.New("no previous head to undo to")
+	// ErrNoParent is returned by Rebase and Land for a root workspace.
+	ErrNoParent = errors.New("workspace has no parent")
+)

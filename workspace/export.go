@@ -1,0 +1,376 @@
+package workspace
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/acyclicfs/acyclicfs/internal/failpoint"
+	"github.com/acyclicfs/acyclicfs/store"
+)
+
+// Export materializes a generation into a real directory under a journal
+// (corestate family "export"), so that a crash at any step is rolled back
+// or forward by the next command:
+//
+//   - The tree is first written into a staging directory: a sibling of a
+//     target that does not exist yet, or DIR/.acyclicfs-export-OP when DIR
+//     exists (same filesystem, so every later step is a rename).
+//   - Phase "prepared": staging complete and synced. Before it, recovery
+//     deletes the staging directory (roll back; the target is untouched).
+//   - Phase "moving-pre": each existing entry of DIR is renamed into the
+//     staging "pre" directory (the preimages) — only with --force.
+//   - Phase "placing-new": each new entry is renamed into DIR.
+//   - Done: the journal and staging (with the preimages) are removed.
+//
+// Recovery from "prepared" or later rolls forward: the new tree is complete,
+// and the preimages are kept until it is in place.
+const familyExport = "export"
+
+type exportJournal struct {
+	Op       string   `json:"op"`
+	Target   string   `json:"target"`
+	Gen      store.ID `json:"gen"`
+	Phase    string   `json:"phase"` // staging, prepared, moving-pre, placing-new
+	Staging  string   `json:"staging"`
+	InTarget bool     `json:"in_target"` // staging lives inside the existing target
+	PreNames []string `json:"pre_names,omitempty"`
+	NewNames []string `json:"new_names,omitempty"`
+}
+
+const stagingPrefix = ".acyclicfs-export-"
+
+// Export writes generation gen into dir and returns the number of files
+// (non-directories) written. A non-empty dir is refused unless force, in
+// which case dir ends up holding exactly the tree.
+func (m *Manager) Export(gen store.ID, dir string, force bool) (int, error) {
+	target, err := filepath.Abs(dir)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s: %w", ErrInvalidInput, dir, err)
+	}
+	root, err := m.rootOf(gen)
+	if err != nil {
+		return 0, err
+	}
+	j := exportJournal{Op: newOperationID(), Target: target, Gen: gen, Phase: "staging"}
+	li, err := os.Lstat(target)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		parent := filepath.Dir(target)
+		if pi, err := os.Stat(parent); err != nil || !pi.IsDir() {
+			return 0, fmt.Errorf("%w: parent directory %s does not exist", ErrInvalidInput, parent)
+		}
+		j.Staging = filepath.Join(parent, "."+filepath.Base(target)+stagingPrefix+j.Op)
+	case err != nil:
+		return 0, fmt.Errorf("export target %s: %w", target, err)
+	case li.Mode()&fs.ModeSymlink != 0:
+		return 0, fmt.Errorf("%w: export target %s is a symlink; refusing to write through it", ErrInvalidInput, target)
+	case !li.IsDir():
+		return 0, fmt.Errorf("%w: export target %s exists and is not a directory", ErrInvalidInput, target)
+	default:
+		names, err := dirNames(target)
+		if err != nil {
+			return 0, err
+		}
+		if len(names) > 0 && !force {
+			return 0, fmt.Errorf("%w: %s has %d entries; use --force to replace them", ErrNotEmpty, target, len(names))
+		}
+		j.InTarget = true
+		j.Staging = filepath.Join(target, stagingPrefix+j.Op)
+		j.PreNames = names
+	}
+	if err := m.saveExport(&j); err != nil {
+		return 0, err
+	}
+	newDir := j.Staging
+	if j.InTarget {
+		newDir = filepath.Join(j.Staging, "new")
+	}
+	if err := os.MkdirAll(newDir, 0o755); err != nil {
+		return 0, m.abortExport(&j, fmt.Errorf("create staging %s: %w", newDir, err))
+	}
+	count, err := m.materialize(root, newDir)
+	if err != nil {
+		return 0, m.abortExport(&j, err)
+	}
+	if err := syncFS(newDir); err != nil {
+		return 0, m.abortExport(&j, err)
+	}
+	if j.InTarget {
+		if j.NewNames, err = dirNames(newDir); err != nil {
+			return 0, m.abortExport(&j, err)
+		}
+	}
+	failpoint.Hit("export.before-prepared")
+	j.Phase = "prepared"
+	if err := m.saveExport(&j); err != nil {
+		return 0, err
+	}
+	failpoint.Hit("export.after-prepared")
+	if err := m.finishExport(&j); err != nil {
+		return 0, err
+	}
+	return count, nil
+}
+
+func (m *Manager) saveExport(j *exportJournal) error {
+	var cur exportJournal
+	rev, _, err := m.cs.Load(familyExport, j.Op, &cur)
+	if err != nil {
+		return err
+	}
+	if _, err := m.cs.CompareAndSwap(familyExport, j.Op, rev, j); err != nil {
+		return fmt.Errorf("export journal: %w", err)
+	}
+	return nil
+}
+
+func (m *Manager) dropExport(op string) error {
+	var cur exportJournal
+	rev, found, err := m.cs.Load(familyExport, op, &cur)
+	if err != nil || !found {
+		return err
+	}
+	return m.cs.CompareAndDelete(familyExport, op, rev)
+}
+
+// abortExport rolls back an export that never reached "prepared".
+func (m *Manager) abortExport(j *exportJournal, cause error) error {
+	if err := os.RemoveAll(j.Staging); err != nil {
+		return fmt.Errorf("%w (and removing staging %s failed: %v)", cause, j.Staging, err)
+	}
+	if err := m.dropExport(j.Op); err != nil {
+		return fmt.Errorf("%w (and dropping its journal failed: %v)", cause, err)
+	}
+	return cause
+}
+
+// finishExport rolls a prepared export forward; it is idempotent so that
+// recovery can run it from any later phase.
+func (m *Manager) finishExport(j *exportJournal) error {
+	if !j.InTarget {
+		if _, err := os.Lstat(j.Staging); err == nil {
+			if err := os.Rename(j.Staging, j.Target); err != nil {
+				return fmt.Errorf("place export at %s: %w", j.Target, err)
+			}
+		}
+		if err := syncDir(filepath.Dir(j.Target)); err != nil {
+			return err
+		}
+		return m.dropExport(j.Op)
+	}
+	pre := filepath.Join(j.Staging, "pre")
+	newDir := filepath.Join(j.Staging, "new")
+	if j.Phase == "prepared" {
+		j.Phase = "moving-pre"
+		if err := m.saveExport(j); err != nil {
+			return err
+		}
+	}
+	if j.Phase == "moving-pre" {
+		if err := os.MkdirAll(pre, 0o700); err != nil {
+			return fmt.Errorf("export preimages: %w", err)
+		}
+		for i, name := range j.PreNames {
+			src := filepath.Join(j.Target, name)
+			if _, err := os.Lstat(src); errors.Is(err, fs.ErrNotExist) {
+				continue // already moved
+			}
+			if err := os.Rename(src, filepath.Join(pre, name)); err != nil {
+				return fmt.Errorf("move preimage %s: %w", src, err)
+			}
+			if i == 0 {
+				failpoint.Hit("export.moving-pre")
+			}
+		}
+		if err := syncDir(j.Target); err != nil {
+			return err
+		}
+		j.Phase = "placing-new"
+		if err := m.saveExport(j); err != nil {
+			return err
+		}
+	}
+	for i, name := range j.NewNames {
+		src := filepath.Join(newDir, name)
+		if _, err := os.Lstat(src); errors.Is(err, fs.ErrNotExist) {
+			continue // already placed
+		}
+		if err := os.Rename(src, filepath.Join(j.Target, name)); err != nil {
+			return fmt.Errorf("place %s: %w", name, err)
+		}
+		if i == 0 {
+			failpoint.Hit("export.placing-new")
+		}
+	}
+	if err := syncDir(j.Target); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(j.Staging); err != nil {
+		return fmt.Errorf("remove export staging %s: %w", j.Staging, err)
+	}
+	return m.dropExport(j.Op)
+}
+
+// recoverExports finishes or rolls back every journaled export.
+func (m *Manager) recoverExports() ([]string, error) {
+	ops, err := m.cs.Keys(familyExport)
+	if err != nil {
+		return nil, err
+	}
+	var done []string
+	for _, op := range ops {
+		var j exportJournal
+		_, found, err := m.cs.Load(familyExport, op, &j)
+		if err != nil {
+			return done, err
+		}
+		if !found {
+			continue
+		}
+		if j.Phase == "staging" {
+			if err := os.RemoveAll(j.Staging); err != nil {
+				return done, fmt.Errorf("roll back export to %s: %w", j.Target, err)
+			}
+			if err := m.dropExport(op); err != nil {
+				return done, err
+			}
+			done = append(done, "export to "+j.Target+": rolled back")
+			continue
+		}
+		if err := m.finishExport(&j); err != nil {
+			return done, fmt.Errorf("roll forward export to %s: %w", j.Target, err)
+		}
+		done = append(done, "export to "+j.Target+": rolled forward")
+	}
+	return done, nil
+}
+
+// PendingExports lists exports with journals (for status).
+func (m *Manager) PendingExports() ([]string, error) {
+	ops, err := m.cs.Keys(familyExport)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, op := range ops {
+		var j exportJournal
+		if _, found, err := m.cs.Load(familyExport, op, &j); err == nil && found {
+			out = append(out, fmt.Sprintf("export %s to %s (phase %s)", j.Gen.Short(), j.Target, j.Phase))
+		}
+	}
+	return out, nil
+}
+
+// materialize writes tree root into the existing, empty directory dir.
+// Entries are created with O_EXCL|O_NOFOLLOW: nothing is written through a
+// symlink, not even one this export created.
+func (m *Manager) materialize(root store.ID, dir string) (int, error) {
+	t, err := m.st.GetTree(root)
+	if err != nil {
+		return 0, fmt.Errorf("tree %s: %w", root.Short(), err)
+	}
+	count := 0
+	for _, e := range t.Entries {
+		p := filepath.Join(dir, e.Name)
+		switch e.Kind {
+		case store.KindDir:
+			if err := os.Mkdir(p, 0o755); err != nil {
+				return count, fmt.Errorf("export %s: %w", p, err)
+			}
+			n, err := m.materialize(e.ID, p)
+			count += n
+			if err != nil {
+				return count, err
+			}
+			continue
+		case store.KindSymlink:
+			target, err := m.st.ReadBlob(e.ID)
+			if err != nil {
+				return count, fmt.Errorf("export %s: %w", p, err)
+			}
+			if err := os.Symlink(string(target), p); err != nil {
+				return count, fmt.Errorf("export %s: %w", p, err)
+			}
+		default:
+			if err := m.writeFile(p, e); err != nil {
+				return count, err
+			}
+		}
+		ts := []unix.Timespec{unix.NsecToTimespec(e.Mtime), unix.NsecToTimespec(e.Mtime)}
+		_ = unix.UtimesNanoAt(unix.AT_FDCWD, p, ts, unix.AT_SYMLINK_NOFOLLOW)
+		count++
+	}
+	return count, nil
+}
+
+func (m *Manager) writeFile(p string, e store.Entry) error {
+	mode := os.FileMode(0o644)
+	if e.Kind == store.KindExec {
+		mode = 0o755
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, mode)
+	if err != nil {
+		return fmt.Errorf("export %s: %w", p, err)
+	}
+	r, err := m.st.OpenBlob(e.ID)
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("export %s: %w", p, err)
+	}
+	_, err = io.Copy(f, r)
+	r.Close()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("export %s: %w", p, err)
+	}
+	return os.Chmod(p, mode) // umask may have narrowed it
+}
+
+func dirNames(dir string) ([]string, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", dir, err)
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", dir, err)
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// syncFS flushes the whole filesystem holding dir: one syncfs instead of an
+// fsync per exported file.
+func syncFS(dir string) error {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Syncfs(fd); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return nil
+}

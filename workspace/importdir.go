@@ -1,0 +1,271 @@
+package workspace
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"sync"
+	"syscall"
+
+	"github.com/acyclicfs/acyclicfs/store"
+)
+
+// ImportStats counts what an import read.
+type ImportStats struct {
+	Files    int   // regular files and symlinks in the result
+	Hashed   int   // files whose content was read (the rest matched the previous tree's size+mtime)
+	Bytes    int64 // bytes hashed
+	Skipped  int   // special files left out
+	Dirs     int
+	Warnings []string
+}
+
+// importNode is one directory being imported.
+type importNode struct {
+	path    string
+	prev    store.ID // previous tree at this path (zero if none)
+	entries []store.Entry
+	subdirs []*importNode
+	subIdx  []int // index into entries for each subdir
+}
+
+type fileJob struct {
+	path  string
+	entry *store.Entry
+}
+
+// importDir snapshots the real directory dir as a tree. prevRoot, if not
+// zero, is the previous tree of the same directory: a file whose kind, size
+// and mtime match its previous entry keeps that entry's content ID without
+// being read (a stat scan, like git's index).
+func (m *Manager) importDir(dir string, prevRoot store.ID) (store.ID, ImportStats, error) {
+	var stats ImportStats
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return store.ID{}, stats, fmt.Errorf("%w: %s: %w", ErrInvalidInput, dir, err)
+	}
+	if !fi.IsDir() {
+		return store.ID{}, stats, fmt.Errorf("%w: %s is not a directory", ErrInvalidInput, dir)
+	}
+	root := &importNode{path: dir, prev: prevRoot}
+	var jobs []fileJob
+	if err := m.scanDir(root, &jobs, &stats); err != nil {
+		return store.ID{}, stats, err
+	}
+	batch := m.st.NewBlobBatch()
+	if err := hashFiles(batch, jobs, &stats); err != nil {
+		return store.ID{}, stats, err
+	}
+	if err := batch.Commit(); err != nil {
+		return store.ID{}, stats, fmt.Errorf("sync imported blobs: %w", err)
+	}
+	id, err := m.putImportedTrees(root)
+	return id, stats, err
+}
+
+func (m *Manager) scanDir(n *importNode, jobs *[]fileJob, stats *ImportStats) error {
+	stats.Dirs++
+	var prev *store.Tree
+	if !n.prev.IsZero() {
+		t, err := m.st.GetTree(n.prev)
+		if err != nil {
+			return fmt.Errorf("previous tree of %s: %w", n.path, err)
+		}
+		prev = t
+	}
+	f, err := os.Open(n.path)
+	if err != nil {
+		return fmt.Errorf("read directory %s: %w", n.path, err)
+	}
+	names, err := f.Readdirnames(-1)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("read directory %s: %w", n.path, err)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		p := filepath.Join(n.path, name)
+		if !store.ValidName(name) {
+			m.warn(stats, fmt.Sprintf("skipped %q: name cannot be stored", p))
+			continue
+		}
+		li, err := os.Lstat(p)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // vanished while scanning
+			}
+			return fmt.Errorf("stat %s: %w", p, err)
+		}
+		e := store.Entry{Name: name, Mtime: li.ModTime().UnixNano()}
+		mode := li.Mode()
+		switch {
+		case mode.IsDir():
+			e.Kind = store.KindDir
+			child := &importNode{path: p}
+			if prev != nil {
+				if pe, ok := prev.Lookup(name); ok && pe.Kind == store.KindDir {
+					child.prev = pe.ID
+				}
+			}
+			n.entries = append(n.entries, e)
+			n.subdirs = append(n.subdirs, child)
+			n.subIdx = append(n.subIdx, len(n.entries)-1)
+			continue
+		case mode.IsRegular():
+			e.Kind = store.KindFile
+			if mode&0o111 != 0 {
+				e.Kind = store.KindExec
+			}
+			e.Size = li.Size()
+		case mode&fs.ModeSymlink != 0:
+			e.Kind = store.KindSymlink
+			e.Size = li.Size()
+		default:
+			m.warn(stats, fmt.Sprintf("skipped %s %s", specialKind(mode), p))
+			stats.Skipped++
+			continue
+		}
+		stats.Files++
+		n.entries = append(n.entries, e)
+		if prev != nil {
+			if pe, ok := prev.Lookup(name); ok && pe.Kind == e.Kind && pe.Size == e.Size && pe.Mtime == e.Mtime {
+				n.entries[len(n.entries)-1].ID = pe.ID
+				continue
+			}
+		}
+		*jobs = append(*jobs, fileJob{path: p})
+	}
+	// Bind jobs to entry pointers only now: appends above may have moved the
+	// slice. Jobs of this directory are the trailing ones whose entry is nil.
+	for i := len(*jobs) - 1; i >= 0 && (*jobs)[i].entry == nil; i-- {
+		name := filepath.Base((*jobs)[i].path)
+		idx := sort.Search(len(n.entries), func(k int) bool { return n.entries[k].Name >= name })
+		(*jobs)[i].entry = &n.entries[idx]
+	}
+	for _, c := range n.subdirs {
+		if err := m.scanDir(c, jobs, stats); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func specialKind(mode fs.FileMode) string {
+	switch {
+	case mode&fs.ModeNamedPipe != 0:
+		return "fifo"
+	case mode&fs.ModeSocket != 0:
+		return "socket"
+	case mode&fs.ModeCharDevice != 0:
+		return "character device"
+	case mode&fs.ModeDevice != 0:
+		return "block device"
+	}
+	return "special file"
+}
+
+func (m *Manager) warn(stats *ImportStats, msg string) {
+	stats.Warnings = append(stats.Warnings, msg)
+	m.opt.Warn(msg)
+}
+
+// hashFiles stores every job's content, in parallel: hashing is CPU-bound
+// and the disk is rarely the limit on a warm cache.
+func hashFiles(batch *store.BlobBatch, jobs []fileJob, stats *ImportStats) error {
+	workers := runtime.GOMAXPROCS(0)
+	if workers < 2 {
+		workers = 2
+	}
+	var (
+		mu       sync.Mutex // protects firstErr and the stats counters
+		firstErr error
+		wg       sync.WaitGroup
+		next     = make(chan fileJob)
+	)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range next {
+				var id store.ID
+				var n int64
+				var err error
+				if j.entry.Kind == store.KindSymlink {
+					var target string
+					target, err = os.Readlink(j.path)
+					if err == nil {
+						id, err = batch.WriteBlobBytes([]byte(target))
+						n = int64(len(target))
+					}
+				} else {
+					id, n, err = batch.WriteBlobFile(j.path)
+				}
+				mu.Lock()
+				if err != nil {
+					if firstErr == nil {
+						firstErr = fmt.Errorf("import %s: %w", j.path, err)
+					}
+				} else {
+					j.entry.ID = id
+					j.entry.Size = n
+					stats.Hashed++
+					stats.Bytes += n
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, j := range jobs {
+		mu.Lock()
+		failed := firstErr != nil
+		mu.Unlock()
+		if failed {
+			break
+		}
+		next <- j
+	}
+	close(next)
+	wg.Wait()
+	if errors.Is(firstErr, syscall.ENOSPC) {
+		return fmt.Errorf("store is full: %w", firstErr)
+	}
+	return firstErr
+}
+
+// putImportedTrees writes trees bottom-up and returns the root's ID.
+func (m *Manager) putImportedTrees(root *importNode) (store.ID, error) {
+	var order []*importNode // post-order: children before parents
+	var walk func(n *importNode)
+	walk = func(n *importNode) {
+		for _, c := range n.subdirs {
+			walk(c)
+		}
+		order = append(order, n)
+	}
+	walk(root)
+	ids := make(map[*importNode]store.ID, len(order))
+	trees := make([]*store.Tree, 0, len(order))
+	for _, n := range order {
+		for i, c := range n.subdirs {
+			// Directory mtimes are not part of a tree: they change with every
+			// create and unlink and would break "unchanged subtree, same ID".
+			n.entries[n.subIdx[i]].ID = ids[c]
+			n.entries[n.subIdx[i]].Mtime = 0
+		}
+		t := &store.Tree{Entries: n.entries}
+		enc, err := t.Encode()
+		if err != nil {
+			return store.ID{}, fmt.Errorf("encode tree for %s: %w", n.path, err)
+		}
+		ids[n] = store.TreeID(enc)
+		trees = append(trees, t)
+	}
+	if _, err := m.st.PutTrees(trees); err != nil {
+		return store.ID{}, fmt.Errorf("store trees: %w", err)
+	}
+	return ids[root], nil
+}

@@ -1,0 +1,97 @@
+package workspace
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/acyclicfs/acyclicfs/rebase"
+	"github.com/acyclicfs/acyclicfs/store"
+	"github.com/acyclicfs/acyclicfs/window"
+)
+
+// clockAdapter gives the window coordinator the manager's clock.
+type clockAdapter struct{ now func() int64 }
+
+func (c clockAdapter) NowMillis() int64 { return c.now() }
+
+// Windows returns the operation-window coordinator, whose state lives in
+// the same bbolt file as the heads (so lease gates fence publications in
+// the same transaction).
+func (m *Manager) Windows() *window.Coordinator {
+	m.winOnce.Do(func() {
+		clk := clockAdapter{m.opt.Clock}
+		m.win = window.NewCoordinator(window.NewBoltStore(m.st.DB(), clk), clk)
+	})
+	return m.win
+}
+
+// PinnedParent is the generation a new window of ws pins: its parent's
+// head, or for a root workspace its own head.
+func (m *Manager) PinnedParent(ws string) (store.ID, error) {
+	w, err := m.Get(ws)
+	if err != nil {
+		return store.ID{}, err
+	}
+	if w.Parent == "" {
+		return w.Head, nil
+	}
+	p, err := m.st.GetWorkspace(w.Parent)
+	if err != nil {
+		return store.ID{}, fmt.Errorf("parent %s of %s: %w", w.Parent, ws, err)
+	}
+	return p.Head, nil
+}
+
+// RootOf returns a generation's root tree.
+func (m *Manager) RootOf(gen store.ID) (store.ID, error) { return m.rootOf(gen) }
+
+// PublishCapture publishes a mount's captured tree as ws's next head.
+// pinned is the generation the mount's view was based on. If ws's head
+// moved underneath the mount (a land into a mounted parent), the capture is
+// merged with the new head: the mount's content wins where both changed the
+// same path (nothing the tools wrote is lost), and those paths are returned
+// as conflicts for status.
+func (m *Manager) PublishCapture(ws string, pinned, root store.ID, permit *store.Permit) (store.ID, []ConflictInfo, error) {
+	w, err := m.Get(ws)
+	if err != nil {
+		return store.ID{}, nil, err
+	}
+	op := "capture " + newOperationID()
+	if w.Head == pinned {
+		gen, err := m.publish(w, root, store.GenCapture, op, permit)
+		return gen, nil, err
+	}
+	baseRoot, err := m.rootOf(pinned)
+	if err != nil {
+		return store.ID{}, nil, err
+	}
+	headRoot, err := m.rootOf(w.Head)
+	if err != nil {
+		return store.ID{}, nil, err
+	}
+	if root == baseRoot {
+		return w.Head, nil, nil // the mount changed nothing: the moved head stands
+	}
+	mr, err := rebase.Merge3(merger{m.st}, merger{m.st}, baseRoot, root, headRoot,
+		rebase.Options{Prefer: rebase.PreferOurs, Limits: m.limit})
+	if err != nil {
+		return store.ID{}, nil, fmt.Errorf("merge capture of %s with its moved head: %w", ws, err)
+	}
+	gen, err := m.st.PutGeneration(&store.Generation{Root: mr.Tree, Parents: []store.ID{w.Head, pinned}, Workspace: ws, Kind: store.GenCapture, Operation: op, Time: m.now()})
+	if err != nil {
+		return store.ID{}, nil, err
+	}
+	if _, err := m.st.CompareAndAppend(ws, w.Head, store.HeadEntry{Gen: gen, Base: w.Base, Kind: store.GenCapture, Operation: op, Time: m.now()}, permit); err != nil {
+		return store.ID{}, nil, fmt.Errorf("publish capture of %s: %w", ws, err)
+	}
+	infos := toInfos(mr.Resolved)
+	if len(infos) > 0 {
+		nw, _ := m.st.GetWorkspace(ws)
+		_ = m.recordConflicts(ws, conflictRecord{Head: nw.Head, Key: op, Time: m.now(), Conflicts: infos})
+	}
+	m.headChanged(ws)
+	return gen, infos, nil
+}
+
+// IsFenced reports whether err means a publication permit was fenced.
+func IsFenced(err error) bool { return errors.Is(err, store.ErrFenced) }

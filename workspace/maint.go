@@ -1,0 +1,134 @@
+package workspace
+
+import (
+	"fmt"
+
+	"github.com/acyclicfs/acyclicfs/store"
+)
+
+// Recover finishes or rolls back interrupted work: core-state transactions,
+// export journals and interrupted propagation. It runs on every Open, so the
+// next command that touches the store does the work (SPEC durability).
+func (m *Manager) Recover() ([]string, error) {
+	var done []string
+	rep, err := m.cs.Recover()
+	if err != nil {
+		return done, fmt.Errorf("core state: %w", err)
+	}
+	for _, id := range rep.RolledBack {
+		done = append(done, "transaction "+id+": rolled back")
+	}
+	for _, id := range rep.RolledForward {
+		done = append(done, "transaction "+id+": rolled forward")
+	}
+	ex, err := m.recoverExports()
+	done = append(done, ex...)
+	if err != nil {
+		return done, err
+	}
+	parents, err := m.cs.Keys(familyPropagate)
+	if err != nil {
+		return done, err
+	}
+	for _, p := range parents {
+		if _, err := m.st.GetWorkspace(p); err != nil {
+			continue
+		}
+		m.propagate(p, true)
+		done = append(done, "propagation from "+p+": finished")
+	}
+	return done, nil
+}
+
+// RecoveryWork lists what Recover would do (for status).
+func (m *Manager) RecoveryWork() ([]string, error) {
+	var out []string
+	txs, err := m.cs.PendingTransactions()
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range txs {
+		out = append(out, "transaction "+t)
+	}
+	ex, err := m.PendingExports()
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, ex...)
+	ps, err := m.cs.Keys(familyPropagate)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range ps {
+		out = append(out, "propagation from "+p)
+	}
+	return out, nil
+}
+
+// GC deletes objects that no workspace history, journal or mount reaches.
+func (m *Manager) GC() (int64, error) {
+	roots := store.IDSet{}
+	recs, err := m.MountRecords()
+	if err != nil {
+		return 0, err
+	}
+	for _, r := range recs {
+		if id, err := store.ParseID(r.Pinned); err == nil {
+			roots.Add(id)
+		}
+	}
+	ops, err := m.cs.Keys(familyExport)
+	if err != nil {
+		return 0, err
+	}
+	for _, op := range ops {
+		var j exportJournal
+		if _, found, err := m.cs.Load(familyExport, op, &j); err == nil && found {
+			roots.Add(j.Gen)
+		}
+	}
+	return m.st.GC(roots)
+}
+
+// Fsck verifies every object, reference and journal. It returns the
+// problems found; an error means the check itself could not run.
+func (m *Manager) Fsck() ([]string, error) {
+	probs, err := m.st.Check()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, p := range probs {
+		out = append(out, fmt.Sprintf("%s %s: %s", p.Kind, p.Object, p.Detail))
+	}
+	txs, err := m.cs.PendingTransactions()
+	if err != nil {
+		out = append(out, "core state: "+err.Error())
+	}
+	for _, t := range txs {
+		out = append(out, "pending transaction "+t+" (recovered by the next command)")
+	}
+	for _, fam := range []string{familyMounts, familyExport, familyPropagate} {
+		keys, err := m.cs.Keys(fam)
+		if err != nil {
+			out = append(out, fmt.Sprintf("core state %s: %v", fam, err))
+			continue
+		}
+		for _, k := range keys {
+			var v map[string]any
+			if _, _, err := m.cs.Load(fam, k, &v); err != nil {
+				out = append(out, fmt.Sprintf("core state %s/%s: %v", fam, k, err))
+			}
+		}
+	}
+	ws, err := m.st.ListWorkspaces()
+	if err != nil {
+		return out, err
+	}
+	for _, w := range ws {
+		if _, err := m.Conflicts(w.Name); err != nil {
+			out = append(out, fmt.Sprintf("conflict record of %s: %v", w.Name, err))
+		}
+	}
+	return out, nil
+}

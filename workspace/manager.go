@@ -1,0 +1,231 @@
+package workspace
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/acyclicfs/acyclicfs/corestate"
+	"github.com/acyclicfs/acyclicfs/rebase"
+	"github.com/acyclicfs/acyclicfs/store"
+	"github.com/acyclicfs/acyclicfs/window"
+)
+
+// Options configure a Manager.
+type Options struct {
+	// Clock returns the time in Unix milliseconds; nil is the wall clock.
+	Clock func() int64
+	// Warn receives one line per skipped or odd input (special files in an
+	// imported tree). nil discards them.
+	Warn func(msg string)
+	// Limits bound merges; zero value means rebase.DefaultLimits().
+	Limits rebase.Limits
+	// NoSync skips fsyncs (tests only).
+	NoSync bool
+}
+
+// Hooks connect the manager to live mounts (the daemon sets them). The zero
+// value means no workspace is served by a live mount.
+type Hooks struct {
+	// Active reports whether ws has an open operation window (leases pin
+	// its view): such a child is not rebased by propagation; it gets the
+	// parent coalesced into its window instead via ParentAdvanced.
+	Active func(ws string) bool
+	// ParentAdvanced tells a mounted workspace that its parent's head moved.
+	// It returns true if the mount took over reconciliation of ws.
+	ParentAdvanced func(ws string, parentHead store.ID) bool
+}
+
+// Manager orchestrates workspaces over the store and core state. It is safe
+// for use by several goroutines; operations on one workspace are serialized
+// by the store's compare-and-append, not by locks here.
+type Manager struct {
+	st    *store.Store
+	cs    *corestate.Store
+	opt   Options
+	dir   string
+	limit rebase.Limits
+
+	hooksMu sync.RWMutex // protects hooks
+	hooks   Hooks
+
+	winOnce sync.Once
+	win     *window.Coordinator // set once by Windows
+}
+
+// Open opens (creating if needed) the store at dir and recovers any
+// interrupted work (transactions, export journals, propagation).
+func Open(dir string, opt Options) (*Manager, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("store path %q: %w", dir, err)
+	}
+	if fi, err := os.Stat(abs); err == nil && !fi.IsDir() {
+		return nil, fmt.Errorf("store %s: %w: not a directory", abs, ErrInvalidInput)
+	}
+	st, err := store.Open(abs, store.Options{Clock: opt.Clock, NoSync: opt.NoSync})
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", abs, err)
+	}
+	cs, err := corestate.Open(filepath.Join(abs, "state"), corestate.Options{NoSync: opt.NoSync})
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("open core state: %w", err)
+	}
+	m := &Manager{st: st, cs: cs, opt: opt, dir: abs, limit: opt.Limits}
+	if m.limit == (rebase.Limits{}) {
+		m.limit = rebase.DefaultLimits()
+	}
+	if m.opt.Warn == nil {
+		m.opt.Warn = func(string) {}
+	}
+	if m.opt.Clock == nil {
+		m.opt.Clock = st.Now
+	}
+	if _, err := m.Recover(); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("recover: %w", err)
+	}
+	return m, nil
+}
+
+// Close releases the store.
+func (m *Manager) Close() error { return m.st.Close() }
+
+// Dir returns the store directory.
+func (m *Manager) Dir() string { return m.dir }
+
+// Store exposes the object and head store (for the mount and tests).
+func (m *Manager) Store() *store.Store { return m.st }
+
+// CoreState exposes the journaled core state.
+func (m *Manager) CoreState() *corestate.Store { return m.cs }
+
+// SetHooks installs the live-mount hooks.
+func (m *Manager) SetHooks(h Hooks) {
+	m.hooksMu.Lock()
+	m.hooks = h
+	m.hooksMu.Unlock()
+}
+
+func (m *Manager) getHooks() Hooks {
+	m.hooksMu.RLock()
+	defer m.hooksMu.RUnlock()
+	return m.hooks
+}
+
+func (m *Manager) now() int64 { return m.opt.Clock() }
+
+// newOperationID returns a fresh random operation id (hex).
+func newOperationID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go >= 1.24)
+	return hex.EncodeToString(b[:])
+}
+
+// Get returns the workspace record called name.
+func (m *Manager) Get(name string) (store.Workspace, error) {
+	if err := ValidateName(name); err != nil {
+		return store.Workspace{}, err
+	}
+	w, err := m.st.GetWorkspace(name)
+	if errors.Is(err, store.ErrNotFound) {
+		return w, fmt.Errorf("%w: %q", ErrUnknownWorkspace, name)
+	}
+	return w, err
+}
+
+// List returns every workspace sorted by name.
+func (m *Manager) List() ([]store.Workspace, error) { return m.st.ListWorkspaces() }
+
+// rootOf returns the root tree of a generation (the empty tree for zero).
+func (m *Manager) rootOf(gen store.ID) (store.ID, error) {
+	if gen.IsZero() {
+		return store.EmptyTreeID(), nil
+	}
+	g, err := m.st.GetGeneration(gen)
+	if err != nil {
+		return store.ID{}, fmt.Errorf("generation %s: %w", gen.Short(), err)
+	}
+	return g.Root, nil
+}
+
+// ResolveGeneration accepts a full id or a unique prefix of >= 8 hex chars.
+func (m *Manager) ResolveGeneration(s string) (store.ID, error) {
+	id, err := m.st.ResolveGeneration(s)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrAmbiguous) || errors.Is(err, store.ErrInvalidID) {
+			return id, fmt.Errorf("%w: generation %q: %w", ErrInvalidInput, s, err)
+		}
+		return id, err
+	}
+	return id, nil
+}
+
+// ResolveRef resolves "NAME", "NAME@GEN" or a generation prefix to a
+// generation. Workspace names win over generation prefixes.
+func (m *Manager) ResolveRef(ref string) (store.ID, error) {
+	name, gen, hasAt := cut(ref, '@')
+	if hasAt {
+		w, err := m.Get(name)
+		if err != nil {
+			return store.ID{}, err
+		}
+		id, err := m.ResolveGeneration(gen)
+		if err != nil {
+			return id, err
+		}
+		if ok, err := m.inHistory(w.Name, id); err != nil {
+			return id, err
+		} else if !ok {
+			return id, fmt.Errorf("%w: generation %s is not in %s's history", ErrInvalidInput, id.Short(), w.Name)
+		}
+		return id, nil
+	}
+	if ValidateName(ref) == nil {
+		w, err := m.st.GetWorkspace(ref)
+		if err == nil {
+			return w.Head, nil
+		}
+		if !errors.Is(err, store.ErrNotFound) {
+			return store.ID{}, err
+		}
+	}
+	id, err := m.st.ResolveGeneration(ref)
+	if err != nil {
+		if errors.Is(err, store.ErrInvalidID) || errors.Is(err, store.ErrNotFound) {
+			return id, fmt.Errorf("%w: %q is neither a workspace nor a generation", ErrUnknownWorkspace, ref)
+		}
+		if errors.Is(err, store.ErrAmbiguous) {
+			return id, fmt.Errorf("%w: generation %q: %w", ErrInvalidInput, ref, err)
+		}
+		return id, err
+	}
+	return id, nil
+}
+
+func (m *Manager) inHistory(name string, gen store.ID) (bool, error) {
+	log, err := m.st.HeadLog(name, 0)
+	if err != nil {
+		return false, err
+	}
+	for _, e := range log {
+		if e.Gen == gen {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func cut(s string, sep byte) (before, after string, found bool) {
+	for i := 0; i < len(s); i++ {
+		if s[i] == sep {
+			return s[:i], s[i+1:], true
+		}
+	}
+	return s, "", false
+}

@@ -1,0 +1,220 @@
+package workspace
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/acyclicfs/acyclicfs/store"
+)
+
+// Create makes a new root workspace, empty or importing fromDir.
+func (m *Manager) Create(name, fromDir string) (store.ID, ImportStats, error) {
+	var stats ImportStats
+	if err := ValidateName(name); err != nil {
+		return store.ID{}, stats, err
+	}
+	if _, err := m.st.GetWorkspace(name); err == nil {
+		return store.ID{}, stats, fmt.Errorf("%w: %q", ErrExists, name)
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return store.ID{}, stats, err
+	}
+	root := store.EmptyTreeID()
+	if fromDir != "" {
+		var err error
+		root, stats, err = m.importDir(fromDir, store.ID{})
+		if err != nil {
+			return store.ID{}, stats, err
+		}
+	} else if _, err := m.st.PutTree(&store.Tree{}); err != nil {
+		return store.ID{}, stats, fmt.Errorf("store empty tree: %w", err)
+	}
+	op := newOperationID()
+	gen, err := m.st.PutGeneration(&store.Generation{Root: root, Workspace: name, Kind: store.GenCreate, Operation: op, Time: m.now()})
+	if err != nil {
+		return store.ID{}, stats, fmt.Errorf("store generation: %w", err)
+	}
+	_, err = m.st.CreateWorkspace(store.Workspace{Name: name, Created: m.now()},
+		store.HeadEntry{Gen: gen, Kind: store.GenCreate, Operation: op, Time: m.now()})
+	if errors.Is(err, store.ErrExists) {
+		return store.ID{}, stats, fmt.Errorf("%w: %q", ErrExists, name)
+	}
+	if err != nil {
+		return store.ID{}, stats, fmt.Errorf("create workspace %q: %w", name, err)
+	}
+	return gen, stats, nil
+}
+
+// Fork makes child a new workspace whose head and base are parent's head
+// (or at, which must be in parent's history). O(1): no tree is copied.
+func (m *Manager) Fork(parent, child string, at string) (store.ID, error) {
+	if err := ValidateName(child); err != nil {
+		return store.ID{}, err
+	}
+	p, err := m.Get(parent)
+	if err != nil {
+		return store.ID{}, err
+	}
+	gen := p.Head
+	if at != "" {
+		gen, err = m.ResolveGeneration(at)
+		if err != nil {
+			return store.ID{}, err
+		}
+		if ok, err := m.inHistory(parent, gen); err != nil {
+			return store.ID{}, err
+		} else if !ok {
+			return store.ID{}, fmt.Errorf("%w: generation %s is not in %s's history", ErrInvalidInput, gen.Short(), parent)
+		}
+	}
+	_, err = m.st.CreateWorkspace(store.Workspace{Name: child, Parent: parent, Created: m.now()},
+		store.HeadEntry{Gen: gen, Base: gen, Kind: store.GenCreate, Operation: "fork " + parent, Time: m.now()})
+	if errors.Is(err, store.ErrExists) {
+		return store.ID{}, fmt.Errorf("%w: %q", ErrExists, child)
+	}
+	if err != nil {
+		return store.ID{}, fmt.Errorf("fork %s into %s: %w", parent, child, err)
+	}
+	return gen, nil
+}
+
+// Commit snapshots dir as name's next generation. Files whose size and
+// mtime match the current head are not re-read.
+func (m *Manager) Commit(name, dir string) (store.ID, ImportStats, error) {
+	var stats ImportStats
+	w, err := m.Get(name)
+	if err != nil {
+		return store.ID{}, stats, err
+	}
+	if rec, ok, err := m.MountRecord(name); err != nil {
+		return store.ID{}, stats, err
+	} else if ok {
+		return store.ID{}, stats, fmt.Errorf("%w: %s is mounted at %s", ErrBusy, name, rec.Mountpoint)
+	}
+	prevRoot, err := m.rootOf(w.Head)
+	if err != nil {
+		return store.ID{}, stats, err
+	}
+	root, stats, err := m.importDir(dir, prevRoot)
+	if err != nil {
+		return store.ID{}, stats, err
+	}
+	gen, err := m.publish(w, root, store.GenCommit, newOperationID(), nil)
+	return gen, stats, err
+}
+
+// publish appends a generation with the given root on top of w's head.
+// When root equals the head's root nothing new is appended.
+func (m *Manager) publish(w store.Workspace, root store.ID, kind store.GenKind, op string, permit *store.Permit) (store.ID, error) {
+	headRoot, err := m.rootOf(w.Head)
+	if err != nil {
+		return store.ID{}, err
+	}
+	if headRoot == root {
+		return w.Head, nil
+	}
+	gen, err := m.st.PutGeneration(&store.Generation{Root: root, Parents: []store.ID{w.Head}, Workspace: w.Name, Kind: kind, Operation: op, Time: m.now()})
+	if err != nil {
+		return store.ID{}, fmt.Errorf("store generation: %w", err)
+	}
+	if _, err := m.st.CompareAndAppend(w.Name, w.Head, store.HeadEntry{Gen: gen, Base: w.Base, Kind: kind, Operation: op, Time: m.now()}, permit); err != nil {
+		return store.ID{}, fmt.Errorf("publish %s: %w", w.Name, err)
+	}
+	m.headChanged(w.Name)
+	return gen, nil
+}
+
+// Log returns name's head history, newest first (n <= 0: all).
+func (m *Manager) Log(name string, n int) ([]store.HeadEntry, error) {
+	if _, err := m.Get(name); err != nil {
+		return nil, err
+	}
+	return m.st.HeadLog(name, n)
+}
+
+// Undo makes name's previous head current again, as a new history entry.
+// Repeated undos walk further back: an undo entry records which entry it
+// restored, and the next undo starts below that one.
+func (m *Manager) Undo(name string) (store.ID, error) {
+	w, err := m.Get(name)
+	if err != nil {
+		return store.ID{}, err
+	}
+	if rec, ok, err := m.MountRecord(name); err != nil {
+		return store.ID{}, err
+	} else if ok {
+		return store.ID{}, fmt.Errorf("%w: %s is mounted at %s", ErrBusy, name, rec.Mountpoint)
+	}
+	log, err := m.st.HeadLog(name, 0)
+	if err != nil {
+		return store.ID{}, err
+	}
+	// Position of the entry that is "current" for undo purposes.
+	cur := 0
+	if len(log) > 0 && log[0].Kind == store.GenUndo {
+		var restored uint64
+		if _, err := fmt.Sscanf(log[0].Operation, "undo to %d", &restored); err == nil {
+			for i, e := range log {
+				if e.Seq == restored {
+					cur = i
+					break
+				}
+			}
+		}
+	}
+	if cur+1 >= len(log) {
+		return store.ID{}, fmt.Errorf("%w: %s", ErrNoHistory, name)
+	}
+	target := log[cur+1]
+	_, err = m.st.CompareAndAppend(name, w.Head, store.HeadEntry{Gen: target.Gen, Base: target.Base, Kind: store.GenUndo, Operation: fmt.Sprintf("undo to %d", target.Seq), Time: m.now()}, nil)
+	if err != nil {
+		return store.ID{}, fmt.Errorf("undo %s: %w", name, err)
+	}
+	m.headChanged(name)
+	return target.Gen, nil
+}
+
+// Remove deletes a workspace; with recursive, its descendants first.
+// Mounted workspaces are refused.
+func (m *Manager) Remove(name string, recursive bool) ([]string, error) {
+	if _, err := m.Get(name); err != nil {
+		return nil, err
+	}
+	kids, err := m.st.Children(name)
+	if err != nil {
+		return nil, err
+	}
+	if len(kids) > 0 && !recursive {
+		return nil, fmt.Errorf("%w: %s has %d (%s…); use --recursive", ErrHasChildren, name, len(kids), kids[0])
+	}
+	// Check the whole subtree for mounts before deleting anything.
+	var order []string
+	var walk func(n string) error
+	walk = func(n string) error {
+		if rec, ok, err := m.MountRecord(n); err != nil {
+			return err
+		} else if ok {
+			return fmt.Errorf("%w: %s is mounted at %s; unmount it first", ErrBusy, n, rec.Mountpoint)
+		}
+		ks, err := m.st.Children(n)
+		if err != nil {
+			return err
+		}
+		for _, k := range ks {
+			if err := walk(k); err != nil {
+				return err
+			}
+		}
+		order = append(order, n)
+		return nil
+	}
+	if err := walk(name); err != nil {
+		return nil, err
+	}
+	for _, n := range order {
+		if err := m.st.DeleteWorkspace(n); err != nil {
+			return nil, fmt.Errorf("remove %s: %w", n, err)
+		}
+		_ = m.st.DeleteMeta(metaConflicts, n)
+	}
+	return order, nil
+}

@@ -1,0 +1,323 @@
+package workspace
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/acyclicfs/acyclicfs/rebase"
+	"github.com/acyclicfs/acyclicfs/store"
+)
+
+// Outcome is the result of a reconcile, rebase or land, as SPEC.md names it.
+type Outcome string
+
+// Outcomes.
+const (
+	OutcomeCurrent     Outcome = "current"
+	OutcomeRebased     Outcome = "rebased"
+	OutcomeConflicted  Outcome = "conflicted"
+	OutcomeStillActive Outcome = "still-active"
+)
+
+// RebaseOptions steer a rebase.
+type RebaseOptions struct {
+	Prefer  rebase.Prefer
+	Markers bool
+	// Key is the idempotency key (e.g. a window's reconcile ticket): a retry
+	// with the same key returns the recorded outcome instead of rebasing again.
+	Key string
+	// Permit, if set, is checked in the head append's transaction.
+	Permit *store.Permit
+}
+
+// ConflictInfo is one recorded conflict.
+type ConflictInfo struct {
+	Path string `json:"path"`
+	Kind string `json:"kind"`
+}
+
+// Result describes what a rebase or land did.
+type Result struct {
+	Workspace string         `json:"workspace"`
+	Outcome   Outcome        `json:"outcome"`
+	Head      store.ID       `json:"head"`
+	Base      store.ID       `json:"base"`
+	Parent    string         `json:"parent,omitempty"`
+	Conflicts []ConflictInfo `json:"conflicts,omitempty"`
+	// Markers lists paths where conflict markers were written (or, for
+	// binary files, ours was kept).
+	Markers []ConflictInfo `json:"markers,omitempty"`
+}
+
+// conflictRecord is stored under meta namespace "conflicts", key workspace.
+// It is valid while the workspace's head and its parent's head are still
+// the ones it was computed for.
+type conflictRecord struct {
+	Head       store.ID       `json:"head"`
+	ParentHead store.ID       `json:"parent_head"`
+	Key        string         `json:"key,omitempty"`
+	Time       int64          `json:"time"`
+	Conflicts  []ConflictInfo `json:"conflicts"`
+}
+
+const metaConflicts = "conflicts"
+
+// merger adapts the store to rebase's reader/writer interfaces.
+type merger struct{ st *store.Store }
+
+func (g merger) GetTree(id store.ID) (*store.Tree, error)  { return g.st.GetTree(id) }
+func (g merger) ReadBlob(id store.ID) ([]byte, error)      { return g.st.ReadBlob(id) }
+func (g merger) PutTree(t *store.Tree) (store.ID, error)   { return g.st.PutTree(t) }
+func (g merger) WriteBlobBytes(b []byte) (store.ID, error) { return g.st.WriteBlobBytes(b) }
+func toInfos(cs []rebase.Conflict) []ConflictInfo {
+	out := make([]ConflictInfo, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, ConflictInfo{Path: c.Path, Kind: string(c.Kind)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
+}
+
+// Rebase moves name onto its parent's current head with a 3-way merge.
+// A conflict changes nothing (unless Markers or Prefer resolve it) and is
+// recorded for status.
+func (m *Manager) Rebase(name string, opt RebaseOptions) (Result, error) {
+	res, err := m.rebaseOnce(name, opt)
+	if err != nil {
+		return res, err
+	}
+	if res.Outcome == OutcomeRebased || (res.Outcome == OutcomeConflicted && opt.Markers && len(res.Markers) > 0) {
+		m.propagate(name, true)
+	}
+	return res, nil
+}
+
+func (m *Manager) rebaseOnce(name string, opt RebaseOptions) (Result, error) {
+	w, err := m.Get(name)
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{Workspace: name, Head: w.Head, Base: w.Base, Parent: w.Parent}
+	if w.Parent == "" {
+		return res, fmt.Errorf("%w: %s is a root workspace", ErrNoParent, name)
+	}
+	if opt.Key != "" {
+		if e, ok, err := m.st.FindOperation(name, opt.Key); err != nil {
+			return res, err
+		} else if ok {
+			res.Outcome, res.Head, res.Base = OutcomeRebased, e.Gen, e.Base
+			return res, nil
+		}
+	}
+	p, err := m.st.GetWorkspace(w.Parent)
+	if err != nil {
+		return res, fmt.Errorf("parent %s of %s: %w", w.Parent, name, err)
+	}
+	if w.Base == p.Head {
+		res.Outcome = OutcomeCurrent
+		m.clearConflicts(name)
+		return res, nil
+	}
+	key := opt.Key
+	if key == "" {
+		key = "rebase " + newOperationID()
+	}
+	var newGen store.ID
+	if w.Head == w.Base {
+		// No changes of its own: follow the parent exactly.
+		newGen = p.Head
+	} else {
+		baseRoot, err := m.rootOf(w.Base)
+		if err != nil {
+			return res, err
+		}
+		oursRoot, err := m.rootOf(w.Head)
+		if err != nil {
+			return res, err
+		}
+		theirsRoot, err := m.rootOf(p.Head)
+		if err != nil {
+			return res, err
+		}
+		mr, err := rebase.Merge3(merger{m.st}, merger{m.st}, baseRoot, oursRoot, theirsRoot,
+			rebase.Options{Prefer: opt.Prefer, Markers: opt.Markers, Limits: m.limit})
+		if err != nil {
+			return res, fmt.Errorf("merge %s onto %s: %w", name, w.Parent, err)
+		}
+		if len(mr.Conflicts) > 0 {
+			res.Outcome = OutcomeConflicted
+			res.Conflicts = toInfos(mr.Conflicts)
+			if err := m.recordConflicts(name, conflictRecord{Head: w.Head, ParentHead: p.Head, Key: opt.Key, Time: m.now(), Conflicts: res.Conflicts}); err != nil {
+				return res, err
+			}
+			return res, nil
+		}
+		newGen, err = m.st.PutGeneration(&store.Generation{Root: mr.Tree, Parents: []store.ID{w.Head, p.Head}, Workspace: name, Kind: store.GenRebase, Operation: key, Time: m.now()})
+		if err != nil {
+			return res, fmt.Errorf("store generation: %w", err)
+		}
+		res.Markers = toInfos(mr.Resolved)
+	}
+	nw, err := m.st.CompareAndAppend(name, w.Head, store.HeadEntry{Gen: newGen, Base: p.Head, Kind: store.GenRebase, Operation: key, Time: m.now()}, opt.Permit)
+	if err != nil {
+		return res, fmt.Errorf("publish rebase of %s: %w", name, err)
+	}
+	res.Head, res.Base = nw.Head, nw.Base
+	res.Outcome = OutcomeRebased
+	if opt.Markers && len(res.Markers) > 0 {
+		res.Outcome = OutcomeConflicted
+		res.Conflicts = res.Markers
+		if err := m.recordConflicts(name, conflictRecord{Head: nw.Head, ParentHead: p.Head, Key: key, Time: m.now(), Conflicts: res.Markers}); err != nil {
+			return res, err
+		}
+	} else {
+		m.clearConflicts(name)
+	}
+	return res, nil
+}
+
+// Land publishes name's changes into its parent: rebase first if the parent
+// moved, then fast-forward the parent's head to name's head (one atomic
+// append on both). Siblings follow.
+func (m *Manager) Land(name string, opt RebaseOptions) (Result, error) {
+	w, err := m.Get(name)
+	if err != nil {
+		return Result{}, err
+	}
+	if w.Parent == "" {
+		return Result{Workspace: name}, fmt.Errorf("%w: %s is a root workspace; nothing to land into", ErrNoParent, name)
+	}
+	res, err := m.rebaseOnce(name, RebaseOptions{Prefer: opt.Prefer})
+	if err != nil || res.Outcome == OutcomeConflicted {
+		return res, err
+	}
+	w, err = m.Get(name)
+	if err != nil {
+		return res, err
+	}
+	p, err := m.st.GetWorkspace(w.Parent)
+	if err != nil {
+		return res, err
+	}
+	res = Result{Workspace: name, Parent: w.Parent, Head: p.Head, Base: w.Base}
+	if w.Base != p.Head {
+		return res, fmt.Errorf("land %s: %w: parent moved during land; retry", name, ErrBusy)
+	}
+	if w.Head == p.Head {
+		res.Outcome = OutcomeCurrent
+		return res, nil
+	}
+	op := "land " + name + " " + newOperationID()
+	_, err = m.st.CompareAndAppendMany([]store.Append{
+		{Workspace: w.Parent, ExpectHead: p.Head, Entry: store.HeadEntry{Gen: w.Head, Base: p.Base, Kind: store.GenLand, Operation: op, Time: m.now()}},
+		{Workspace: name, ExpectHead: w.Head, Entry: store.HeadEntry{Gen: w.Head, Base: w.Head, Kind: store.GenLand, Operation: "landed into " + w.Parent, Time: m.now()}},
+	}, opt.Permit)
+	if errors.Is(err, store.ErrHeadMoved) {
+		return res, fmt.Errorf("land %s: %w: %w", name, ErrBusy, err)
+	}
+	if err != nil {
+		return res, fmt.Errorf("land %s: %w", name, err)
+	}
+	res.Outcome = OutcomeRebased
+	res.Head, res.Base = w.Head, w.Head
+	m.clearConflicts(name)
+	m.propagate(w.Parent, true)
+	return res, nil
+}
+
+// headChanged is called after a workspace's own content changed (commit,
+// undo, capture): mounted children learn of it; unmounted children follow
+// on their next rebase, land or mount.
+func (m *Manager) headChanged(name string) { m.propagate(name, false) }
+
+// propagate lets the children of name follow its new head. Mounted children
+// are told (their window coalesces the parent or they rebase at once);
+// with all, unmounted children are rebased now, recursively. A conflicted
+// child is left as it was, with its conflicts recorded.
+func (m *Manager) propagate(name string, all bool) {
+	kids, err := m.st.Children(name)
+	if err != nil || len(kids) == 0 {
+		return
+	}
+	w, err := m.st.GetWorkspace(name)
+	if err != nil {
+		return
+	}
+	if all {
+		_ = m.putPending(name, w.Head)
+	}
+	h := m.getHooks()
+	for _, k := range kids {
+		if h.ParentAdvanced != nil && h.ParentAdvanced(k, w.Head) {
+			continue
+		}
+		if !all {
+			continue
+		}
+		if _, ok, _ := m.MountRecord(k); ok {
+			continue // served by a mount whose daemon is gone: recovered at remount
+		}
+		_, _ = m.Rebase(k, RebaseOptions{})
+	}
+	if all {
+		_ = m.cs.CompareAndDelete(familyPropagate, name, m.pendingRev(name))
+	}
+}
+
+const familyPropagate = "propagate"
+
+type pendingPropagation struct {
+	Head store.ID `json:"head"`
+}
+
+func (m *Manager) putPending(name string, head store.ID) error {
+	rev, _, err := m.cs.Load(familyPropagate, name, &pendingPropagation{})
+	if err != nil {
+		return err
+	}
+	_, err = m.cs.CompareAndSwap(familyPropagate, name, rev, pendingPropagation{Head: head})
+	return err
+}
+
+func (m *Manager) pendingRev(name string) uint64 {
+	rev, _, _ := m.cs.Load(familyPropagate, name, &pendingPropagation{})
+	return rev
+}
+
+func (m *Manager) recordConflicts(name string, rec conflictRecord) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	if err := m.st.PutMeta(metaConflicts, name, b); err != nil {
+		return fmt.Errorf("record conflicts of %s: %w", name, err)
+	}
+	return nil
+}
+
+func (m *Manager) clearConflicts(name string) { _ = m.st.DeleteMeta(metaConflicts, name) }
+
+// Conflicts returns name's recorded conflicts that are still current.
+func (m *Manager) Conflicts(name string) ([]ConflictInfo, error) {
+	b, err := m.st.GetMeta(metaConflicts, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var rec conflictRecord
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return nil, fmt.Errorf("conflict record of %s: %w", name, store.ErrCorrupt)
+	}
+	w, err := m.st.GetWorkspace(name)
+	if err != nil {
+		return nil, err
+	}
+	if w.Head != rec.Head {
+		return nil, nil // stale: the workspace moved on
+	}
+	return rec.Conflicts, nil
+}
