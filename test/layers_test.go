@@ -13,17 +13,19 @@ const module = "github.com/acyclicfs/acyclicfs"
 // layers gives each package its layer (DESIGN.md "Packages and import
 // direction"). A package may import only packages of strictly lower layers.
 var layers = map[string]int{
-	"store":             0,
-	"store/storetest":   1,
-	"corestate":         0,
-	"rebase":            1,
-	"window":            1,
-	"window/windowtest": 2,
-	"workspace":         2,
-	"fusefs":            3,
-	"fusefs/sessions":   0,
-	"daemon":            3,
-	"cmd/acyclicfs":     4,
+	"store":              0,
+	"store/storetest":    1,
+	"corestate":          0,
+	"rebase":             1,
+	"window":             1,
+	"window/windowtest":  2,
+	"workspace":          2,
+	"fusefs":             3,
+	"fusefs/sessions":    0,
+	"daemon":             3,
+	"cmd/acyclicfs":      4,
+	"internal/failpoint": 0,
+	"rebase/rebasetest":  2,
 }
 
 // goFuseOwners are the only packages allowed to import go-fuse.

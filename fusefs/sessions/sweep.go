@@ -1,0 +1,335 @@
+package sessions
+
+import (
+	"cmp"
+	"errors"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// procRec is one process found by a proc scan.
+type procRec struct {
+	pid   int
+	id    int // owner id under the tracker's By
+	start uint64
+}
+
+// idleCandidate is an owner past its idle deadline whose processes still
+// have to be checked for a cwd or open fd inside the mount.
+type idleCandidate struct {
+	o    *ownerState
+	pids []int
+}
+
+func (t *Tracker) loop(interval time.Duration) {
+	defer close(t.loopDone)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.stop:
+			return
+		case <-tick.C:
+			t.Sweep()
+		}
+	}
+}
+
+// Sweep scans the proc tree once and ends implicit leases whose owner has no
+// live process, or (with IdleClose) that idled out. It returns after the
+// resulting Handler.End calls have returned. If the proc tree cannot be
+// listed nothing is ended: a transient failure must not close every lease.
+func (t *Tracker) Sweep() {
+	t.sweepMu.Lock()
+	defer t.sweepMu.Unlock()
+
+	// Requests admitted from here on stamp this epoch; an owner stamped with
+	// it may have a process the scan below missed, so it is never ended by
+	// this sweep.
+	epoch := t.epoch.Add(1)
+	procs, err := t.scan()
+	if err != nil {
+		return
+	}
+	live := make(map[int]uint64, len(procs)) // pid -> start time
+	counts := make(map[int]int)              // owner id -> live processes
+	for _, p := range procs {
+		live[p.pid] = p.start
+		counts[p.id]++
+	}
+	checked := t.checkUnlisted(live)
+	now := t.now()
+
+	var ending []*ownerState
+	var idle []idleCandidate
+	t.mu.Lock()
+	for pid, e := range t.pids {
+		if e.ignored {
+			continue
+		}
+		if start, ok := live[int(pid)]; ok {
+			if start != e.start {
+				delete(t.pids, pid) // pid reused since it was cached
+			}
+		} else if alive, ok := checked[pid]; ok && !alive {
+			delete(t.pids, pid)
+		}
+	}
+	for _, o := range t.owners {
+		if o.phase != phaseHeld {
+			continue
+		}
+		seen := o.seenEpoch.Load()
+		if seen != o.sweptEpoch {
+			o.lastRequest = now // the request happened before now: errs late, never early
+			o.sweptEpoch = seen
+		}
+		if o.id >= 0 {
+			o.livePIDs = counts[o.id]
+		}
+		if o.binds > 0 || seen == epoch {
+			continue
+		}
+		switch {
+		case o.livePIDs == 0:
+			o.phase = phaseEnding
+			o.done = make(chan struct{})
+			ending = append(ending, o)
+		case t.idleClose > 0 && now.Sub(o.lastRequest) >= t.idleClose:
+			idle = append(idle, idleCandidate{o: o})
+		}
+	}
+	t.mu.Unlock()
+
+	if len(idle) > 0 {
+		ending = append(ending, t.closeIdle(idle, procs)...)
+	}
+	t.runEnds(ending)
+}
+
+// closeIdle checks the idle candidates' processes for a cwd or open fd
+// inside the mount (outside any lock: it reads the proc tree) and marks the
+// unused ones as ending, provided no request arrived meanwhile.
+func (t *Tracker) closeIdle(idle []idleCandidate, procs []procRec) []*ownerState {
+	byID := make(map[int]int, len(idle)) // owner id -> index in idle
+	for i, c := range idle {
+		byID[c.o.id] = i
+	}
+	for _, p := range procs {
+		if i, ok := byID[p.id]; ok {
+			idle[i].pids = append(idle[i].pids, p.pid)
+		}
+	}
+	var ending []*ownerState
+	for _, c := range idle {
+		if slices.ContainsFunc(c.pids, t.usesMount) {
+			continue
+		}
+		t.mu.Lock()
+		o := c.o
+		if o.phase == phaseHeld && o.binds == 0 && t.owners[o.owner] == o && o.seenEpoch.Load() == o.sweptEpoch {
+			o.phase = phaseEnding
+			o.done = make(chan struct{})
+			ending = append(ending, o)
+		}
+		t.mu.Unlock()
+	}
+	return ending
+}
+
+// runEnds calls Handler.End for every owner already marked ending, in
+// parallel (closing a lease can be slow), and removes them once End returns.
+func (t *Tracker) runEnds(ending []*ownerState) {
+	var wg sync.WaitGroup
+	for _, o := range ending {
+		wg.Go(func() {
+			defer t.finishEnd(o)
+			t.handler.End(o.owner)
+		})
+	}
+	wg.Wait()
+}
+
+// finishEnd retires o after its End returned and wakes requests waiting to
+// open a fresh lease for the same owner.
+func (t *Tracker) finishEnd(o *ownerState) {
+	t.mu.Lock()
+	o.phase = phaseGone
+	if t.owners[o.owner] == o {
+		delete(t.owners, o.owner)
+	}
+	close(o.done)
+	t.mu.Unlock()
+}
+
+// scan lists the numeric entries of the proc tree and reads each stat once.
+// Processes that vanish mid-scan are skipped.
+func (t *Tracker) scan() ([]procRec, error) {
+	d, err := os.Open(t.procRoot)
+	if err != nil {
+		return nil, err
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, statBufSize)
+	procs := make([]procRec, 0, len(names))
+	for _, name := range names {
+		pid, ok := parseInt([]byte(name))
+		if !ok || pid <= 0 {
+			continue
+		}
+		si, err := readStat(t.procRoot, pid, buf)
+		if err != nil {
+			continue
+		}
+		id := si.sid
+		switch t.by {
+		case ByPGID:
+			id = si.pgid
+		case ByPID:
+			id = pid // listed entries are thread-group leaders
+		}
+		procs = append(procs, procRec{pid: pid, id: id, start: si.start})
+	}
+	return procs, nil
+}
+
+// checkUnlisted re-reads the stat of cached pids the scan did not list.
+// FUSE requests carry thread ids, which /proc resolves but does not list, so
+// such entries are kept while the thread lives with the same start time.
+func (t *Tracker) checkUnlisted(live map[int]uint64) map[uint32]bool {
+	type cached struct {
+		pid   uint32
+		start uint64
+	}
+	var todo []cached
+	t.mu.RLock()
+	for pid, e := range t.pids {
+		if _, ok := live[int(pid)]; !ok && !e.ignored {
+			todo = append(todo, cached{pid, e.start})
+		}
+	}
+	t.mu.RUnlock()
+	checked := make(map[uint32]bool, len(todo))
+	buf := make([]byte, statBufSize)
+	for _, c := range todo {
+		si, err := readStat(t.procRoot, int(c.pid), buf)
+		checked[c.pid] = err == nil && si.start == c.start
+	}
+	return checked
+}
+
+// usesMount reports whether pid has its cwd or an open fd under the mount
+// point. Errors other than "gone" count as in use: idle-close must not close
+// a lease it cannot prove unused. readlink on /proc never enters the FUSE
+// mount, so this cannot deadlock against our own request handlers.
+func (t *Tracker) usesMount(pid int) bool {
+	base := t.procRoot + "/" + strconv.Itoa(pid)
+	if in, err := t.linkInside(base + "/cwd"); err != nil {
+		return !gone(err)
+	} else if in {
+		return true
+	}
+	d, err := os.Open(base + "/fd")
+	if err != nil {
+		return !gone(err)
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return !gone(err)
+	}
+	for _, n := range names {
+		in, err := t.linkInside(base + "/fd/" + n)
+		if err != nil && !gone(err) {
+			return true
+		}
+		if in {
+			return true
+		}
+	}
+	return false
+}
+
+func (t *Tracker) linkInside(path string) (bool, error) {
+	target, err := os.Readlink(path)
+	if err != nil {
+		return false, err
+	}
+	return t.inside(target), nil
+}
+
+// inside reports whether path is the mount point or below it. A deleted
+// cwd/file reads as "<path> (deleted)", which still matches by prefix.
+func (t *Tracker) inside(path string) bool {
+	mp := t.mountPt
+	if mp == "/" {
+		return strings.HasPrefix(path, "/")
+	}
+	return path == mp || strings.HasPrefix(path, mp+"/") || strings.HasPrefix(path, mp+" (deleted)")
+}
+
+// gone reports whether err means the process or fd disappeared.
+func gone(err error) bool {
+	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH)
+}
+
+// EndAll ends every implicit lease (unmount, shutdown), waiting for Begins in
+// flight and ending them too. Explicit owners are left to the daemon. Stop
+// the mount's requests first: an Admit racing EndAll can open a new lease.
+func (t *Tracker) EndAll() {
+	t.sweepMu.Lock()
+	defer t.sweepMu.Unlock()
+	for {
+		var ending []*ownerState
+		var waits []chan struct{}
+		t.mu.Lock()
+		for _, o := range t.owners {
+			if o.binds > 0 {
+				continue
+			}
+			switch o.phase {
+			case phaseHeld:
+				o.phase = phaseEnding
+				o.done = make(chan struct{})
+				ending = append(ending, o)
+			case phasePending, phaseEnding:
+				waits = append(waits, o.done)
+			}
+		}
+		t.mu.Unlock()
+		if len(ending) == 0 && len(waits) == 0 {
+			return
+		}
+		t.runEnds(ending)
+		for _, w := range waits {
+			<-w
+		}
+	}
+}
+
+// Close stops the background sweeper and waits for it. Afterwards Admit
+// still admits owners that hold a lease but refuses to open new ones
+// (ErrClosed). Close does not end leases; call EndAll first.
+func (t *Tracker) Close() {
+	t.mu.Lock()
+	t.closed = true
+	t.mu.Unlock()
+	t.stopOnce.Do(func() { close(t.stop) })
+	if t.loopDone != nil {
+		<-t.loopDone
+	}
+}
+
+func sortOwners(s []OwnerInfo) {
+	slices.SortFunc(s, func(a, b OwnerInfo) int { return cmp.Compare(a.Owner, b.Owner) })
+}
