@@ -27,3 +27,14 @@ var (
 	// the lock wait bound.
 	ErrLocked = errors.New("store is locked by another process")
 )
+
+var (
+	// ErrReadOnly is returned when writing to a store opened read-only.
+	ErrReadOnly = errors.New("store is read-only")
+	// ErrHasChildren is returned when deleting a workspace that still has
+	// child workspaces.
+	ErrHasChildren = errors.New("workspace has children")
+	// ErrInvalidName is returned when a workspace name or metadata namespace
+	// or key is not acceptable.
+	ErrInvalidName = errors.New("invalid name")
+)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sort"
+	"strings"
 )
 
 // Kind is the type of a tree entry.
@@ -76,7 +77,7 @@ func ValidName(name string) bool {
 	if name == "" || name == "." || name == ".." {
 		return false
 	}
-	return !bytes.ContainsAny([]byte(name), "/\x00")
+	return !strings.ContainsAny(name, "/\x00")
 }
 
 const treeFormat = 1
@@ -122,7 +123,9 @@ func DecodeTree(b []byte) (*Tree, error) {
 	}
 	orig := b
 	b = b[1:]
-	t := &Tree{}
+	// An entry takes at least 37 bytes (1-byte name and varints, 32-byte
+	// id); sizing for that avoids regrowing on large directories.
+	t := &Tree{Entries: make([]Entry, 0, len(b)/37)}
 	for len(b) > 0 {
 		n, k := binary.Uvarint(b)
 		if k <= 0 || n > uint64(len(b)-k) || n > 4096 {

@@ -1,0 +1,454 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// copyBufSize is large enough for BLAKE3's SIMD paths to hash several
+// chunks per call, small enough that many concurrent imports stay cheap.
+const copyBufSize = 256 << 10
+
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
+
+// BlobPath returns the path of the object file for id (which may not exist).
+// The mount opens it read-only; nobody may write to it.
+func (s *Store) BlobPath(id ID) string {
+	h := id.String()
+	return filepath.Join(s.dir, objectsDirName, h[:2], h[2:])
+}
+
+// HasBlob reports whether the object file for id exists. It does not verify
+// the content.
+func (s *Store) HasBlob(id ID) (bool, error) {
+	_, err := os.Lstat(s.BlobPath(id))
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	}
+	return false, fmt.Errorf("blob %s: %w", id.Short(), err)
+}
+
+// BlobSize returns the length of blob id from its file's metadata.
+func (s *Store) BlobSize(id ID) (int64, error) {
+	fi, err := os.Lstat(s.BlobPath(id))
+	if err != nil {
+		return 0, blobOpenError(id, err)
+	}
+	return fi.Size(), nil
+}
+
+func blobOpenError(id ID, err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("blob %s: %w", id.Short(), ErrNotFound)
+	}
+	return fmt.Errorf("blob %s: %w", id.Short(), err)
+}
+
+// WriteBlob streams r into the store and returns the blob's ID and length.
+// Memory use is constant in the content size. The object is durable when
+// WriteBlob returns; if it already existed nothing is written.
+func (s *Store) WriteBlob(r io.Reader) (ID, int64, error) {
+	return s.writeBlob(func(f *os.File, h *BlobHasher) (int64, error) { return copyHashing(f, h, r) })
+}
+
+// WriteBlobBytes stores p.
+func (s *Store) WriteBlobBytes(p []byte) (ID, error) {
+	id, _, err := s.WriteBlob(bytes.NewReader(p))
+	return id, err
+}
+
+// WriteBlobFile stores the content of the regular file at path. On
+// filesystems that support it the data is cloned (FICLONE) rather than
+// copied; the clone is still hashed, so the ID always matches what was
+// stored even if the source changes meanwhile.
+func (s *Store) WriteBlobFile(path string) (ID, int64, error) {
+	return s.writeBlob(cloneOrCopy(path))
+}
+
+// fillFunc writes content into a fresh temp file, hashing exactly the bytes
+// that end up in it.
+type fillFunc func(f *os.File, h *BlobHasher) (int64, error)
+
+func copyHashing(f *os.File, h *BlobHasher, r io.Reader) (int64, error) {
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	n, err := io.CopyBuffer(io.MultiWriter(f, h), struct{ io.Reader }{r}, *bp)
+	if err != nil {
+		return n, fmt.Errorf("write blob: %w", err)
+	}
+	return n, nil
+}
+
+func cloneOrCopy(path string) fillFunc {
+	return func(f *os.File, h *BlobHasher) (int64, error) {
+		src, err := os.Open(path)
+		if err != nil {
+			return 0, fmt.Errorf("write blob from %s: %w", path, err)
+		}
+		defer src.Close()
+		if unix.IoctlFileClone(int(f.Fd()), int(src.Fd())) == nil {
+			// Hash our private clone, not the source, which may change.
+			if _, err := f.Seek(0, io.SeekStart); err != nil {
+				return 0, fmt.Errorf("write blob from %s: %w", path, err)
+			}
+			bp := copyBufs.Get().(*[]byte)
+			defer copyBufs.Put(bp)
+			n, err := io.CopyBuffer(h, struct{ io.Reader }{f}, *bp)
+			if err != nil {
+				return n, fmt.Errorf("write blob from %s: hash clone: %w", path, err)
+			}
+			return n, nil
+		}
+		n, err := copyHashing(f, h, src)
+		if err != nil {
+			return n, fmt.Errorf("write blob from %s: %w", path, err)
+		}
+		return n, nil
+	}
+}
+
+// writeTemp fills a new temp file in STORE/tmp and returns its path, the
+// content's ID and length. The temp file is closed, made 0444 and, unless
+// sync is false, fsynced. On error nothing is left behind.
+func (s *Store) writeTemp(fill fillFunc, sync bool) (string, ID, int64, error) {
+	if s.readOnly {
+		return "", ID{}, 0, fmt.Errorf("write blob: %w", ErrReadOnly)
+	}
+	f, err := os.CreateTemp(s.tmpDir(), "blob-*")
+	if err != nil {
+		return "", ID{}, 0, fmt.Errorf("write blob: %w", err)
+	}
+	name := f.Name()
+	h := NewBlobHasher()
+	n, err := fill(f, h)
+	if err == nil {
+		err = fail("blob.before-fsync")
+	}
+	if err == nil && sync && !s.noSync {
+		if err = f.Sync(); err != nil {
+			err = fmt.Errorf("write blob: fsync: %w", err)
+		}
+	}
+	if err == nil {
+		if err = f.Chmod(0o444); err != nil {
+			err = fmt.Errorf("write blob: %w", err)
+		}
+	}
+	if cerr := f.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("write blob: close: %w", cerr)
+	}
+	if err != nil {
+		os.Remove(name)
+		return "", ID{}, 0, err
+	}
+	return name, h.Sum(), n, nil
+}
+
+// writeBlob is the durable single-blob path: temp → fsync → rename → fsync
+// directory.
+func (s *Store) writeBlob(fill fillFunc) (ID, int64, error) {
+	defer s.HoldGC()()
+	tmp, id, n, err := s.writeTemp(fill, true)
+	if err != nil {
+		return ID{}, 0, err
+	}
+	if err := s.publishTemp(tmp, id, true); err != nil {
+		return ID{}, 0, err
+	}
+	return id, n, nil
+}
+
+// publishTemp renames a complete temp file into objects/. If the object
+// already exists (every existing object is durable) the temp is dropped.
+// With sync, the fan-out directory is fsynced so the rename survives a
+// crash.
+func (s *Store) publishTemp(tmp string, id ID, sync bool) error {
+	final := s.BlobPath(id)
+	if _, err := os.Lstat(final); err == nil {
+		os.Remove(tmp)
+		return nil
+	}
+	if err := fail("blob.before-rename"); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	fan := filepath.Dir(final)
+	if err := os.Mkdir(fan, 0o755); err == nil {
+		if sync && !s.noSync {
+			if err := syncPath(s.objectsDir()); err != nil {
+				os.Remove(tmp)
+				return fmt.Errorf("write blob %s: %w", id.Short(), err)
+			}
+		}
+	} else if !errors.Is(err, fs.ErrExist) {
+		os.Remove(tmp)
+		return fmt.Errorf("write blob %s: %w", id.Short(), err)
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write blob %s: %w", id.Short(), err)
+	}
+	if err := fail("blob.before-dirsync"); err != nil {
+		return err
+	}
+	if sync && !s.noSync {
+		if err := syncPath(fan); err != nil {
+			return fmt.Errorf("write blob %s: %w", id.Short(), err)
+		}
+	}
+	return nil
+}
+
+// OpenBlob opens blob id for streaming. The reader verifies the content
+// against id as it goes: the Read that reaches the end returns an error
+// wrapping ErrCorrupt instead of io.EOF if the content does not match.
+func (s *Store) OpenBlob(id ID) (io.ReadCloser, error) {
+	f, err := os.Open(s.BlobPath(id))
+	if err != nil {
+		return nil, blobOpenError(id, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, blobOpenError(id, err)
+	}
+	return &verifyingReader{f: f, h: NewBlobHasher(), id: id, size: fi.Size()}, nil
+}
+
+// verifyingReader hashes what it reads and checks the ID at EOF.
+type verifyingReader struct {
+	f    *os.File
+	h    *BlobHasher
+	id   ID
+	size int64 // from stat at open; the file is immutable
+	n    int64
+	err  error // sticky terminal error (io.EOF or corruption)
+}
+
+func (v *verifyingReader) Read(p []byte) (int, error) {
+	if v.err != nil {
+		return 0, v.err
+	}
+	n, err := v.f.Read(p)
+	v.h.Write(p[:n])
+	v.n += int64(n)
+	switch {
+	case err == io.EOF:
+		switch {
+		case v.n != v.size:
+			v.err = fmt.Errorf("%w: blob %s: read %d bytes, file has %d", ErrCorrupt, v.id.Short(), v.n, v.size)
+		case v.h.Sum() != v.id:
+			v.err = fmt.Errorf("%w: blob %s: content hashes to %s", ErrCorrupt, v.id.Short(), v.h.Sum().Short())
+		default:
+			v.err = io.EOF
+		}
+		return n, v.err
+	case err != nil:
+		return n, fmt.Errorf("read blob %s: %w", v.id.Short(), err)
+	}
+	return n, nil
+}
+
+func (v *verifyingReader) Close() error { return v.f.Close() }
+
+// ReadBlob returns the whole content of blob id, verified.
+func (s *Store) ReadBlob(id ID) ([]byte, error) {
+	b, err := os.ReadFile(s.BlobPath(id))
+	if err != nil {
+		return nil, blobOpenError(id, err)
+	}
+	if got := BlobID(b); got != id {
+		return nil, fmt.Errorf("%w: blob %s: content hashes to %s", ErrCorrupt, id.Short(), got.Short())
+	}
+	return b, nil
+}
+
+// BlobBatch writes many blobs and syncs them together at Commit instead of
+// one by one. Blobs stay in STORE/tmp until Commit, so an object file in
+// objects/ is always complete and durable; callers must publish metadata
+// that references batch blobs only after Commit returns. Its methods are
+// safe for concurrent use.
+type BlobBatch struct {
+	s *Store
+
+	// mu protects pending.
+	mu sync.Mutex
+	// pending maps each new blob to its synced-at-Commit temp file.
+	pending map[ID]string
+}
+
+// NewBlobBatch starts a batch.
+func (s *Store) NewBlobBatch() *BlobBatch {
+	return &BlobBatch{s: s, pending: make(map[ID]string)}
+}
+
+// WriteBlob streams r into the batch.
+func (b *BlobBatch) WriteBlob(r io.Reader) (ID, int64, error) {
+	return b.write(func(f *os.File, h *BlobHasher) (int64, error) { return copyHashing(f, h, r) })
+}
+
+// WriteBlobFile adds the content of the file at path (cloned if possible).
+func (b *BlobBatch) WriteBlobFile(path string) (ID, int64, error) {
+	return b.write(cloneOrCopy(path))
+}
+
+// WriteBlobBytes adds p.
+func (b *BlobBatch) WriteBlobBytes(p []byte) (ID, error) {
+	id, _, err := b.WriteBlob(bytes.NewReader(p))
+	return id, err
+}
+
+func (b *BlobBatch) write(fill fillFunc) (ID, int64, error) {
+	tmp, id, n, err := b.s.writeTemp(fill, false)
+	if err != nil {
+		return ID{}, 0, err
+	}
+	if ok, _ := b.s.HasBlob(id); ok {
+		os.Remove(tmp)
+		return id, n, nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, dup := b.pending[id]; dup {
+		os.Remove(tmp)
+		return id, n, nil
+	}
+	b.pending[id] = tmp
+	return id, n, nil
+}
+
+// syncfsThreshold is the batch size from which Commit flushes the whole
+// filesystem once instead of fsyncing each file: syncfs also flushes
+// unrelated dirty data, which costs more than a few fsyncs on a busy
+// machine but far less than thousands.
+const syncfsThreshold = 64
+
+// Commit makes every blob of the batch durable and visible: the data is
+// synced (each file, or one syncfs for big batches), then renamed into
+// objects/, then the directory entries are synced. The batch can be used
+// again afterwards. On error the blobs not yet published stay pending;
+// call Commit again or Abort.
+func (b *BlobBatch) Commit() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.pending) == 0 {
+		return nil
+	}
+	s := b.s
+	defer s.HoldGC()()
+	if err := fail("batch.before-sync"); err != nil {
+		return err
+	}
+	useSyncfs := len(b.pending) >= syncfsThreshold
+	var err error
+	if useSyncfs {
+		err = s.syncfs()
+	} else {
+		err = s.syncFiles(b.pending)
+	}
+	if err != nil {
+		return fmt.Errorf("commit blob batch: %w", err)
+	}
+	if err := fail("batch.before-rename"); err != nil {
+		return err
+	}
+	dirs := map[string]bool{}
+	for id, tmp := range b.pending {
+		fan := filepath.Dir(s.BlobPath(id))
+		if _, statErr := os.Lstat(fan); statErr != nil {
+			dirs[s.objectsDir()] = true // a new fan-out entry
+		}
+		dirs[fan] = true
+		err := s.publishTemp(tmp, id, false)
+		delete(b.pending, id) // published, or its temp is gone
+		if err != nil {
+			return fmt.Errorf("commit blob batch: %w", err)
+		}
+	}
+	if useSyncfs {
+		err = s.syncfs()
+	} else if !s.noSync {
+		for d := range dirs {
+			if err = syncPath(d); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("commit blob batch: %w", err)
+	}
+	return nil
+}
+
+// syncFiles fsyncs the temp files of a small batch, a few at a time so
+// the filesystem can merge their journal commits.
+func (s *Store) syncFiles(pending map[ID]string) error {
+	if s.noSync {
+		return nil
+	}
+	paths := make(chan string)
+	errs := make(chan error, 4)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var first error
+			for p := range paths {
+				if err := syncPath(p); err != nil && first == nil {
+					first = err
+				}
+			}
+			errs <- first
+		}()
+	}
+	for _, p := range pending {
+		paths <- p
+	}
+	close(paths)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Abort drops every blob not yet committed.
+func (b *BlobBatch) Abort() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for id, tmp := range b.pending {
+		os.Remove(tmp)
+		delete(b.pending, id)
+	}
+}
+
+// syncfs flushes the filesystem holding the store.
+func (s *Store) syncfs() error {
+	if s.noSync {
+		return nil
+	}
+	f, err := os.Open(s.dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.Syncfs(int(f.Fd())); err != nil {
+		return fmt.Errorf("syncfs %s: %w", s.dir, err)
+	}
+	return nil
+}

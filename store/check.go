@@ -1,0 +1,423 @@
+package store
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Problem kinds reported by Check.
+const (
+	ProblemCorruptBlob       = "corrupt-blob"
+	ProblemStrayObject       = "stray-object"
+	ProblemCorruptTree       = "corrupt-tree"
+	ProblemCorruptGeneration = "corrupt-generation"
+	ProblemMissingTree       = "missing-tree"
+	ProblemMissingBlob       = "missing-blob"
+	ProblemMissingGeneration = "missing-generation"
+	ProblemDanglingHead      = "dangling-head"
+	ProblemDanglingParent    = "dangling-parent"
+	ProblemBadHeadLog        = "bad-head-log"
+	ProblemBadIndex          = "bad-index"
+	ProblemBadFormat         = "bad-format"
+)
+
+// Problem is one integrity finding of Check.
+type Problem struct {
+	Kind   string `json:"kind"`   // one of the Problem* constants
+	Object string `json:"object"` // the ID or name concerned
+	Detail string `json:"detail"`
+}
+
+func (p Problem) String() string {
+	return fmt.Sprintf("%s %s: %s", p.Kind, p.Object, p.Detail)
+}
+
+// reach is the set of objects reachable from the roots, with the first
+// referrer of each blob for reporting.
+type reach struct {
+	gens, trees, blobs IDSet
+	blobFrom           map[ID]ID
+	problems           []Problem
+}
+
+func newReach() *reach {
+	return &reach{gens: IDSet{}, trees: IDSet{}, blobs: IDSet{}, blobFrom: map[ID]ID{}}
+}
+
+func (r *reach) problem(kind, obj, format string, args ...any) {
+	r.problems = append(r.problems, Problem{Kind: kind, Object: obj, Detail: fmt.Sprintf(format, args...)})
+}
+
+// markGen marks generation id and everything its root reaches. from says
+// who referenced it, for the report.
+func (r *reach) markGen(tx *bolt.Tx, id ID, from string, missingKind string) {
+	if id.IsZero() || r.gens.Has(id) {
+		return
+	}
+	r.gens.Add(id)
+	g, err := getGenerationTx(tx, id)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		r.problem(missingKind, id.String(), "referenced by %s", from)
+		return
+	case err != nil:
+		r.problem(ProblemCorruptGeneration, id.String(), "%v", err)
+		return
+	}
+	r.markTree(tx, g.Root, "generation "+id.String())
+}
+
+func (r *reach) markTree(tx *bolt.Tx, id ID, from string) {
+	if r.trees.Has(id) {
+		return
+	}
+	r.trees.Add(id)
+	t, err := getTreeTx(tx, id)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		r.problem(ProblemMissingTree, id.String(), "referenced by %s", from)
+		return
+	case err != nil:
+		r.problem(ProblemCorruptTree, id.String(), "%v", err)
+		return
+	}
+	for _, e := range t.Entries {
+		if e.Kind == KindDir {
+			r.markTree(tx, e.ID, "tree "+id.String()+" entry "+fmt.Sprintf("%q", e.Name))
+			continue
+		}
+		if !r.blobs.Has(e.ID) {
+			r.blobs.Add(e.ID)
+			r.blobFrom[e.ID] = id
+		}
+	}
+}
+
+// markRoots marks from every head-log entry and workspace record, plus
+// extra (generation, tree or blob IDs), and checks the workspace records'
+// own consistency.
+func (s *Store) markRoots(tx *bolt.Tx, extra IDSet) *reach {
+	r := newReach()
+	r.markTree(tx, emptyTreeID, "store")
+	wsb := tx.Bucket(bucketWorkspaces)
+	_ = wsb.ForEach(func(k, v []byte) error {
+		name := string(k)
+		var w Workspace
+		if err := json.Unmarshal(v, &w); err != nil || w.Name != name {
+			r.problem(ProblemBadHeadLog, name, "workspace record undecodable: %s", v)
+			return nil
+		}
+		who := fmt.Sprintf("workspace %q", name)
+		r.markGen(tx, w.Head, who+" head", ProblemDanglingHead)
+		r.markGen(tx, w.Base, who+" base", ProblemDanglingHead)
+		if w.Parent != "" {
+			if wsb.Get([]byte(w.Parent)) == nil {
+				r.problem(ProblemDanglingParent, name, "parent %q does not exist", w.Parent)
+			}
+			if tx.Bucket(bucketChildren).Get(childKey(w.Parent, name)) == nil {
+				r.problem(ProblemBadIndex, name, "missing from children index of %q", w.Parent)
+			}
+		}
+		hb := tx.Bucket(bucketHeads).Bucket(k)
+		if hb == nil {
+			r.problem(ProblemBadHeadLog, name, "no head log")
+			return nil
+		}
+		var last HeadEntry
+		var prev uint64
+		_ = hb.ForEach(func(hk, hv []byte) error {
+			e, err := decodeHeadEntry(name, hk, hv)
+			if err != nil {
+				r.problem(ProblemBadHeadLog, name, "%v", err)
+				return nil
+			}
+			if e.Seq != prev+1 {
+				r.problem(ProblemBadHeadLog, name, "seq %d follows %d", e.Seq, prev)
+			}
+			prev = e.Seq
+			last = e
+			entry := fmt.Sprintf("%s head log entry %d", who, e.Seq)
+			r.markGen(tx, e.Gen, entry, ProblemDanglingHead)
+			r.markGen(tx, e.Base, entry+" base", ProblemDanglingHead)
+			return nil
+		})
+		if last.Seq != w.Seq || last.Gen != w.Head {
+			r.problem(ProblemBadHeadLog, name, "record says seq %d head %s, log ends at seq %d gen %s",
+				w.Seq, shortOrNone(w.Head), last.Seq, shortOrNone(last.Gen))
+		}
+		if ob := tx.Bucket(bucketOperations).Bucket(k); ob != nil {
+			_ = ob.ForEach(func(op, seq []byte) error {
+				hv := hb.Get(seq)
+				var e HeadEntry
+				if hv == nil || json.Unmarshal(hv, &e) != nil || e.Operation != string(op) {
+					r.problem(ProblemBadIndex, name, "operation %q indexes entry %x, which does not carry it", op, seq)
+				}
+				return nil
+			})
+		}
+		return nil
+	})
+	_ = tx.Bucket(bucketChildren).ForEach(func(k, _ []byte) error {
+		i := bytes.IndexByte(k, 0)
+		if i < 0 {
+			r.problem(ProblemBadIndex, string(k), "malformed children key")
+			return nil
+		}
+		parent, child := string(k[:i]), string(k[i+1:])
+		w, err := getWorkspaceTx(tx, child)
+		if err != nil || w.Parent != parent {
+			r.problem(ProblemBadIndex, child, "children index lists it under %q", parent)
+		}
+		return nil
+	})
+	for _, id := range extra.Sorted() {
+		switch {
+		case tx.Bucket(bucketGenerations).Get(id[:]) != nil:
+			r.markGen(tx, id, "extra root", ProblemMissingGeneration)
+		case id == emptyTreeID || tx.Bucket(bucketTrees).Get(id[:]) != nil:
+			r.markTree(tx, id, "extra root")
+		default:
+			r.blobs.Add(id)
+		}
+	}
+	return r
+}
+
+// Check verifies the whole store: the format record, every blob file's
+// content against its name, every tree and generation against its key, and
+// that everything reachable from every workspace's head log exists. It
+// reads every byte of every blob. Stray temp files are not problems. The
+// error is for failures to run the check, not for findings.
+func (s *Store) Check() ([]Problem, error) {
+	var problems []Problem
+	var r *reach
+	err := s.view(func(tx *bolt.Tx) error {
+		problems = append(problems, checkFormatTx(tx)...)
+		problems = append(problems, checkBucketTx(tx, bucketTrees, TreeID, func(b []byte) error {
+			_, err := DecodeTree(b)
+			return err
+		}, ProblemCorruptTree)...)
+		problems = append(problems, checkBucketTx(tx, bucketGenerations, GenerationID, func(b []byte) error {
+			_, err := DecodeGeneration(b)
+			return err
+		}, ProblemCorruptGeneration)...)
+		r = s.markRoots(tx, nil)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("check: %w", err)
+	}
+	// Corrupt objects were already reported once by the key scan.
+	for _, p := range r.problems {
+		if p.Kind != ProblemCorruptTree && p.Kind != ProblemCorruptGeneration {
+			problems = append(problems, p)
+		}
+	}
+	present := IDSet{}
+	err = s.walkObjects(func(id ID, path string, fi fs.FileInfo, nameErr error) error {
+		if nameErr != nil {
+			problems = append(problems, Problem{Kind: ProblemStrayObject, Object: path, Detail: nameErr.Error()})
+			return nil
+		}
+		present.Add(id)
+		if err := verifyBlobFile(path, id); err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				return err
+			}
+			problems = append(problems, Problem{Kind: ProblemCorruptBlob, Object: id.String(), Detail: err.Error()})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("check: %w", err)
+	}
+	for _, id := range r.blobs.Sorted() {
+		if !present.Has(id) {
+			problems = append(problems, Problem{Kind: ProblemMissingBlob, Object: id.String(),
+				Detail: "referenced by tree " + r.blobFrom[id].String()})
+		}
+	}
+	sortProblems(problems)
+	return problems, nil
+}
+
+func checkFormatTx(tx *bolt.Tx) []Problem {
+	v := tx.Bucket(bucketFormat).Get(keyFormat)
+	var rec formatRecord
+	if v == nil || json.Unmarshal(v, &rec) != nil || rec.Version != FormatVersion || rec.Hash != HashName {
+		return []Problem{{Kind: ProblemBadFormat, Object: "format", Detail: fmt.Sprintf("format record %q", v)}}
+	}
+	return nil
+}
+
+func checkBucketTx(tx *bolt.Tx, bucket []byte, hash func([]byte) ID, decode func([]byte) error, kind string) []Problem {
+	var out []Problem
+	_ = tx.Bucket(bucket).ForEach(func(k, v []byte) error {
+		obj := hex.EncodeToString(k)
+		switch {
+		case len(k) != IDSize:
+			out = append(out, Problem{Kind: kind, Object: obj, Detail: "key is not an ID"})
+		case hash(v) != ID(k):
+			out = append(out, Problem{Kind: kind, Object: obj, Detail: "content hashes to " + hash(v).String()})
+		default:
+			if err := decode(v); err != nil {
+				out = append(out, Problem{Kind: kind, Object: obj, Detail: err.Error()})
+			}
+		}
+		return nil
+	})
+	return out
+}
+
+func verifyBlobFile(path string, id ID) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	h := NewBlobHasher()
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	if _, err := io.CopyBuffer(h, struct{ io.Reader }{f}, *bp); err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	if got := h.Sum(); got != id {
+		return fmt.Errorf("%w: content hashes to %s", ErrCorrupt, got)
+	}
+	return nil
+}
+
+// walkObjects calls fn for every file under objects/, with the ID its path
+// names or nameErr if the path is not an object name.
+func (s *Store) walkObjects(fn func(id ID, path string, fi fs.FileInfo, nameErr error) error) error {
+	fans, err := os.ReadDir(s.objectsDir())
+	if err != nil {
+		return err
+	}
+	for _, fan := range fans {
+		fanPath := filepath.Join(s.objectsDir(), fan.Name())
+		if !fan.IsDir() {
+			fi, _ := fan.Info()
+			if err := fn(ID{}, fanPath, fi, errors.New("not an object fan-out directory")); err != nil {
+				return err
+			}
+			continue
+		}
+		ents, err := os.ReadDir(fanPath)
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			p := filepath.Join(fanPath, e.Name())
+			fi, err := e.Info()
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // removed concurrently
+			}
+			if err != nil {
+				return err
+			}
+			id, perr := ParseID(fan.Name() + e.Name())
+			if perr == nil && !fi.Mode().IsRegular() {
+				perr = errors.New("not a regular file")
+			}
+			if err := fn(id, p, fi, perr); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// GC deletes every blob, tree and generation that no head-log entry of any
+// workspace reaches (generation → root tree → subtrees → blobs), keeping
+// extraRoots (generation, tree or blob IDs: journals, open windows) and
+// what they reach. It returns the bytes of blob files removed.
+//
+// GC waits until no HoldGC hold is outstanding and blocks new holds (and
+// blob writes) while it runs; metadata is marked and swept in one
+// transaction. An operation that writes objects without holding HoldGC
+// until its head append can lose them to a concurrent GC. GC refuses to
+// run on a store whose reachable metadata is corrupt.
+func (s *Store) GC(extraRoots IDSet) (int64, error) {
+	if s.readOnly {
+		return 0, fmt.Errorf("gc: %w", ErrReadOnly)
+	}
+	s.beginGC()
+	defer s.endGC()
+	start := time.Now()
+	var r *reach
+	err := s.update(func(tx *bolt.Tx) error {
+		r = s.markRoots(tx, extraRoots)
+		for _, p := range r.problems {
+			if p.Kind == ProblemCorruptTree || p.Kind == ProblemCorruptGeneration {
+				return fmt.Errorf("%w: %s (run check)", ErrCorrupt, p)
+			}
+		}
+		if err := fail("gc.before-sweep"); err != nil {
+			return err
+		}
+		for _, sb := range []struct {
+			bucket []byte
+			keep   IDSet
+		}{{bucketTrees, r.trees}, {bucketGenerations, r.gens}} {
+			b := tx.Bucket(sb.bucket)
+			var dead [][]byte
+			_ = b.ForEach(func(k, _ []byte) error {
+				if len(k) != IDSize || !sb.keep.Has(ID(k)) {
+					dead = append(dead, append([]byte{}, k...))
+				}
+				return nil
+			})
+			for _, k := range dead {
+				if err := b.Delete(k); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("gc: %w", err)
+	}
+	var freed int64
+	var removeErrs []error
+	err = s.walkObjects(func(id ID, path string, fi fs.FileInfo, nameErr error) error {
+		if nameErr != nil || r.blobs.Has(id) || !fi.ModTime().Before(start) {
+			return nil
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			removeErrs = append(removeErrs, err)
+			return nil
+		}
+		freed += fi.Size()
+		return nil
+	})
+	if err == nil {
+		err = errors.Join(removeErrs...)
+	}
+	if err != nil {
+		return freed, fmt.Errorf("gc: sweep blobs: %w", err)
+	}
+	return freed, nil
+}
+
+// sortProblems orders findings for stable output.
+func sortProblems(ps []Problem) {
+	sort.Slice(ps, func(i, j int) bool {
+		if ps[i].Kind != ps[j].Kind {
+			return ps[i].Kind < ps[j].Kind
+		}
+		return ps[i].Object < ps[j].Object
+	})
+}

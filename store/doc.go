@@ -1,0 +1,40 @@
+// Package store is acyclicfs's embedded content-addressed store: blobs as
+// immutable files, trees and generations in bbolt, workspace heads moved by
+// compare-and-append onto per-workspace head logs, lease gates that fence
+// publications, and small metadata records for the layers above.
+//
+// # Overview
+//
+// Every object is named by the BLAKE3-256 hash of a domain-separated
+// encoding (id.go). Blobs live in STORE/objects/ab/cdef… (mode 0444) and are
+// written temp → fsync → rename → fsync dir; a BlobBatch defers the syncs
+// to one syncfs at Commit for bulk imports. Trees and generations are
+// canonical encodings stored in meta.db under their ID and re-hashed on
+// every read: a mismatch is ErrCorrupt, never a silent default.
+//
+// A workspace's head changes only through CompareAndAppend(Many), which in
+// one bbolt transaction checks an optional publication Permit against its
+// lease gate at the store clock, checks each expected head, appends a
+// head-log entry and moves the head. The head log is the history (log,
+// undo) and, through operation keys, the replay record for retried
+// operations (FindOperation).
+//
+// Check verifies everything; GC deletes what no head log reaches.
+//
+// # Concurrency
+//
+// A Store is safe for concurrent use by many goroutines. Metadata changes
+// are serialized by bbolt's single writer; blob writes run in parallel and
+// only take a GC hold (HoldGC), which GC waits out. One process at a time
+// may open a store for writing: bbolt's file lock enforces it, and Open
+// waits at most Options.LockTimeout before returning ErrLocked.
+//
+// # Caveats
+//
+// Blob files are trusted to be immutable; OpenBlob verifies while
+// streaming but the mount's read-only opens of BlobPath do not. GC cannot
+// see objects that an operation has written but not yet referenced from a
+// head: such operations must hold HoldGC from first write to append (or
+// pass the objects as extra roots). SetFailpoint is a test-only hook and is
+// process-global.
+package store

@@ -1,0 +1,80 @@
+package store_test
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/acyclicfs/acyclicfs/store"
+)
+
+func treeSeeds() [][]byte {
+	var seeds [][]byte
+	for _, tr := range []*store.Tree{
+		{},
+		{Entries: []store.Entry{{Name: "a", Kind: store.KindFile, Size: 3, Mtime: 17, ID: store.BlobID([]byte("abc"))}}},
+		{Entries: []store.Entry{
+			{Name: "bin", Kind: store.KindDir, ID: store.EmptyTreeID()},
+			{Name: "link", Kind: store.KindSymlink, Size: 3, Mtime: -1, ID: store.BlobID([]byte("bin"))},
+			{Name: "run\n.sh", Kind: store.KindExec, Size: 1 << 40, Mtime: 1 << 62},
+		}},
+	} {
+		enc, err := tr.Encode()
+		if err != nil {
+			panic(err)
+		}
+		seeds = append(seeds, enc)
+	}
+	return seeds
+}
+
+func FuzzDecodeTree(f *testing.F) {
+	for _, s := range treeSeeds() {
+		f.Add(s)
+	}
+	f.Add([]byte{})
+	f.Add([]byte{1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		tr, err := store.DecodeTree(b)
+		if err != nil {
+			return
+		}
+		enc, err := tr.Encode()
+		if err != nil {
+			t.Fatalf("decoded tree does not encode: %v", err)
+		}
+		if !bytes.Equal(enc, b) {
+			t.Fatalf("round trip changed the encoding:\n in %x\nout %x", b, enc)
+		}
+		if store.TreeID(enc) != store.TreeID(b) {
+			t.Fatal("round trip changed the id")
+		}
+	})
+}
+
+func FuzzDecodeGeneration(f *testing.F) {
+	for _, g := range []*store.Generation{
+		{Root: store.EmptyTreeID(), Workspace: "main", Kind: store.GenCreate, Time: 1},
+		{Root: store.EmptyTreeID(), Parents: []store.ID{store.BlobID(nil), store.EmptyTreeID()}, Workspace: "c.1", Kind: store.GenLand, Operation: "op-1", Time: -5},
+	} {
+		enc, err := g.Encode()
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(enc)
+	}
+	f.Add([]byte(`{"root":"","kind":"commit"}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		g, err := store.DecodeGeneration(b)
+		if err != nil {
+			return
+		}
+		enc, err := g.Encode()
+		if err != nil {
+			t.Fatalf("decoded generation does not encode: %v", err)
+		}
+		if !bytes.Equal(enc, b) {
+			t.Fatalf("round trip changed the encoding:\n in %q\nout %q", b, enc)
+		}
+	})
+}

@@ -1,0 +1,212 @@
+package store
+
+import (
+	"bytes"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+func emptyTreeEncoding() []byte { return []byte{treeFormat} }
+
+var emptyTreeID = TreeID(emptyTreeEncoding())
+
+// EmptyTreeID returns the ID of the tree with no entries. Every store has it.
+func EmptyTreeID() ID { return emptyTreeID }
+
+// PutTree stores t, which must be canonical (sorted, valid names; Encode
+// enforces it), and returns its ID. Storing an existing tree is a no-op.
+// Referenced subtrees and blobs are not checked here; Check finds dangling
+// references.
+func (s *Store) PutTree(t *Tree) (ID, error) {
+	ids, err := s.PutTrees([]*Tree{t})
+	if err != nil {
+		return ID{}, err
+	}
+	return ids[0], nil
+}
+
+// PutTrees stores many trees in one transaction (capture and import build
+// thousands at once) and returns their IDs in order.
+func (s *Store) PutTrees(ts []*Tree) ([]ID, error) {
+	ids := make([]ID, len(ts))
+	encs := make([][]byte, len(ts))
+	for i, t := range ts {
+		enc, err := t.Encode()
+		if err != nil {
+			return nil, fmt.Errorf("put tree: %w", err)
+		}
+		encs[i] = enc
+		ids[i] = TreeID(enc)
+	}
+	err := s.update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketTrees)
+		for i, enc := range encs {
+			if b.Get(ids[i][:]) != nil {
+				continue
+			}
+			if err := b.Put(ids[i][:], enc); err != nil {
+				return err
+			}
+		}
+		return fail("tree.put")
+	})
+	if err != nil {
+		return nil, fmt.Errorf("put trees: %w", err)
+	}
+	return ids, nil
+}
+
+// GetTree returns tree id, verified against its address.
+func (s *Store) GetTree(id ID) (*Tree, error) {
+	var t *Tree
+	err := s.view(func(tx *bolt.Tx) error {
+		var err error
+		t, err = getTreeTx(tx, id)
+		return err
+	})
+	return t, err
+}
+
+func getTreeTx(tx *bolt.Tx, id ID) (*Tree, error) {
+	v := tx.Bucket(bucketTrees).Get(id[:])
+	if v == nil {
+		if id == emptyTreeID {
+			return &Tree{}, nil
+		}
+		return nil, fmt.Errorf("tree %s: %w", id.Short(), ErrNotFound)
+	}
+	if got := TreeID(v); got != id {
+		return nil, fmt.Errorf("%w: tree %s: content hashes to %s", ErrCorrupt, id.Short(), got.Short())
+	}
+	t, err := DecodeTree(v)
+	if err != nil {
+		return nil, fmt.Errorf("tree %s: %w", id.Short(), err)
+	}
+	return t, nil
+}
+
+// HasTree reports whether tree id is stored (without verifying it).
+func (s *Store) HasTree(id ID) (bool, error) {
+	var ok bool
+	err := s.view(func(tx *bolt.Tx) error {
+		ok = id == emptyTreeID || tx.Bucket(bucketTrees).Get(id[:]) != nil
+		return nil
+	})
+	return ok, err
+}
+
+// PutGeneration stores g and returns its ID. Its root tree and parents must
+// exist (ErrNotFound otherwise).
+func (s *Store) PutGeneration(g *Generation) (ID, error) {
+	enc, err := g.Encode()
+	if err != nil {
+		return ID{}, fmt.Errorf("put generation: %w", err)
+	}
+	id := GenerationID(enc)
+	err = s.update(func(tx *bolt.Tx) error {
+		if g.Root != emptyTreeID && tx.Bucket(bucketTrees).Get(g.Root[:]) == nil {
+			return fmt.Errorf("root tree %s: %w", g.Root.Short(), ErrNotFound)
+		}
+		gb := tx.Bucket(bucketGenerations)
+		for _, p := range g.Parents {
+			if gb.Get(p[:]) == nil {
+				return fmt.Errorf("parent generation %s: %w", p.Short(), ErrNotFound)
+			}
+		}
+		if gb.Get(id[:]) != nil {
+			return nil
+		}
+		if err := gb.Put(id[:], enc); err != nil {
+			return err
+		}
+		return fail("generation.put")
+	})
+	if err != nil {
+		return ID{}, fmt.Errorf("put generation: %w", err)
+	}
+	return id, nil
+}
+
+// GetGeneration returns generation id, verified against its address.
+func (s *Store) GetGeneration(id ID) (*Generation, error) {
+	var g *Generation
+	err := s.view(func(tx *bolt.Tx) error {
+		var err error
+		g, err = getGenerationTx(tx, id)
+		return err
+	})
+	return g, err
+}
+
+func getGenerationTx(tx *bolt.Tx, id ID) (*Generation, error) {
+	v := tx.Bucket(bucketGenerations).Get(id[:])
+	if v == nil {
+		return nil, fmt.Errorf("generation %s: %w", id.Short(), ErrNotFound)
+	}
+	if got := GenerationID(v); got != id {
+		return nil, fmt.Errorf("%w: generation %s: content hashes to %s", ErrCorrupt, id.Short(), got.Short())
+	}
+	g, err := DecodeGeneration(v)
+	if err != nil {
+		return nil, fmt.Errorf("generation %s: %w", id.Short(), err)
+	}
+	return g, nil
+}
+
+// HasGeneration reports whether generation id is stored.
+func (s *Store) HasGeneration(id ID) (bool, error) {
+	var ok bool
+	err := s.view(func(tx *bolt.Tx) error {
+		ok = tx.Bucket(bucketGenerations).Get(id[:]) != nil
+		return nil
+	})
+	return ok, err
+}
+
+// ResolveGeneration turns user input — a full hex ID or a unique prefix of
+// at least MinPrefixLen hex characters — into a stored generation's ID.
+func (s *Store) ResolveGeneration(in string) (ID, error) {
+	p := strings.ToLower(in)
+	if len(p) < MinPrefixLen || len(p) > 2*IDSize {
+		return ID{}, fmt.Errorf("%w: generation %q: need %d to %d hex characters", ErrInvalidID, in, MinPrefixLen, 2*IDSize)
+	}
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return ID{}, fmt.Errorf("%w: generation %q: not hex", ErrInvalidID, in)
+		}
+	}
+	// Seek to the whole bytes of the prefix; an odd trailing nibble is
+	// matched on the hex form.
+	whole, err := hex.DecodeString(p[:len(p)&^1])
+	if err != nil {
+		return ID{}, fmt.Errorf("%w: generation %q: %v", ErrInvalidID, in, err)
+	}
+	var found ID
+	matches := 0
+	err = s.view(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketGenerations).Cursor()
+		for k, _ := c.Seek(whole); k != nil && bytes.HasPrefix(k, whole); k, _ = c.Next() {
+			if len(k) != IDSize || !strings.HasPrefix(hex.EncodeToString(k), p) {
+				continue
+			}
+			matches++
+			if matches > 1 {
+				return nil
+			}
+			copy(found[:], k)
+		}
+		return nil
+	})
+	switch {
+	case err != nil:
+		return ID{}, fmt.Errorf("resolve generation %q: %w", in, err)
+	case matches == 0:
+		return ID{}, fmt.Errorf("generation %q: %w", in, ErrNotFound)
+	case matches > 1:
+		return ID{}, fmt.Errorf("generation %q: %w", in, ErrAmbiguous)
+	}
+	return found, nil
+}

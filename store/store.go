@@ -1,0 +1,412 @@
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"sync"
+	"syscall"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// FormatVersion is the on-disk format version written into a new store.
+const FormatVersion = 1
+
+// Names inside the store directory.
+const (
+	objectsDirName = "objects"
+	tmpDirName     = "tmp"
+	metaFileName   = "meta.db"
+	metaTempPrefix = "meta.db.new-"
+)
+
+// Bucket names in meta.db. Values are part of the on-disk format.
+var (
+	bucketFormat      = []byte("format")
+	bucketTrees       = []byte("trees")
+	bucketGenerations = []byte("generations")
+	bucketWorkspaces  = []byte("workspaces")
+	bucketChildren    = []byte("children")
+	bucketHeads       = []byte("heads")
+	bucketOperations  = []byte("operations")
+	bucketMeta        = []byte("meta")
+
+	keyFormat = []byte("format")
+)
+
+// allBuckets are created by Open; gates is owned by gate.go but created
+// eagerly so read-only stores see it.
+var allBuckets = [][]byte{
+	bucketFormat, bucketTrees, bucketGenerations, bucketWorkspaces,
+	bucketChildren, bucketHeads, bucketOperations, bucketMeta, bucketGates,
+}
+
+// formatRecord is the value under format/format.
+type formatRecord struct {
+	Version int    `json:"version"`
+	Hash    string `json:"hash"`
+}
+
+// Options configure Open.
+type Options struct {
+	// Clock returns the store clock in Unix milliseconds; nil means the
+	// wall clock. Lease expiry is judged against it.
+	Clock func() int64
+	// ReadOnly opens meta.db shared and refuses every write.
+	ReadOnly bool
+	// LockTimeout bounds the wait for bbolt's file lock; 0 means 2s. On
+	// timeout Open returns an error wrapping ErrLocked.
+	LockTimeout time.Duration
+	// NoSync skips every fsync. Tests only: a crash loses data.
+	NoSync bool
+}
+
+// Store is an open store directory. All methods are safe for concurrent use.
+type Store struct {
+	dir      string
+	db       *bolt.DB
+	clock    func() int64
+	readOnly bool
+	noSync   bool
+
+	// gcMu protects gcHolds and gcRunning; gcCond (on gcMu) signals
+	// changes to them. See HoldGC.
+	gcMu      sync.Mutex
+	gcCond    *sync.Cond
+	gcHolds   int  // outstanding HoldGC holds
+	gcRunning bool // a GC is marking or sweeping
+}
+
+// Open opens the store in dir, creating it unless opt.ReadOnly. It never
+// silently resets damaged metadata: a corrupt meta.db is an error wrapping
+// ErrCorrupt, a different format an error wrapping ErrIncompatible.
+func Open(dir string, opt Options) (*Store, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", dir, err)
+	}
+	s := &Store{dir: abs, clock: opt.Clock, readOnly: opt.ReadOnly, noSync: opt.NoSync}
+	s.gcCond = sync.NewCond(&s.gcMu)
+	if s.clock == nil {
+		s.clock = func() int64 { return time.Now().UnixMilli() }
+	}
+	if !opt.ReadOnly {
+		if err := s.createDirs(); err != nil {
+			return nil, err
+		}
+	}
+	metaPath := filepath.Join(abs, metaFileName)
+	fi, err := os.Stat(metaPath)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if opt.ReadOnly {
+			return nil, fmt.Errorf("open store %s read-only: no %s: %w", abs, metaFileName, ErrNotFound)
+		}
+		if err := s.initMeta(); err != nil {
+			return nil, err
+		}
+	case err != nil:
+		return nil, fmt.Errorf("open store %s: %w", abs, err)
+	case fi.Size() == 0:
+		// meta.db is created complete (see initMeta), so an empty one was
+		// truncated.
+		return nil, fmt.Errorf("open store %s: %s is empty (truncated): %w", abs, metaFileName, ErrCorrupt)
+	}
+	timeout := opt.LockTimeout
+	if timeout == 0 {
+		timeout = 2 * time.Second
+	}
+	db, err := openBolt(metaPath, &bolt.Options{
+		Timeout:  timeout,
+		ReadOnly: opt.ReadOnly,
+		NoSync:   opt.NoSync,
+	})
+	if err != nil {
+		return nil, classifyOpenError(abs, err)
+	}
+	s.db = db
+	if err := s.validate(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if !opt.ReadOnly {
+		// We hold bbolt's exclusive lock, so no other writer of this store
+		// has temp files in flight.
+		if err := s.cleanTmp(); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// openBolt is bolt.Open with its panics on damaged pages (it reads the
+// freelist at open) turned into errors.
+func openBolt(path string, opt *bolt.Options) (db *bolt.DB, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			db, err = nil, fmt.Errorf("bbolt panicked: %v", r)
+		}
+	}()
+	return bolt.Open(path, 0o600, opt)
+}
+
+func classifyOpenError(dir string, err error) error {
+	switch {
+	case errors.Is(err, berrors.ErrTimeout):
+		return fmt.Errorf("open store %s: %w", dir, ErrLocked)
+	case errors.Is(err, berrors.ErrVersionMismatch):
+		return fmt.Errorf("open store %s: %s: %v: %w", dir, metaFileName, err, ErrIncompatible)
+	}
+	var errno syscall.Errno
+	var pe *fs.PathError
+	if errors.As(err, &pe) || errors.As(err, &errno) {
+		// An OS error (permissions, read-only fs, I/O) is not corruption.
+		return fmt.Errorf("open store %s: %w", dir, err)
+	}
+	// Everything else bbolt reports at open (invalid meta pages, checksum,
+	// file size too small, bad mapping) means the file is damaged.
+	return fmt.Errorf("open store %s: %s: %v: %w", dir, metaFileName, err, ErrCorrupt)
+}
+
+// createDirs makes the directory skeleton and proves it writable, so a
+// read-only location fails here with a clear error rather than on the
+// first blob.
+func (s *Store) createDirs() error {
+	for _, d := range []string{s.dir, s.objectsDir(), s.tmpDir()} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("open store %s: create %s: %w", s.dir, d, err)
+		}
+	}
+	f, err := os.CreateTemp(s.tmpDir(), "probe-*")
+	if err != nil {
+		return fmt.Errorf("open store %s: directory not writable: %w", s.dir, err)
+	}
+	name := f.Name()
+	f.Close()
+	os.Remove(name)
+	return nil
+}
+
+// initMeta creates meta.db atomically: built in tmp/, synced and linked
+// into place, so a meta.db that exists was complete once.
+func (s *Store) initMeta() error {
+	// A missing meta.db next to existing objects means metadata was lost;
+	// starting fresh would orphan everything.
+	if ents, err := os.ReadDir(s.objectsDir()); err == nil && len(ents) > 0 {
+		return fmt.Errorf("open store %s: %s missing but objects exist: %w", s.dir, metaFileName, ErrCorrupt)
+	}
+	// A unique temp name and link (not rename) make two processes creating
+	// the same store at once safe: the first link wins, the loser drops
+	// its copy and opens the winner's.
+	// It lives in the store directory, not tmp/, because a concurrent
+	// opener that won the race cleans tmp/.
+	tmp := filepath.Join(s.dir, fmt.Sprintf("%s%d-%d", metaTempPrefix, os.Getpid(), time.Now().UnixNano()))
+	defer os.Remove(tmp)
+	db, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: time.Second, NoSync: s.noSync})
+	if err != nil {
+		return fmt.Errorf("open store %s: create %s: %w", s.dir, metaFileName, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range allBuckets {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		rec, err := json.Marshal(formatRecord{Version: FormatVersion, Hash: HashName})
+		if err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketFormat).Put(keyFormat, rec); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketTrees).Put(emptyTreeID[:], emptyTreeEncoding())
+	})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && !s.noSync {
+		err = syncPath(tmp)
+	}
+	if err == nil {
+		err = os.Link(tmp, filepath.Join(s.dir, metaFileName))
+		if errors.Is(err, fs.ErrExist) {
+			return nil
+		}
+	}
+	if err == nil && !s.noSync {
+		err = syncPath(s.dir)
+	}
+	if err != nil {
+		return fmt.Errorf("open store %s: create %s: %w", s.dir, metaFileName, err)
+	}
+	return nil
+}
+
+// validate checks the format record and that every bucket exists.
+func (s *Store) validate() error {
+	return s.view(func(tx *bolt.Tx) error {
+		fb := tx.Bucket(bucketFormat)
+		if fb == nil {
+			return fmt.Errorf("open store %s: no format record: %w", s.dir, ErrCorrupt)
+		}
+		v := fb.Get(keyFormat)
+		if v == nil {
+			return fmt.Errorf("open store %s: no format record: %w", s.dir, ErrCorrupt)
+		}
+		var rec formatRecord
+		if err := json.Unmarshal(v, &rec); err != nil {
+			return fmt.Errorf("open store %s: format record: %v: %w", s.dir, err, ErrCorrupt)
+		}
+		if rec.Version != FormatVersion || rec.Hash != HashName {
+			return fmt.Errorf("open store %s: format version %d hash %q, this binary understands version %d hash %q: %w",
+				s.dir, rec.Version, rec.Hash, FormatVersion, HashName, ErrIncompatible)
+		}
+		for _, b := range allBuckets {
+			if tx.Bucket(b) == nil {
+				return fmt.Errorf("open store %s: bucket %q missing: %w", s.dir, b, ErrCorrupt)
+			}
+		}
+		return nil
+	})
+}
+
+// cleanTmp removes temp files left by a crash.
+func (s *Store) cleanTmp() error {
+	ents, err := os.ReadDir(s.tmpDir())
+	if err != nil {
+		return fmt.Errorf("open store %s: %w", s.dir, err)
+	}
+	for _, e := range ents {
+		if err := os.RemoveAll(filepath.Join(s.tmpDir(), e.Name())); err != nil {
+			return fmt.Errorf("open store %s: clean tmp: %w", s.dir, err)
+		}
+	}
+	// A meta.db being created by a process that crashed; a fresh one may
+	// belong to a concurrent creator, so only old ones go.
+	old, _ := filepath.Glob(filepath.Join(s.dir, metaTempPrefix+"*"))
+	for _, p := range old {
+		if fi, err := os.Stat(p); err == nil && time.Since(fi.ModTime()) > 10*time.Minute {
+			os.Remove(p)
+		}
+	}
+	return nil
+}
+
+// Close closes meta.db. Blobs need no closing.
+func (s *Store) Close() error {
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("close store %s: %w", s.dir, err)
+	}
+	return nil
+}
+
+// Dir returns the absolute store directory.
+func (s *Store) Dir() string { return s.dir }
+
+// DB returns the bbolt database, for packages that keep their own buckets
+// in the same file (window/). They must not touch this package's buckets.
+func (s *Store) DB() *bolt.DB { return s.db }
+
+// Now returns the store clock in Unix milliseconds.
+func (s *Store) Now() int64 { return s.clock() }
+
+// ReadOnly reports whether the store was opened read-only.
+func (s *Store) ReadOnly() bool { return s.readOnly }
+
+// HoldGC keeps GC from running until release is called, and waits for a
+// running GC to finish first. An operation that writes objects and then
+// references them from a head (commit, capture, import, rebase, land)
+// holds it from its first write to its append, so GC never sweeps objects
+// that are about to become reachable. Holds may nest and overlap freely;
+// GC waits until none is held. release is idempotent.
+func (s *Store) HoldGC() (release func()) {
+	s.gcMu.Lock()
+	for s.gcRunning {
+		s.gcCond.Wait()
+	}
+	s.gcHolds++
+	s.gcMu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.gcMu.Lock()
+			s.gcHolds--
+			if s.gcHolds == 0 {
+				s.gcCond.Broadcast()
+			}
+			s.gcMu.Unlock()
+		})
+	}
+}
+
+// beginGC waits until no hold is outstanding and marks GC running; new
+// holds wait until endGC.
+func (s *Store) beginGC() {
+	s.gcMu.Lock()
+	for s.gcRunning || s.gcHolds > 0 {
+		s.gcCond.Wait()
+	}
+	s.gcRunning = true
+	s.gcMu.Unlock()
+}
+
+func (s *Store) endGC() {
+	s.gcMu.Lock()
+	s.gcRunning = false
+	s.gcCond.Broadcast()
+	s.gcMu.Unlock()
+}
+
+func (s *Store) objectsDir() string { return filepath.Join(s.dir, objectsDirName) }
+func (s *Store) tmpDir() string     { return filepath.Join(s.dir, tmpDirName) }
+
+// view runs fn in a read transaction. A panic inside bbolt (it panics on
+// some kinds of page corruption) becomes an error wrapping ErrCorrupt.
+func (s *Store) view(fn func(tx *bolt.Tx) error) (err error) {
+	// A corrupt page id can point outside the mapping; make that fault a
+	// recoverable panic instead of killing the process.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer recoverCorrupt(&err)
+	return s.db.View(fn)
+}
+
+// update runs fn in a write transaction; see view for panics.
+func (s *Store) update(fn func(tx *bolt.Tx) error) (err error) {
+	if s.readOnly {
+		return fmt.Errorf("store %s: %w", s.dir, ErrReadOnly)
+	}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer recoverCorrupt(&err)
+	return s.db.Update(fn)
+}
+
+func recoverCorrupt(err *error) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("%w: metadata: bbolt panicked: %v", ErrCorrupt, r)
+	}
+}
+
+// syncPath fsyncs a file or directory by name.
+func syncPath(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("fsync %s: %w", path, err)
+	}
+	return nil
+}
