@@ -45,6 +45,10 @@ func (m *Manager) PinnedParent(ws string) (store.ID, error) {
 // RootOf returns a generation's root tree.
 func (m *Manager) RootOf(gen store.ID) (store.ID, error) { return m.rootOf(gen) }
 
+// HoldGC keeps a concurrent gc from sweeping objects written before they
+// are referenced (a mount's capture writes blobs and trees, then publishes).
+func (m *Manager) HoldGC() (release func()) { return m.st.HoldGC() }
+
 // PublishCapture publishes a mount's captured tree as ws's next head.
 // pinned is the generation the mount's view was based on. If ws's head
 // moved underneath the mount (a land into a mounted parent), the capture is
@@ -52,6 +56,8 @@ func (m *Manager) RootOf(gen store.ID) (store.ID, error) { return m.rootOf(gen) 
 // same path (nothing the tools wrote is lost), and those paths are returned
 // as conflicts for status.
 func (m *Manager) PublishCapture(ws string, pinned, root store.ID, permit *store.Permit) (store.ID, []ConflictInfo, error) {
+	release := m.st.HoldGC()
+	defer release()
 	w, err := m.Get(ws)
 	if err != nil {
 		return store.ID{}, nil, err

@@ -18,6 +18,8 @@ func (m *Manager) Create(name, fromDir string) (store.ID, ImportStats, error) {
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return store.ID{}, stats, err
 	}
+	release := m.st.HoldGC()
+	defer release()
 	root := store.EmptyTreeID()
 	if fromDir != "" {
 		var err error
@@ -94,6 +96,8 @@ func (m *Manager) Commit(name, dir string) (store.ID, ImportStats, error) {
 	if err != nil {
 		return store.ID{}, stats, err
 	}
+	release := m.st.HoldGC()
+	defer release()
 	root, stats, err := m.importDir(dir, prevRoot)
 	if err != nil {
 		return store.ID{}, stats, err
@@ -165,7 +169,7 @@ func (m *Manager) Undo(name string) (store.ID, error) {
 		return store.ID{}, fmt.Errorf("%w: %s", ErrNoHistory, name)
 	}
 	target := log[cur+1]
-	_, err = m.st.CompareAndAppend(name, w.Head, store.HeadEntry{Gen: target.Gen, Base: target.Base, Kind: store.GenUndo, Operation: fmt.Sprintf("undo to %d", target.Seq), Time: m.now()}, nil)
+	_, err = m.st.CompareAndAppend(name, w.Head, store.HeadEntry{Gen: target.Gen, Base: target.Base, Kind: store.GenUndo, Operation: fmt.Sprintf("undo to %d %s", target.Seq, newOperationID()), Time: m.now()}, nil)
 	if err != nil {
 		return store.ID{}, fmt.Errorf("undo %s: %w", name, err)
 	}

@@ -95,6 +95,8 @@ func (m *Manager) Rebase(name string, opt RebaseOptions) (Result, error) {
 }
 
 func (m *Manager) rebaseOnce(name string, opt RebaseOptions) (Result, error) {
+	release := m.st.HoldGC() // merged objects must not be swept before the append
+	defer release()
 	w, err := m.Get(name)
 	if err != nil {
 		return Result{}, err
@@ -212,7 +214,7 @@ func (m *Manager) Land(name string, opt RebaseOptions) (Result, error) {
 	op := "land " + name + " " + newOperationID()
 	_, err = m.st.CompareAndAppendMany([]store.Append{
 		{Workspace: w.Parent, ExpectHead: p.Head, Entry: store.HeadEntry{Gen: w.Head, Base: p.Base, Kind: store.GenLand, Operation: op, Time: m.now()}},
-		{Workspace: name, ExpectHead: w.Head, Entry: store.HeadEntry{Gen: w.Head, Base: w.Head, Kind: store.GenLand, Operation: "landed into " + w.Parent, Time: m.now()}},
+		{Workspace: name, ExpectHead: w.Head, Entry: store.HeadEntry{Gen: w.Head, Base: w.Head, Kind: store.GenLand, Operation: "landed into " + w.Parent + " " + newOperationID(), Time: m.now()}},
 	}, opt.Permit)
 	if errors.Is(err, store.ErrHeadMoved) {
 		return res, fmt.Errorf("land %s: %w: %w", name, ErrBusy, err)

@@ -88,6 +88,11 @@ func (a *app) forward(args []string) (int, bool) {
 		}
 	}
 	resp, err := c.run(runRequest{Args: args, Cwd: a.cwd, StderrTTY: a.stderrTTY, ClientPID: os.Getpid()})
+	if err != nil && isGone(err) && cmd != "mount" {
+		// The daemon exited between the ping and the call (it stops after
+		// its last unmount): the store is ours again.
+		return 0, false
+	}
 	if err != nil {
 		reportError(a.stderr, fmt.Errorf("%s: daemon unreachable: %w", cmd, err))
 		return exitError, true
@@ -217,4 +222,9 @@ func startDaemon(storeDir string) error {
 		msg = "it exited"
 	}
 	return fmt.Errorf("daemon failed to start: %s (see %s)", msg, filepath.Join(storeDir, logName))
+}
+
+// isGone reports whether err means nobody listens on the socket anymore.
+func isGone(err error) bool {
+	return errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)
 }

@@ -393,8 +393,6 @@ func (s *served) outcome(o workspace.Outcome) workspace.Result {
 func (s *served) reconcileLast(lease window.Lease) (workspace.Result, error) {
 	m := s.d.m
 	ctx := context.Background()
-	s.d.gcMu.RLock()
-	defer s.d.gcMu.RUnlock()
 	permit := lease.Permit
 	if err := s.captureAndPublish(&permit); err != nil {
 		if !workspace.IsFenced(err) {
@@ -438,6 +436,8 @@ func (s *served) reconcileLast(lease window.Lease) (workspace.Result, error) {
 
 // captureAndPublish publishes the overlay's changes, if any.
 func (s *served) captureAndPublish(permit *store.Permit) error {
+	release := s.d.m.HoldGC() // captured objects are unreferenced until published
+	defer release()
 	root, changed, err := s.mnt.Capture()
 	if err != nil {
 		return fmt.Errorf("capture %s: %w", s.ws, err)
@@ -483,27 +483,26 @@ func (s *served) parentAdvanced(parentHead store.ID) {
 	if !claimed {
 		return
 	}
-	go func() {
-		// Not inline: the caller may be another mount's reconcile or a
-		// command holding locks of its own.
-		s.acquire(0)
-		defer s.release()
-		if s.closing {
-			return
-		}
-		if err := s.captureAndPublish(nil); err != nil {
-			s.d.logger.Printf("%s: capture before rebase: %v", s.ws, err)
-		}
-		res, err := s.d.finishTicket(s.ws, r)
-		if err != nil {
-			s.d.logger.Printf("%s: rebase onto advanced parent: %v", s.ws, err)
-			return
-		}
-		if err := s.switchToHead(); err != nil {
-			s.d.logger.Printf("%s: %v", s.ws, err)
-		}
-		s.last = res
-	}()
+	// Synchronous, so that the command that moved the parent returns with
+	// its idle children already following. Lock order is parent before
+	// child (lineage is acyclic), so a parent's reconcile may call this.
+	s.acquire(0)
+	defer s.release()
+	if s.closing {
+		return
+	}
+	if err := s.captureAndPublish(nil); err != nil {
+		s.d.logger.Printf("%s: capture before rebase: %v", s.ws, err)
+	}
+	res, err := s.d.finishTicket(s.ws, r)
+	if err != nil {
+		s.d.logger.Printf("%s: rebase onto advanced parent: %v", s.ws, err)
+		return
+	}
+	if err := s.switchToHead(); err != nil {
+		s.d.logger.Printf("%s: %v", s.ws, err)
+	}
+	s.last = res
 }
 
 // refresh re-pins an idle mount at its workspace's head after a command
