@@ -154,12 +154,12 @@ func TestUsageAndLookupErrors(t *testing.T) {
 		t.Errorf("unknown workspace error: %q", r.stderr)
 	}
 	e.fails(2, "diff", "main", "zzzzzzzzzz")
-	e.fails(2, "fork", "main", "c", "--at", "abc")      // too short
+	e.fails(2, "fork", "main", "c", "--at", "abc")       // too short
 	e.fails(2, "fork", "main", "c", "--at", "xyzxyzxyz") // not hex
 	e.fails(2, "fork", "main", "c", "--at", "0000000000000000")
-	e.fails(2, "create", "x", "--from", filepath.Join(src, "f"))       // a file
+	e.fails(2, "create", "x", "--from", filepath.Join(src, "f"))         // a file
 	e.fails(2, "create", "y", "--from", filepath.Join(e.dir, "nowhere")) // missing
-	e.fails(2, "rebase", "main")                                        // root
+	e.fails(2, "rebase", "main")                                         // root
 	e.fails(2, "frobnicate")
 	e.fails(2, "log", "main", "--bogus")
 	e.fails(2, "fork", "main")

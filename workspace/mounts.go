@@ -70,4 +70,3 @@ func (m *Manager) MountRecords() ([]MountRecord, error) {
 	}
 	return out, nil
 }
-
