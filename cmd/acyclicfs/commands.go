@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -496,4 +495,3 @@ func (a *app) cmdFsck() *cobra.Command {
 	}
 }
 
-var _ = os.Stdout

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -457,4 +456,3 @@ func (a *app) cmdExecChild() *cobra.Command {
 	}
 }
 
-var _ = tabwriter.NewWriter

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -90,5 +88,3 @@ func preScanStore(args []string) string {
 	return ""
 }
 
-var _ = errors.New
-var _ = fmt.Sprint

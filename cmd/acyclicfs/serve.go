@@ -43,7 +43,6 @@ type served struct {
 	pinned  store.ID // generation the view shows (overlay base)
 	last    workspace.Result
 	closing bool
-	nextSeq int
 }
 
 type heldLease struct {
