@@ -1,11 +1,16 @@
 package workspace
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/acyclicfs/acyclicfs/store"
+)
 
 var (
 	// ErrInvalidName is returned when a workspace name breaks the naming rule
 	// (1–128 bytes of [A-Za-z0-9._-], not starting with '.' or '-').
-	ErrInvalidName = errors.New("invalid workspace name")
+	// It is the store's sentinel, so errors from either layer match.
+	ErrInvalidName = store.ErrInvalidName
 	// ErrUnknownWorkspace is returned when a named workspace does not exist.
 	ErrUnknownWorkspace = errors.New("unknown workspace")
 	// ErrExists is returned when creating a workspace whose name is taken.
