@@ -95,7 +95,8 @@ func (m *Manager) Export(gen store.ID, dir string, force bool) (int, error) {
 	if err := os.MkdirAll(newDir, 0o755); err != nil {
 		return 0, m.abortExport(&j, fmt.Errorf("create staging %s: %w", newDir, err))
 	}
-	count, err := m.materialize(root, newDir)
+	total := -1 // unknown: the tree is not walked twice
+	count, err := m.materialize(root, newDir, func(done int) { m.opt.Progress("export", done, total) })
 	if err != nil {
 		return 0, m.abortExport(&j, err)
 	}
@@ -271,43 +272,47 @@ func (m *Manager) PendingExports() ([]string, error) {
 // materialize writes tree root into the existing, empty directory dir.
 // Entries are created with O_EXCL|O_NOFOLLOW: nothing is written through a
 // symlink, not even one this export created.
-func (m *Manager) materialize(root store.ID, dir string) (int, error) {
+func (m *Manager) materialize(root store.ID, dir string, progress func(done int)) (int, error) {
+	count := 0
+	err := m.materializeInto(root, dir, &count, progress)
+	return count, err
+}
+
+func (m *Manager) materializeInto(root store.ID, dir string, count *int, progress func(done int)) error {
 	t, err := m.st.GetTree(root)
 	if err != nil {
-		return 0, fmt.Errorf("tree %s: %w", root.Short(), err)
+		return fmt.Errorf("tree %s: %w", root.Short(), err)
 	}
-	count := 0
 	for _, e := range t.Entries {
 		p := filepath.Join(dir, e.Name)
 		switch e.Kind {
 		case store.KindDir:
 			if err := os.Mkdir(p, 0o755); err != nil {
-				return count, fmt.Errorf("export %s: %w", p, err)
+				return fmt.Errorf("export %s: %w", p, err)
 			}
-			n, err := m.materialize(e.ID, p)
-			count += n
-			if err != nil {
-				return count, err
+			if err := m.materializeInto(e.ID, p, count, progress); err != nil {
+				return err
 			}
 			continue
 		case store.KindSymlink:
 			target, err := m.st.ReadBlob(e.ID)
 			if err != nil {
-				return count, fmt.Errorf("export %s: %w", p, err)
+				return fmt.Errorf("export %s: %w", p, err)
 			}
 			if err := os.Symlink(string(target), p); err != nil {
-				return count, fmt.Errorf("export %s: %w", p, err)
+				return fmt.Errorf("export %s: %w", p, err)
 			}
 		default:
 			if err := m.writeFile(p, e); err != nil {
-				return count, err
+				return err
 			}
 		}
 		ts := []unix.Timespec{unix.NsecToTimespec(e.Mtime), unix.NsecToTimespec(e.Mtime)}
 		_ = unix.UtimesNanoAt(unix.AT_FDCWD, p, ts, unix.AT_SYMLINK_NOFOLLOW)
-		count++
+		*count++
+		progress(*count)
 	}
-	return count, nil
+	return nil
 }
 
 func (m *Manager) writeFile(p string, e store.Entry) error {

@@ -57,7 +57,8 @@ func (m *Manager) importDir(dir string, prevRoot store.ID) (store.ID, ImportStat
 		return store.ID{}, stats, err
 	}
 	batch := m.st.NewBlobBatch()
-	if err := hashFiles(batch, jobs, &stats); err != nil {
+	progress := func(done int) { m.opt.Progress("import", done, len(jobs)) }
+	if err := hashFiles(batch, jobs, &stats, progress); err != nil {
 		return store.ID{}, stats, err
 	}
 	if err := batch.Commit(); err != nil {
@@ -175,7 +176,7 @@ func (m *Manager) warn(stats *ImportStats, msg string) {
 
 // hashFiles stores every job's content, in parallel: hashing is CPU-bound
 // and the disk is rarely the limit on a warm cache.
-func hashFiles(batch *store.BlobBatch, jobs []fileJob, stats *ImportStats) error {
+func hashFiles(batch *store.BlobBatch, jobs []fileJob, stats *ImportStats, progress func(done int)) error {
 	workers := runtime.GOMAXPROCS(0)
 	if workers < 2 {
 		workers = 2
@@ -214,6 +215,7 @@ func hashFiles(batch *store.BlobBatch, jobs []fileJob, stats *ImportStats) error
 					j.entry.Size = n
 					stats.Hashed++
 					stats.Bytes += n
+					progress(stats.Hashed)
 				}
 				mu.Unlock()
 			}

@@ -26,6 +26,10 @@ type Options struct {
 	Limits rebase.Limits
 	// NoSync skips fsyncs (tests only).
 	NoSync bool
+	// Progress, if set, is told how far a long operation (import, export)
+	// got: done of total items. It is called from worker goroutines, at
+	// most a few times per item, and must be cheap.
+	Progress func(what string, done, total int)
 }
 
 // Hooks connect the manager to live mounts (the daemon sets them). The zero
@@ -82,6 +86,9 @@ func Open(dir string, opt Options) (*Manager, error) {
 	}
 	if m.opt.Warn == nil {
 		m.opt.Warn = func(string) {}
+	}
+	if m.opt.Progress == nil {
+		m.opt.Progress = func(string, int, int) {}
 	}
 	if m.opt.Clock == nil {
 		m.opt.Clock = st.Now

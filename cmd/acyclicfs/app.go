@@ -35,6 +35,8 @@ type app struct {
 	owned *workspace.Manager
 	// daemon hooks (nil outside the daemon)
 	d *daemon
+	// bar shows import/export progress on a terminal (nil otherwise).
+	bar *progressBar
 }
 
 // storeDir resolves --store, $ACYCLICFS_STORE, $XDG_DATA_HOME/acyclicfs,
@@ -76,7 +78,8 @@ func (a *app) manager() (*workspace.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := workspace.Open(dir, workspace.Options{Warn: a.warn})
+	a.bar = a.progress()
+	m, err := workspace.Open(dir, workspace.Options{Warn: a.warn, Progress: a.bar.update})
 	if err != nil {
 		return nil, err
 	}
@@ -85,6 +88,7 @@ func (a *app) manager() (*workspace.Manager, error) {
 }
 
 func (a *app) close() {
+	a.bar.done()
 	if a.owned != nil {
 		a.owned.Close()
 		a.owned, a.mgr = nil, nil
@@ -92,6 +96,7 @@ func (a *app) close() {
 }
 
 func (a *app) warn(msg string) {
+	a.bar.done()
 	if !a.quiet {
 		fmt.Fprintf(a.stderr, "warning: %s\n", msg)
 	}
@@ -105,6 +110,7 @@ func (a *app) info(format string, args ...any) {
 
 // emit prints v as JSON with --json, else calls text.
 func (a *app) emit(v any, text func(w io.Writer)) error {
+	a.bar.done()
 	if a.jsonOut {
 		enc := json.NewEncoder(a.stdout)
 		enc.SetIndent("", "  ")
