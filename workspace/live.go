@@ -83,6 +83,9 @@ func (m *Manager) PublishCapture(ws string, pinned, root store.ID, permit *store
 	if err != nil {
 		return store.ID{}, nil, fmt.Errorf("merge capture of %s with its moved head: %w", ws, err)
 	}
+	if mr.Tree == headRoot {
+		return w.Head, nil, nil // already published (a recovery replaying a capture that landed)
+	}
 	gen, err := m.st.PutGeneration(&store.Generation{Root: mr.Tree, Parents: []store.ID{w.Head, pinned}, Workspace: ws, Kind: store.GenCapture, Operation: op, Time: m.now()})
 	if err != nil {
 		return store.ID{}, nil, err

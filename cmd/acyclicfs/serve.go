@@ -124,19 +124,21 @@ func (d *daemon) mountWorkspace(ws, mp string, opt mountOptions) (*served, []str
 		}
 	}()
 
-	if err := checkMountpoint(mp); err != nil {
-		return nil, nil, err
-	}
 	var notes []string
 	stateDir := filepath.Join(d.dir, "mounts", ws)
 	if rec, found, err := m.MountRecord(ws); err != nil {
 		return nil, nil, err
 	} else if found {
+		// Recover first: it detaches the dead mountpoint, which the kernel
+		// may still answer stat for from its attribute cache.
 		n, err := d.recoverMount(rec)
 		notes = append(notes, n...)
 		if err != nil {
 			return nil, notes, fmt.Errorf("recover previous mount of %s: %w", ws, err)
 		}
+	}
+	if err := checkMountpoint(mp); err != nil {
+		return nil, notes, err
 	}
 	// An unmounted child whose parent moved follows it before mounting.
 	if w.Parent != "" {
@@ -236,12 +238,11 @@ func unescapeMount(s string) string {
 func (d *daemon) recoverMount(rec workspace.MountRecord) ([]string, error) {
 	m := d.m
 	var notes []string
-	if rec.DaemonPID != os.Getpid() && rec.Mountpoint != "" {
-		var st unix.Stat_t
-		if err := unix.Stat(rec.Mountpoint, &st); errors.Is(err, unix.ENOTCONN) || errors.Is(err, unix.EIO) || (err == nil && isMounted(rec.Mountpoint)) {
-			if err := unix.Unmount(rec.Mountpoint, unix.MNT_DETACH); err == nil {
-				notes = append(notes, "detached dead mount at "+rec.Mountpoint)
-			}
+	if rec.DaemonPID != os.Getpid() && rec.Mountpoint != "" && isMounted(rec.Mountpoint) {
+		// The record's daemon is gone (one daemon serves a store, and it is
+		// us): what is mounted there is its dead connection.
+		if err := unix.Unmount(rec.Mountpoint, unix.MNT_DETACH); err == nil {
+			notes = append(notes, "detached dead mount at "+rec.Mountpoint)
 		}
 	}
 	pinned, err := store.ParseID(rec.Pinned)
