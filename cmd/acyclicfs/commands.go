@@ -494,4 +494,3 @@ func (a *app) cmdFsck() *cobra.Command {
 		},
 	}
 }
-

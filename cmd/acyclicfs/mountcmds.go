@@ -455,4 +455,3 @@ func (a *app) cmdExecChild() *cobra.Command {
 		},
 	}
 }
-

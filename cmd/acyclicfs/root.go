@@ -87,4 +87,3 @@ func preScanStore(args []string) string {
 	}
 	return ""
 }
-
