@@ -83,6 +83,9 @@ func (m *Manager) PublishCapture(ws string, pinned, root store.ID, permit *store
 	if err != nil {
 		return store.ID{}, nil, fmt.Errorf("merge capture of %s with its moved head: %w", ws, err)
 	}
+	if permit != nil && !window.PermitMatchesWorkspace(*permit, ws) {
+		return store.ID{}, nil, fmt.Errorf("publish capture of %s: %w: the permit belongs to another workspace", ws, store.ErrFenced)
+	}
 	if mr.Tree == headRoot {
 		return w.Head, nil, nil // already published (a recovery replaying a capture that landed)
 	}

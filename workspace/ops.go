@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/acyclicfs/acyclicfs/store"
+	"github.com/acyclicfs/acyclicfs/window"
 )
 
 // Create makes a new root workspace, empty or importing fromDir.
@@ -109,6 +110,9 @@ func (m *Manager) Commit(name, dir string) (store.ID, ImportStats, error) {
 // publish appends a generation with the given root on top of w's head.
 // When root equals the head's root nothing new is appended.
 func (m *Manager) publish(w store.Workspace, root store.ID, kind store.GenKind, op string, permit *store.Permit) (store.ID, error) {
+	if permit != nil && !window.PermitMatchesWorkspace(*permit, w.Name) {
+		return store.ID{}, fmt.Errorf("publish %s: %w: the permit belongs to another workspace", w.Name, store.ErrFenced)
+	}
 	headRoot, err := m.rootOf(w.Head)
 	if err != nil {
 		return store.ID{}, err

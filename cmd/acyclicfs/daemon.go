@@ -207,7 +207,9 @@ func (d *daemon) handleRun(w http.ResponseWriter, r *http.Request) {
 	if cmd == "shutdown" {
 		d.stop()
 	}
-	if (cmd == "unmount") && d.exitWhenIdle {
+	// A daemon started on demand leaves once nothing is mounted: after the
+	// last unmount, or after the mount that started it failed.
+	if (cmd == "unmount" || cmd == "mount") && d.exitWhenIdle {
 		d.mu.Lock()
 		idle := len(d.mounts) == 0
 		d.mu.Unlock()

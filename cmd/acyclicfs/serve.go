@@ -352,6 +352,19 @@ func (s *served) beginLease(owner sessions.Owner, label string, explicit bool, t
 	}
 	ctx := context.Background()
 	lease, err := s.d.m.Windows().Begin(ctx, s.ws, parent, label, ttl)
+	if errors.Is(err, window.ErrReconciling) {
+		// A reconcile that failed or was interrupted still holds its ticket:
+		// finish it (replayed by key) instead of failing every new session.
+		if r, ok, cerr := s.d.m.Windows().ClaimReconcile(ctx, s.ws); cerr == nil && ok {
+			if _, ferr := s.d.finishTicket(s.ws, r); ferr != nil {
+				return window.Lease{}, fmt.Errorf("finish interrupted reconcile of %s: %w", s.ws, ferr)
+			}
+			if err := s.switchToHead(); err != nil {
+				return window.Lease{}, err
+			}
+		}
+		lease, err = s.d.m.Windows().Begin(ctx, s.ws, parent, label, ttl)
+	}
 	if err != nil {
 		return window.Lease{}, fmt.Errorf("open lease on %s: %w", s.ws, err)
 	}
