@@ -151,3 +151,44 @@ func CheckPermitTx(tx *bolt.Tx, p Permit, nowMs int64) error {
 	}
 	return nil
 }
+
+// PruneGates deletes every gate that is closed or expired at the store
+// clock: no permit of such a gate can pass CheckPermitTx again (an unknown
+// gate is fenced just like a closed one), so forgetting it changes no
+// outcome. Windows open one gate per lease; gc calls this so they do not
+// accumulate. It returns how many gates were deleted.
+func (s *Store) PruneGates() (int, error) {
+	if s.readOnly {
+		return 0, fmt.Errorf("prune gates: %w", ErrReadOnly)
+	}
+	now := s.Now()
+	n := 0
+	err := s.update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketGates)
+		if b == nil {
+			return nil
+		}
+		var dead [][]byte
+		err := b.ForEach(func(k, v []byte) error {
+			var g gateRecord
+			if err := json.Unmarshal(v, &g); err != nil {
+				return fmt.Errorf("%w: gate %q: %v", ErrCorrupt, k, err)
+			}
+			if !g.Open || now >= g.ExpiresAt {
+				dead = append(dead, append([]byte(nil), k...))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range dead {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+		n = len(dead)
+		return nil
+	})
+	return n, err
+}

@@ -87,7 +87,14 @@ func (m *Manager) GC() (int64, error) {
 			roots.Add(j.Gen)
 		}
 	}
-	return m.st.GC(roots)
+	freed, err := m.st.GC(roots)
+	if err != nil {
+		return freed, err
+	}
+	if _, err := m.st.PruneGates(); err != nil {
+		return freed, fmt.Errorf("prune lease gates: %w", err)
+	}
+	return freed, nil
 }
 
 // Fsck verifies every object, reference and journal. It returns the
