@@ -30,18 +30,24 @@ run "$B" fork main agent-a
 run "$B" fork main agent-b
 run "$B" mount agent-a "$work/mnt"
 
-say "tools run inside the mount (one lease: acyclicfs exec)"
+say "agent-a's tools run inside the mount as one session (acyclicfs exec); meanwhile agent-b lands into main"
+mkfifo "$work/go"
 "$B" exec "$work/mnt" -- sh -c '
   echo "feature from agent-a" > feature.txt
   sed -i "s/line one/line one (edited by agent-a)/" README.md
-  git init -q && git add -A && git -c user.email=a@b -c user.name=agent commit -qm "agent-a work" && git log --oneline
-'
-
-say "meanwhile agent-b lands into main (the mounted child is idle, so it follows at once)"
+  git init -q && git add -A && git -c user.email=a@b -c user.name=agent commit -qm "agent-a work"
+  read x < "$0"   # wait while the parent advances
+  echo "  [inside agent-a] the view is pinned: README.md still has $(wc -l < README.md) lines"
+  git log --oneline
+' "$work/go" &
+exec_pid=$!
 mkdir -p "$work/b" && "$B" export agent-b "$work/b" >/dev/null
 printf 'line three from agent-b\n' >> "$work/b/README.md"
 run "$B" commit agent-b "$work/b"
 run "$B" land agent-b
+echo go > "$work/go"
+say "the session ends: its writes are captured and agent-a is rebased onto main's new head, once"
+wait "$exec_pid"
 run cat "$work/mnt/README.md"
 run "$B" log agent-a -n 3
 run "$B" unmount "$work/mnt"
