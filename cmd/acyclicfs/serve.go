@@ -543,10 +543,19 @@ func (s *served) refresh() {
 
 // unmount ends every lease (the last close reconciles), publishes anything
 // left, unmounts and forgets the mount.
-func (s *served) unmount() (workspace.Result, error) {
+func (s *served) unmount() (res workspace.Result, err error) {
 	s.acquire(0)
 	s.last = workspace.Result{}
+	s.closing = true // new sessions are refused from here on
 	s.release()
+	unmounted := false
+	defer func() {
+		if !unmounted {
+			s.acquire(0)
+			s.closing = false // the mount still serves: let sessions in again
+			s.release()
+		}
+	}()
 	s.tracker.EndAll()
 	s.acquire(0)
 	owners := make([]sessions.Owner, 0, len(s.leases))
@@ -555,7 +564,7 @@ func (s *served) unmount() (workspace.Result, error) {
 	}
 	s.release()
 	sort.Slice(owners, func(i, j int) bool { return owners[i] < owners[j] })
-	res := s.outcome(workspace.OutcomeCurrent)
+	res = s.outcome(workspace.OutcomeCurrent)
 	for _, o := range owners {
 		s.tracker.Unbind(o)
 		r, err := s.endLease(o)
@@ -566,19 +575,17 @@ func (s *served) unmount() (workspace.Result, error) {
 	}
 	s.acquire(0)
 	defer s.release()
-	s.closing = true
-	if res.Outcome == workspace.OutcomeCurrent && s.last.Outcome != "" && len(owners) == 0 {
-		res = s.last
+	if len(owners) == 0 && s.last.Outcome != "" {
+		res = s.last // the outcome of the final close EndAll triggered
 	}
 	if err := s.captureAndPublish(nil); err != nil {
-		s.closing = false
 		return res, err
 	}
-	s.tracker.Close()
 	if err := s.mnt.Unmount(); err != nil {
-		s.closing = false
 		return res, fmt.Errorf("unmount %s: %w", s.mp, err)
 	}
+	unmounted = true
+	s.tracker.Close()
 	if err := fusefs.ResetState(s.stateDir); err != nil {
 		return res, err
 	}
@@ -590,8 +597,5 @@ func (s *served) unmount() (workspace.Result, error) {
 	delete(s.d.mounts, s.ws)
 	s.d.mu.Unlock()
 	s.d.logger.Printf("unmounted %s from %s: %s", s.ws, s.mp, res.Outcome)
-	if res.Outcome == "" {
-		res = s.outcome(workspace.OutcomeCurrent)
-	}
 	return res, nil
 }
