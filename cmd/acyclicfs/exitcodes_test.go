@@ -1,0 +1,78 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/acyclicfs/acyclicfs/corestate"
+	"github.com/acyclicfs/acyclicfs/store"
+	"github.com/acyclicfs/acyclicfs/workspace"
+)
+
+func TestExitCodes(t *testing.T) {
+	wrap := func(err error) error { return fmt.Errorf("op: %w", err) }
+	cases := []struct {
+		err  error
+		want int
+	}{
+		{nil, 0},
+		{errors.New("disk on fire"), 1},
+		{wrap(store.ErrCorrupt), 1},
+		{wrap(syscall.ENOSPC), 1},
+		{wrap(workspace.ErrInvalidName), 2},
+		{wrap(workspace.ErrUnknownWorkspace), 2},
+		{wrap(workspace.ErrInvalidInput), 2},
+		{wrap(store.ErrAmbiguous), 2},
+		{usageError{errors.New("bad flag")}, 2},
+		{errConflictExit, 3},
+		{wrap(workspace.ErrConflict), 3},
+		{wrap(workspace.ErrBusy), 4},
+		{wrap(store.ErrLocked), 4},
+		{wrap(corestate.ErrLockTimeout), 4},
+		{exitWith(42), 42},
+	}
+	for _, c := range cases {
+		if got := exitCode(c.err); got != c.want {
+			t.Errorf("exitCode(%v) = %d, want %d", c.err, got, c.want)
+		}
+	}
+}
+
+func TestReportErrorIsOneLineWithHint(t *testing.T) {
+	var b bytes.Buffer
+	reportError(&b, fmt.Errorf("create x: %w", workspace.ErrInvalidName))
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "acyclicfs: create x: ") || !strings.HasPrefix(lines[1], "hint: ") {
+		t.Fatalf("reportError wrote %q", b.String())
+	}
+	b.Reset()
+	reportError(&b, errors.New("a\nb"))
+	if strings.Count(b.String(), "\n") != 1 {
+		t.Fatalf("multi-line error not folded: %q", b.String())
+	}
+	b.Reset()
+	reportError(&b, errConflictExit)
+	if b.Len() != 0 {
+		t.Fatalf("conflict exit printed %q", b.String())
+	}
+}
+
+func TestFirstCommandSkipsGlobalFlags(t *testing.T) {
+	for args, want := range map[string]string{
+		"--store /x list":        "list",
+		"--json -q status a":     "status",
+		"--store=/x exec m -- l": "exec",
+		"":                       "",
+	} {
+		if got := firstCommand(strings.Fields(args)); got != want {
+			t.Errorf("firstCommand(%q) = %q, want %q", args, got, want)
+		}
+	}
+	if got := preScanStore(strings.Fields("-q --store /s mount a b")); got != "/s" {
+		t.Errorf("preScanStore = %q", got)
+	}
+}
