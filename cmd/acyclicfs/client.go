@@ -26,6 +26,7 @@ const (
 	socketName = "daemon.sock"
 	pidName    = "daemon.pid"
 	logName    = "daemon.log"
+	lockName   = "daemon.lock"
 )
 
 // runRequest is a forwarded invocation.

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gofrs/flock"
 	"golang.org/x/sys/unix"
 
 	"github.com/acyclicfs/acyclicfs/store"
@@ -67,10 +68,18 @@ func runDaemon(storeDir string, ready io.WriteCloser, exitWhenIdle bool) error {
 	m.SetHooks(workspace.Hooks{Active: d.active, ParentAdvanced: d.parentAdvanced})
 
 	sock := filepath.Join(d.dir, socketName)
-	if newClient(d.dir).alive() {
+	// One daemon per store: the lock is held for the daemon's lifetime and
+	// released by the kernel if it dies, so a crashed daemon never blocks
+	// the next one (a stale socket file alone would not tell).
+	lock := flock.New(filepath.Join(d.dir, lockName))
+	if got, err := lock.TryLock(); err != nil || !got {
 		m.Close()
-		return fail(fmt.Errorf("another daemon already serves %s", d.dir))
+		if err == nil {
+			err = fmt.Errorf("another daemon already serves %s", d.dir)
+		}
+		return fail(err)
 	}
+	defer lock.Unlock()
 	_ = os.Remove(sock)
 	old := unix.Umask(0o077)
 	ln, err := net.Listen("unix", sock)
