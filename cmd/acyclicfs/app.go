@@ -69,6 +69,17 @@ func (a *app) abs(p string) string {
 	return filepath.Join(a.cwd, p)
 }
 
+// mountpath is abs with symlinks in the parent directories resolved, so
+// that one mountpoint has one name however it is spelled. The last element
+// is not resolved: stat of a live or dead mountpoint would go to FUSE.
+func (a *app) mountpath(p string) string {
+	p = a.abs(p)
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(p)); err == nil {
+		return filepath.Join(dir, filepath.Base(p))
+	}
+	return p
+}
+
 // manager returns the open workspace manager, opening the store if needed.
 func (a *app) manager() (*workspace.Manager, error) {
 	if a.mgr != nil {

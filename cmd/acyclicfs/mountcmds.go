@@ -58,7 +58,7 @@ func (a *app) cmdMount() *cobra.Command {
 				return usageError{fmt.Errorf("mount: --idle-close must not be negative")}
 			}
 			opt.leaseTTL, opt.leaseBy, opt.idleClose = ttl, b, idle
-			mp := a.abs(args[1])
+			mp := a.mountpath(args[1])
 			if a.d == nil {
 				if !foreground {
 					return fmt.Errorf("mount: %w", errNoDaemon)
@@ -142,7 +142,7 @@ func (a *app) cmdUnmount() *cobra.Command {
 		Short: "Finish every lease, capture, reconcile, unmount",
 		Args:  exactArgs(1, "MOUNTPOINT"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			mp := a.abs(args[0])
+			mp := a.mountpath(args[0])
 			if a.d == nil {
 				return a.unmountOffline(mp)
 			}
@@ -320,9 +320,9 @@ func (a *app) servedAt(mp string) (*served, error) {
 	if err := a.needDaemon("lease"); err != nil {
 		return nil, err
 	}
-	s := a.d.byMountpoint(a.abs(mp))
+	s := a.d.byMountpoint(a.mountpath(mp))
 	if s == nil {
-		return nil, usageError{fmt.Errorf("%s is not an acyclicfs mount of this store", a.abs(mp))}
+		return nil, usageError{fmt.Errorf("%s is not an acyclicfs mount of this store", a.mountpath(mp))}
 	}
 	return s, nil
 }
@@ -351,7 +351,7 @@ func (a *app) cmdExec() *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.runExec(a.abs(args[0]), args[1:])
+			return a.runExec(a.mountpath(args[0]), args[1:])
 		},
 	}
 }
