@@ -1,0 +1,226 @@
+package fusefs
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+// TestPassthroughEngages checks that with Config.Passthrough the kernel
+// moves file data itself: the daemon sees no READ or WRITE requests.
+func TestPassthroughEngages(t *testing.T) {
+	objs := newFakeObjects(t)
+	root := objs.build(t, spec{"clean": string(bytes.Repeat([]byte("c"), 1<<20))})
+	m, mnt := mountT(t, objs, root, &mountOpts{passthrough: true})
+	data := bytes.Repeat([]byte("x"), 4<<20)
+	mustWrite(t, filepath.Join(mnt, "new"), string(data))
+	if got := mustRead(t, filepath.Join(mnt, "new")); got != string(data) {
+		t.Fatal("content mismatch")
+	}
+	if got := mustRead(t, filepath.Join(mnt, "clean")); len(got) != 1<<20 {
+		t.Fatal("clean content mismatch")
+	}
+	if r, w := m.daemonReads.Load(), m.daemonWrites.Load(); r != 0 || w != 0 {
+		t.Skipf("passthrough did not engage (daemon served %d reads, %d writes): kernel or privileges refuse it", r, w)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(mnt, "new"), &st); err != nil || st.Size != int64(len(data)) {
+		t.Fatalf("getattr after passthrough write: size %d %v", st.Size, err)
+	}
+}
+
+const benchFileSize = 256 << 20
+
+type benchTarget struct {
+	name string
+	dir  func(b *testing.B) string
+}
+
+func benchTargets() []benchTarget {
+	mnt := func(pt bool) func(b *testing.B) string {
+		return func(b *testing.B) string {
+			objs := newFakeObjects(b)
+			_, dir := mountT(b, objs, objs.build(b, spec{"seed": "x"}), &mountOpts{passthrough: pt})
+			return dir
+		}
+	}
+	return []benchTarget{
+		{"native", func(b *testing.B) string { return b.TempDir() }},
+		{"mount", mnt(false)},
+		{"mount-passthrough", mnt(true)},
+	}
+}
+
+func writeFile(b *testing.B, p string, buf []byte, size int) {
+	f, err := os.Create(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for n := 0; n < size; n += len(buf) {
+		if _, err := f.Write(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func BenchmarkSeqWrite(b *testing.B) {
+	buf := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
+	for _, tg := range benchTargets() {
+		b.Run(tg.name, func(b *testing.B) {
+			dir := tg.dir(b)
+			b.SetBytes(benchFileSize)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				writeFile(b, filepath.Join(dir, "f"), buf, benchFileSize)
+			}
+		})
+	}
+}
+
+func BenchmarkSeqRead(b *testing.B) {
+	buf := bytes.Repeat([]byte("0123456789abcdef"), 1<<16)
+	for _, tg := range benchTargets() {
+		b.Run(tg.name, func(b *testing.B) {
+			dir := tg.dir(b)
+			p := filepath.Join(dir, "f")
+			writeFile(b, p, buf, benchFileSize)
+			rbuf := make([]byte, 1<<20)
+			b.SetBytes(benchFileSize)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				f, err := os.Open(p)
+				if err != nil {
+					b.Fatal(err)
+				}
+				n, err := io.CopyBuffer(io.Discard, struct{ io.Reader }{f}, rbuf)
+				f.Close()
+				if err != nil || n != benchFileSize {
+					b.Fatal(n, err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkStatTree stats every entry of a 1000-file lower tree (warm).
+func BenchmarkStatTree(b *testing.B) {
+	s := spec{}
+	for i := 0; i < 1000; i++ {
+		s[fmt.Sprintf("d%02d/f%03d", i%20, i)] = "content"
+	}
+	targets := []benchTarget{
+		{"native", func(b *testing.B) string { d := b.TempDir(); materialize(b, d, s); return d }},
+		{"mount", func(b *testing.B) string {
+			objs := newFakeObjects(b)
+			_, dir := mountT(b, objs, objs.build(b, s), nil)
+			return dir
+		}},
+	}
+	for _, tg := range targets {
+		b.Run(tg.name, func(b *testing.B) {
+			dir := tg.dir(b)
+			var paths []string
+			for p := range s {
+				paths = append(paths, filepath.Join(dir, p))
+			}
+			var st syscall.Stat_t
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				for _, p := range paths {
+					if err := syscall.Lstat(p, &st); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkCreateUnlink(b *testing.B) {
+	for _, tg := range benchTargets() {
+		b.Run(tg.name, func(b *testing.B) {
+			dir := tg.dir(b)
+			p := filepath.Join(dir, "tmpfile")
+			for i := 0; i < b.N; i++ {
+				fd, err := syscall.Open(p, syscall.O_CREAT|syscall.O_WRONLY|syscall.O_TRUNC, 0o644)
+				if err != nil {
+					b.Fatal(err)
+				}
+				syscall.Close(fd)
+				if err := syscall.Unlink(p); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkSmallWrite writes 4 KiB at a time, with xattrs on and off: with
+// xattrs on the kernel asks GETXATTR security.capability before every write.
+func BenchmarkSmallWrite(b *testing.B) {
+	buf := bytes.Repeat([]byte("x"), 4096)
+	for _, c := range []struct {
+		name       string
+		pt, xattrs bool
+	}{{"xattrs", false, true}, {"noxattrs", false, false}, {"passthrough-xattrs", true, true}, {"passthrough-noxattrs", true, false}} {
+		b.Run(c.name, func(b *testing.B) {
+			objs := newFakeObjects(b)
+			_, dir := mountT(b, objs, objs.build(b, spec{"seed": "x"}), &mountOpts{passthrough: c.pt, xattrs: c.xattrs})
+			f, err := os.Create(filepath.Join(dir, "f"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.Close()
+			b.SetBytes(int64(len(buf)))
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := f.WriteAt(buf, int64(i%4096)*4096); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	b.Run("native", func(b *testing.B) {
+		f, err := os.Create(filepath.Join(b.TempDir(), "f"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		b.SetBytes(int64(len(buf)))
+		for i := 0; i < b.N; i++ {
+			if _, err := f.WriteAt(buf, int64(i%4096)*4096); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkWriteFsync appends 4 KiB and fsyncs, as databases and git do.
+func BenchmarkWriteFsync(b *testing.B) {
+	buf := bytes.Repeat([]byte("x"), 4096)
+	for _, tg := range benchTargets() {
+		b.Run(tg.name, func(b *testing.B) {
+			f, err := os.Create(filepath.Join(tg.dir(b), "db"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.Close()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := f.Write(buf); err != nil {
+					b.Fatal(err)
+				}
+				if err := f.Sync(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,245 @@
+package fusefs
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/acyclicfs/acyclicfs/store"
+)
+
+// A capture runs in two phases. Under the lock it walks only directories
+// whose subtree changed (subSeq != 0) and records a plan: finished entries
+// for clean things, and work items for dirty file contents and new
+// symlinks. Without the lock it hashes and stores those and writes the new
+// trees bottom-up. Clean subtrees keep their IDs and are never read, so
+// the cost is O(dirty).
+
+type planDir struct {
+	in      *inode
+	entries []store.Entry
+	subdirs map[int]*planDir // index into entries → subdirectory to build
+	files   map[int]*inode   // index into entries → upper file to store
+	links   map[int][]byte   // index into entries → symlink target to store
+}
+
+// Capture writes the view as a new root tree: dirty files' contents as
+// blobs and new trees for changed directories, reusing clean subtree IDs.
+// The mount keeps serving and the overlay is left as it is; changed
+// reports whether the root differs from the pinned one.
+func (m *Mount) Capture() (store.ID, bool, error) {
+	return m.ov.capture()
+}
+
+// RecoverCapture captures a StateDir left behind by a crashed daemon
+// without mounting it: the overlay snapshot is replayed on root (or on the
+// root it records, if that differs) and captured.
+func RecoverCapture(stateDir string, objects Objects, root store.ID) (store.ID, bool, error) {
+	if objects == nil {
+		return store.ID{}, false, ErrNoObjects
+	}
+	ov, err := openOverlay(stateDir, objects, root)
+	if err != nil {
+		return store.ID{}, false, fmt.Errorf("recover capture: %w", err)
+	}
+	id, _, err := ov.capture()
+	if err != nil {
+		return store.ID{}, false, fmt.Errorf("recover capture: %w", err)
+	}
+	return id, id != root, nil
+}
+
+// ResetState removes the overlay state (after its capture was published).
+func ResetState(stateDir string) error {
+	for _, p := range []string{filepath.Join(stateDir, snapName), filepath.Join(stateDir, snapName+".tmp")} {
+		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+			return fmt.Errorf("reset state: %w", err)
+		}
+	}
+	for _, d := range []string{"upper", "locks"} {
+		if err := os.RemoveAll(filepath.Join(stateDir, d)); err != nil {
+			return fmt.Errorf("reset state: %w", err)
+		}
+	}
+	if err := syncDir(stateDir); err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("reset state: %w", err)
+	}
+	return nil
+}
+
+func (o *overlay) capture() (store.ID, bool, error) {
+	o.mu.Lock()
+	if o.root.subSeq == 0 {
+		id := o.rootID
+		o.capSeq = o.seq
+		o.unsnapped = true
+		o.mu.Unlock()
+		return id, false, nil
+	}
+	seq := o.seq
+	plan := o.planDir(o.root)
+	old := o.rootID
+	o.mu.Unlock()
+
+	id, err := o.build(plan)
+	if err != nil {
+		return store.ID{}, false, err
+	}
+	o.mu.Lock()
+	o.capSeq = seq
+	o.unsnapped = true
+	o.mu.Unlock()
+	return id, id != old, nil
+}
+
+// planDir records d's entries. Caller holds mu; d.subSeq != 0 and d is loaded.
+func (o *overlay) planDir(d *inode) *planDir {
+	p := &planDir{in: d, subdirs: map[int]*planDir{}, files: map[int]*inode{}, links: map[int][]byte{}}
+	names := sortedNames(d.children)
+	p.entries = make([]store.Entry, len(names))
+	for i, name := range names {
+		c := d.children[name]
+		e := c.lower
+		e.Name = name
+		switch {
+		case c.isDir():
+			e = store.Entry{Name: name, Kind: store.KindDir, Mtime: c.mtime, ID: c.lower.ID}
+			if c.subSeq != 0 && c.children != nil {
+				p.subdirs[i] = o.planDir(c)
+			}
+		case c.isSymlink():
+			if c.target != nil {
+				p.links[i] = c.target
+				e = store.Entry{Name: name, Kind: store.KindSymlink, Size: int64(len(c.target)), Mtime: c.mtime}
+			} else if c.seq != 0 {
+				e.Mtime = c.mtime
+			}
+		default:
+			if c.upper {
+				p.files[i] = c
+				e = store.Entry{Name: name, Kind: c.kind()}
+			} else if c.seq != 0 {
+				e.Kind, e.Mtime = c.kind(), c.mtime
+			}
+		}
+		p.entries[i] = e
+	}
+	return p
+}
+
+// build stores p's dirty contents and subtrees, then p's tree.
+func (o *overlay) build(p *planDir) (store.ID, error) {
+	for i, sub := range p.subdirs {
+		id, err := o.build(sub)
+		if err != nil {
+			return store.ID{}, err
+		}
+		p.entries[i].ID = id
+		o.mu.Lock()
+		sub.in.capTree = id
+		o.mu.Unlock()
+	}
+	for i, target := range p.links {
+		id, err := o.objects.WriteBlobBytes(target)
+		if err != nil {
+			return store.ID{}, fmt.Errorf("capture symlink %q: %w", p.entries[i].Name, err)
+		}
+		p.entries[i].ID = id
+	}
+	if err := o.storeFiles(p); err != nil {
+		return store.ID{}, err
+	}
+	t := &store.Tree{Entries: p.entries}
+	id, err := o.objects.PutTree(t)
+	if err != nil {
+		return store.ID{}, fmt.Errorf("capture: put tree: %w", err)
+	}
+	if p.in == o.root {
+		o.mu.Lock()
+		o.root.capTree = id
+		o.mu.Unlock()
+	}
+	return id, nil
+}
+
+// storeFiles hashes p's dirty files (in parallel: BLAKE3 and the store's
+// writes are the cost), skipping any whose upper file is unchanged since
+// it was last captured.
+func (o *overlay) storeFiles(p *planDir) error {
+	var wg sync.WaitGroup
+	var errMu sync.Mutex // protects firstErr
+	var firstErr error
+	sem := make(chan struct{}, 4)
+	for i, c := range p.files {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := o.storeFile(c, &p.entries[i]); err != nil {
+				errMu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				errMu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return firstErr
+}
+
+// racyWindow bounds the file system's timestamp granularity (kernel
+// timestamps are clock-tick coarse).
+const racyWindow = 100 * time.Millisecond
+
+func (o *overlay) storeFile(c *inode, e *store.Entry) error {
+	path := o.upperPath(c.num)
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return fmt.Errorf("capture %q: %w", e.Name, err)
+	}
+	us := statOf(&st)
+	e.Mtime = us.mtime
+	o.mu.Lock()
+	memo, memoID, racy := c.capStat, c.capID, c.capRacy
+	o.mu.Unlock()
+	if memo == us && !memoID.IsZero() && !racy {
+		e.ID, e.Size = memoID, us.size
+		return nil
+	}
+	id, size, err := o.objects.WriteBlobFile(path)
+	if err != nil {
+		return fmt.Errorf("capture %q: %w", e.Name, err)
+	}
+	e.ID, e.Size = id, size
+	// If the file changed so recently that another write could land in the
+	// same coarse timestamp tick without changing its size, the stat does
+	// not identify the content: it is marked racy and the memo is only
+	// trusted after re-hashing (as git does for racily clean entries).
+	racy = time.Now().UnixNano()-us.ctime <= racyWindow.Nanoseconds()
+	if size == us.size { // else it changed while hashing: do not memoise
+		o.mu.Lock()
+		c.capStat, c.capID, c.capRacy = us, id, racy
+		o.mu.Unlock()
+	}
+	return nil
+}
+
+// hashFile returns the blob ID of a file's content without storing it.
+func hashFile(path string) (store.ID, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return store.ID{}, err
+	}
+	defer f.Close()
+	h := store.NewBlobHasher()
+	if _, err := io.Copy(h, f); err != nil {
+		return store.ID{}, err
+	}
+	return h.Sum(), nil
+}

@@ -1,0 +1,131 @@
+package fusefs
+
+import (
+	"context"
+	"os"
+	"sync"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// handle is one open of a regular file. Its fd belongs to the inode's
+// shared backing file and stays open while any handle uses it.
+type handle struct {
+	m    *Mount
+	in   *inode
+	fd   int
+	blob bool     // fd is the read-only blob file of a clean inode
+	own  *os.File // a private backing file (not the inode's shared one)
+
+	lockMu   sync.Mutex // protects lockFile
+	lockFile *os.File   // private descriptor of the inode's lock file (locks.go)
+}
+
+// ptHandle is a handle the kernel may serve by passthrough: go-fuse
+// registers its fd as the inode's backing file.
+type ptHandle struct{ *handle }
+
+// PassthroughFd offers the backing file for kernel passthrough.
+func (h *ptHandle) PassthroughFd() (int, bool) { return h.fd, true }
+
+func asHandle(f fs.FileHandle) *handle {
+	switch h := f.(type) {
+	case *handle:
+		return h
+	case *ptHandle:
+		return h.handle
+	}
+	return nil
+}
+
+// Read reads from the backing file.
+func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	h.m.daemonReads.Add(1)
+	n, err := syscall.Pread(h.fd, dest, off)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+// Write writes to the upper file. A blob-backed handle was opened read-only.
+func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	h.m.daemonWrites.Add(1)
+	if h.blob {
+		return 0, syscall.EBADF
+	}
+	n, err := syscall.Pwrite(h.fd, data, off)
+	if err != nil {
+		return uint32(max(n, 0)), toErrno(err)
+	}
+	return uint32(n), 0
+}
+
+// Flush has nothing to do: data is in the backing file already.
+func (h *handle) Flush(ctx context.Context) syscall.Errno { return 0 }
+
+// Fsync makes the file's data and its names durable: the upper file is
+// fsynced, then the overlay snapshot is written.
+func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	if !h.blob {
+		if err := syscall.Fsync(h.fd); err != nil {
+			return toErrno(err)
+		}
+	}
+	return toErrno(h.m.writeSnapshot())
+}
+
+// Release drops the handle's reference to the shared backing file.
+func (h *handle) Release(ctx context.Context) syscall.Errno {
+	h.closeLocks()
+	ov := h.m.ov
+	ov.mu.Lock()
+	defer ov.mu.Unlock()
+	in := h.in
+	in.opens--
+	ov.openHandles--
+	ov.released.Broadcast()
+	if h.own != nil {
+		h.own.Close()
+	} else if h.blob {
+		in.blobOpens--
+		if in.blobOpens == 0 && in.blobFile != nil {
+			in.blobFile.Close()
+			in.blobFile = nil
+		}
+	} else {
+		in.upperOpens--
+		if in.upperOpens == 0 && in.upperFile != nil {
+			in.upperFile.Close()
+			in.upperFile = nil
+		}
+	}
+	ov.maybeDropUpper(in)
+	return 0
+}
+
+// Getattr answers fstat on an open file.
+func (h *handle) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
+	n := &node{m: h.m, in: h.in}
+	return n.Getattr(ctx, h, out)
+}
+
+// Lseek supports SEEK_DATA and SEEK_HOLE by asking the backing file.
+func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
+	n, err := unix.Seek(h.fd, int64(off), int(whence))
+	if err != nil {
+		return 0, toErrno(err)
+	}
+	return uint64(n), 0
+}
+
+// Allocate implements fallocate on the upper file.
+func (h *handle) Allocate(ctx context.Context, off uint64, size uint64, mode uint32) syscall.Errno {
+	if h.blob {
+		return syscall.EBADF
+	}
+	return toErrno(unix.Fallocate(h.fd, mode, int64(off), int64(size)))
+}

@@ -1,0 +1,350 @@
+package fusefs
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/gob"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"syscall"
+
+	"github.com/acyclicfs/acyclicfs/store"
+)
+
+// The overlay is made durable as a compacted snapshot of the dirty part of
+// the inode table, written atomically (temp → fsync → rename → fsync dir)
+// whenever a tool calls fsync or fsyncdir, and at unmount. Its size is
+// O(dirty directories + their entries), never O(tree): clean subtrees are
+// recorded by their lower entry only.
+
+const (
+	snapName    = "overlay.snap"
+	snapMagic   = "ACYFSOV1"
+	snapVersion = 1
+)
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+type snapChild struct {
+	Name string
+	Num  uint64
+}
+
+type snapInode struct {
+	Num                 uint64
+	Mode, UID, GID      uint32
+	Atime, Mtime, Ctime int64
+	Lower               store.Entry
+	HasLower, Upper     bool
+	Target              []byte
+	Xattrs              map[string][]byte
+	Seq, SubSeq         uint64
+	LinkSeq             uint64
+	CapTree             store.ID
+	Loaded              bool
+	Children            []snapChild
+}
+
+type snapshot struct {
+	Version              int
+	RootID               store.ID
+	NextIno, Seq, CapSeq uint64
+	Inodes               []snapInode // Inodes[0] is the root
+}
+
+// encodeSnapshot serialises the dirty part of the table. Caller holds mu.
+func (o *overlay) encodeSnapshot() ([]byte, error) {
+	s := snapshot{Version: snapVersion, RootID: o.rootID, NextIno: o.nextIno, Seq: o.seq, CapSeq: o.capSeq}
+	seen := map[*inode]bool{}
+	var visit func(in *inode)
+	visit = func(in *inode) {
+		seen[in] = true
+		idx := len(s.Inodes)
+		s.Inodes = append(s.Inodes, snapInode{Num: in.num, Mode: in.mode, UID: in.uid, GID: in.gid,
+			Atime: in.atime, Mtime: in.mtime, Ctime: in.ctime, Lower: in.lower, HasLower: in.hasLower,
+			Upper: in.upper, Target: in.target, Xattrs: in.xattrs, Seq: in.seq, SubSeq: in.subSeq,
+			LinkSeq: in.linkSeq, CapTree: in.capTree})
+		if !in.isDir() || in.subSeq == 0 || in.children == nil {
+			return
+		}
+		names := sortedNames(in.children)
+		kids := make([]snapChild, 0, len(names))
+		for _, name := range names {
+			c := in.children[name]
+			kids = append(kids, snapChild{Name: name, Num: c.num})
+		}
+		s.Inodes[idx].Loaded = true
+		s.Inodes[idx].Children = kids
+		for _, name := range names {
+			if c := in.children[name]; !seen[c] {
+				visit(c)
+			}
+		}
+	}
+	visit(o.root)
+	var buf bytes.Buffer
+	buf.WriteString(snapMagic)
+	buf.Write(make([]byte, 8)) // length, filled below
+	if err := gob.NewEncoder(&buf).Encode(&s); err != nil {
+		return nil, fmt.Errorf("encode overlay snapshot: %w", err)
+	}
+	b := buf.Bytes()
+	binary.LittleEndian.PutUint64(b[len(snapMagic):], uint64(len(b)-len(snapMagic)-8))
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, crcTable)), nil
+}
+
+// decodeSnapshot parses and validates a snapshot file's bytes.
+func decodeSnapshot(b []byte) (*snapshot, error) {
+	hdr := len(snapMagic) + 8
+	if len(b) < hdr+4 || string(b[:len(snapMagic)]) != snapMagic {
+		return nil, fmt.Errorf("%w: bad header", ErrBadSnapshot)
+	}
+	n := binary.LittleEndian.Uint64(b[len(snapMagic):])
+	if n != uint64(len(b)-hdr-4) {
+		return nil, fmt.Errorf("%w: bad length", ErrBadSnapshot)
+	}
+	if crc32.Checksum(b[:len(b)-4], crcTable) != binary.LittleEndian.Uint32(b[len(b)-4:]) {
+		return nil, fmt.Errorf("%w: checksum mismatch", ErrBadSnapshot)
+	}
+	var s snapshot
+	if err := gob.NewDecoder(bytes.NewReader(b[hdr : len(b)-4])).Decode(&s); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadSnapshot, err)
+	}
+	if s.Version != snapVersion {
+		return nil, fmt.Errorf("%w: version %d", ErrBadSnapshot, s.Version)
+	}
+	if len(s.Inodes) == 0 || s.Inodes[0].Num != 1 || s.Inodes[0].Mode&syscall.S_IFMT != syscall.S_IFDIR {
+		return nil, fmt.Errorf("%w: bad root", ErrBadSnapshot)
+	}
+	return &s, nil
+}
+
+// build turns a decoded snapshot into an overlay, checking that it is a
+// tree (directories reached once, children exist, names valid).
+func (s *snapshot) build(objects Objects, stateDir string) (*overlay, error) {
+	o := newOverlay(objects, stateDir, s.RootID)
+	o.nextIno, o.seq, o.capSeq = s.NextIno, s.Seq, s.CapSeq
+	byNum := make(map[uint64]*inode, len(s.Inodes))
+	for i := range s.Inodes {
+		r := &s.Inodes[i]
+		if _, dup := byNum[r.Num]; dup || r.Num == 0 || r.Num >= s.NextIno && r.Num != 1 {
+			return nil, fmt.Errorf("%w: bad inode number %d", ErrBadSnapshot, r.Num)
+		}
+		switch r.Mode & syscall.S_IFMT {
+		case syscall.S_IFDIR, syscall.S_IFREG, syscall.S_IFLNK:
+		default:
+			return nil, fmt.Errorf("%w: bad mode %o", ErrBadSnapshot, r.Mode)
+		}
+		in := &inode{num: r.Num, mode: r.Mode, uid: r.UID, gid: r.GID, atime: r.Atime, mtime: r.Mtime,
+			ctime: r.Ctime, lower: r.Lower, hasLower: r.HasLower, upper: r.Upper, target: r.Target,
+			xattrs: r.Xattrs, seq: r.Seq, subSeq: r.SubSeq, linkSeq: r.LinkSeq, capTree: r.CapTree}
+		if in.upper && !in.isReg() {
+			return nil, fmt.Errorf("%w: upper data on a non-file", ErrBadSnapshot)
+		}
+		if len(r.Children) > 0 && !r.Loaded {
+			return nil, fmt.Errorf("%w: children of an unloaded directory", ErrBadSnapshot)
+		}
+		if r.Loaded {
+			if !in.isDir() {
+				return nil, fmt.Errorf("%w: children of a non-directory", ErrBadSnapshot)
+			}
+			in.children = make(map[string]*inode, len(r.Children))
+		}
+		if i == 0 {
+			in.lower = store.Entry{Kind: store.KindDir, ID: s.RootID}
+			in.hasLower = true
+		}
+		byNum[r.Num] = in
+	}
+	for i := range s.Inodes {
+		r := &s.Inodes[i]
+		d := byNum[r.Num]
+		for _, k := range r.Children {
+			c := byNum[k.Num]
+			if c == nil || !store.ValidName(k.Name) || d.children[k.Name] != nil || c == o.root {
+				return nil, fmt.Errorf("%w: bad child %q", ErrBadSnapshot, k.Name)
+			}
+			if c.isDir() && len(c.links) > 0 {
+				return nil, fmt.Errorf("%w: directory %d linked twice", ErrBadSnapshot, c.num)
+			}
+			d.children[k.Name] = c
+			c.links = append(c.links, link{dir: d, name: k.Name})
+			if c.isDir() {
+				d.nlinkExtra++
+			}
+		}
+	}
+	o.root = byNum[1]
+	// Every recorded inode must hang off the root (no cycles, no orphans).
+	reached := 0
+	var walk func(d *inode, depth int) error
+	walk = func(d *inode, depth int) error {
+		reached++
+		if depth > 4096 {
+			return fmt.Errorf("%w: too deep", ErrBadSnapshot)
+		}
+		for _, c := range d.children {
+			if c.isDir() {
+				if err := walk(c, depth+1); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	if err := walk(o.root, 0); err != nil {
+		return nil, err
+	}
+	dirs := 0
+	for _, in := range byNum {
+		if in.isDir() {
+			dirs++
+		}
+	}
+	if reached != dirs {
+		return nil, fmt.Errorf("%w: unreachable directories", ErrBadSnapshot)
+	}
+	o.uppers = map[uint64]bool{}
+	for num, in := range byNum {
+		if in.upper {
+			o.uppers[num] = true
+		}
+	}
+	return o, nil
+}
+
+// loadSnapshot reads stateDir's snapshot; found is false when there is none.
+func loadSnapshot(stateDir string, objects Objects) (*overlay, bool, error) {
+	b, err := os.ReadFile(filepath.Join(stateDir, snapName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("read overlay snapshot: %w", err)
+	}
+	s, err := decodeSnapshot(b)
+	if err != nil {
+		return nil, false, err
+	}
+	o, err := s.build(objects, stateDir)
+	if err != nil {
+		return nil, false, err
+	}
+	for num := range o.uppers {
+		if _, err := os.Stat(o.upperPath(num)); err != nil {
+			return nil, false, fmt.Errorf("%w: upper file of inode %d: %v", ErrBadSnapshot, num, err)
+		}
+	}
+	return o, true, nil
+}
+
+// removeStrayUppers deletes upper files the replayed table does not
+// reference (written after the last snapshot, or left by a copy-up).
+func (o *overlay) removeStrayUppers() error {
+	ents, err := os.ReadDir(o.upperDir())
+	if err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	for _, e := range ents {
+		num, err := strconv.ParseUint(e.Name(), 10, 64)
+		if err == nil && o.uppers[num] {
+			continue
+		}
+		if err := os.Remove(filepath.Join(o.upperDir(), e.Name())); err != nil {
+			return fmt.Errorf("state dir: %w", err)
+		}
+	}
+	o.uppers = nil
+	return nil
+}
+
+// writeSnapshot makes the current overlay durable.
+func (m *Mount) writeSnapshot() error { return m.ov.writeSnapshot(&m.snapMu) }
+
+func (o *overlay) writeSnapshot(snapMu interface {
+	Lock()
+	Unlock()
+}) error {
+	snapMu.Lock()
+	defer snapMu.Unlock()
+	o.mu.Lock()
+	if !o.unsnapped {
+		o.mu.Unlock()
+		return nil
+	}
+	b, err := o.encodeSnapshot()
+	o.unsnapped = err != nil
+	o.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	written := false
+	defer func() {
+		if !written {
+			o.mu.Lock()
+			o.unsnapped = true
+			o.mu.Unlock()
+		}
+	}()
+	// Upper files' names (copy-ups, creates) must be durable before a
+	// snapshot that refers to them.
+	if err := syncDir(o.upperDir()); err != nil {
+		return err
+	}
+	if err := writeFileAtomic(filepath.Join(o.stateDir, snapName), b); err != nil {
+		return err
+	}
+	written = true
+	return nil
+}
+
+func sortedNames(m map[string]*inode) []string {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// writeFileAtomic writes temp → fsync → rename → fsync dir.
+func writeFileAtomic(path string, b []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,126 @@
+package fusefs
+
+import (
+	"context"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// node is the go-fuse face of an overlay inode. go-fuse deduplicates
+// nodes by inode number, so hard links share one node.
+type node struct {
+	fs.Inode
+	m  *Mount
+	in *inode // never changes
+}
+
+// admit consults the Admitter for the caller of the request in ctx.
+func (m *Mount) admit(ctx context.Context) syscall.Errno {
+	a := m.cfg.Admitter
+	if a == nil {
+		return 0
+	}
+	c, ok := fuse.FromContext(ctx)
+	if !ok || c.Pid == 0 {
+		return 0
+	}
+	if err := a.Admit(c.Pid); err != nil {
+		return toErrno(err)
+	}
+	return 0
+}
+
+func callerOwner(ctx context.Context, ov *overlay) (uid, gid uint32) {
+	if c, ok := fuse.FromContext(ctx); ok {
+		return c.Uid, c.Gid
+	}
+	return ov.uid, ov.gid
+}
+
+// attrSnapshot is what fillAttr needs, copied under the lock so the stat
+// of an upper file happens outside it.
+type attrSnapshot struct {
+	num                   uint64
+	mode, uid, gid, nlink uint32
+	size                  int64
+	atime, mtime, ctime   int64
+	upper                 bool
+	clean                 bool
+}
+
+// snapAttr copies in's attributes. Caller holds mu.
+func snapAttr(in *inode) attrSnapshot {
+	a := attrSnapshot{num: in.num, mode: in.mode, uid: in.uid, gid: in.gid, nlink: in.nlink(),
+		atime: in.atime, mtime: in.mtime, ctime: in.ctime, upper: in.upper}
+	switch {
+	case in.isDir():
+		a.size = 4096
+		a.clean = in.seq == 0
+	case in.isSymlink():
+		if in.target != nil {
+			a.size = int64(len(in.target))
+		} else {
+			a.size = in.lower.Size
+		}
+		a.clean = in.seq == 0
+	default:
+		a.size = in.lower.Size
+		a.clean = in.clean()
+	}
+	return a
+}
+
+// fill writes a into out, taking size and times of an upper file from the
+// file itself: passthrough writes never reach the daemon.
+func (m *Mount) fill(a *attrSnapshot, out *fuse.Attr) {
+	out.Ino = a.num
+	out.Mode = a.mode
+	out.Nlink = a.nlink
+	out.Owner = fuse.Owner{Uid: a.uid, Gid: a.gid}
+	out.Size = uint64(a.size)
+	setTimes(out, a.atime, a.mtime, a.ctime)
+	if a.upper {
+		var st syscall.Stat_t
+		if err := syscall.Stat(m.ov.upperPath(a.num), &st); err == nil {
+			out.Size = uint64(st.Size)
+			out.Blocks = uint64(st.Blocks)
+			setTimes(out, st.Atim.Nano(), st.Mtim.Nano(), max(st.Ctim.Nano(), a.ctime))
+		}
+	} else {
+		out.Blocks = (out.Size + 511) / 512
+	}
+	out.Blksize = 4096
+}
+
+func setTimes(out *fuse.Attr, at, mt, ct int64) {
+	out.Atime, out.Atimensec = uint64(at/1e9), uint32(at%1e9)
+	out.Mtime, out.Mtimensec = uint64(mt/1e9), uint32(mt%1e9)
+	out.Ctime, out.Ctimensec = uint64(ct/1e9), uint32(ct%1e9)
+}
+
+func (m *Mount) timeout(a *attrSnapshot) time.Duration {
+	if a.clean {
+		return m.clean
+	}
+	return m.dirty
+}
+
+// child fills an EntryOut for a and returns the go-fuse inode for in,
+// which is (or becomes) n/name; name is empty for an unnamed O_TMPFILE.
+func (n *node) child(ctx context.Context, name string, in *inode, a *attrSnapshot, out *fuse.EntryOut) *fs.Inode {
+	m := n.m
+	m.fill(a, &out.Attr)
+	t := m.timeout(a)
+	out.SetEntryTimeout(t)
+	out.SetAttrTimeout(t)
+	if name != "" {
+		// Known to go-fuse already: skip allocating a node it would discard.
+		if ch := n.GetChild(name); ch != nil && ch.StableAttr().Ino == in.num {
+			return ch
+		}
+	}
+	return n.NewInode(ctx, &node{m: m, in: in}, fs.StableAttr{Mode: a.mode & syscall.S_IFMT, Ino: in.num})
+}

@@ -1,0 +1,329 @@
+package fusefs
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// Getattr answers from the overlay, and for upper files from the backing
+// file (passthrough writes bypass the daemon).
+func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if e := n.m.admit(ctx); e != 0 {
+		return e
+	}
+	n.m.ov.mu.Lock()
+	a := snapAttr(n.in)
+	n.m.ov.mu.Unlock()
+	n.m.fill(&a, &out.Attr)
+	out.SetTimeout(n.m.timeout(&a))
+	return 0
+}
+
+// Setattr handles truncate, chmod, chown and utimens. Truncating a clean
+// file copies it up (or starts an empty upper file when truncating to 0).
+func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if e := n.m.admit(ctx); e != 0 {
+		return e
+	}
+	ov := n.m.ov
+	ino := n.in
+	if size, ok := in.GetSize(); ok {
+		if ino.isDir() {
+			return syscall.EISDIR
+		}
+		if !ino.isReg() {
+			return syscall.EINVAL
+		}
+		if err := ov.copyUp(ino, size == 0); err != nil {
+			return toErrno(err)
+		}
+		if h := asHandle(f); h != nil && !h.blob {
+			if err := syscall.Ftruncate(h.fd, int64(size)); err != nil {
+				return toErrno(err)
+			}
+		} else if err := syscall.Truncate(ov.upperPath(ino.num), int64(size)); err != nil {
+			return toErrno(err)
+		}
+	}
+	mtime, mok := in.GetMTime()
+	atime, aok := in.GetATime()
+	ov.mu.Lock()
+	now := time.Now().UnixNano()
+	changed := false
+	if mode, ok := in.GetMode(); ok {
+		ino.mode = ino.mode&syscall.S_IFMT | mode&0o7777
+		changed = true
+	}
+	if uid, ok := in.GetUID(); ok {
+		ino.uid = uid
+		changed = true
+	}
+	if gid, ok := in.GetGID(); ok {
+		ino.gid = gid
+		changed = true
+	}
+	if mok || aok {
+		if mok {
+			ino.mtime = mtime.UnixNano()
+		}
+		if aok {
+			ino.atime = atime.UnixNano()
+		}
+		if ino.upper {
+			ts := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, {Nsec: unix.UTIME_OMIT}}
+			if aok {
+				ts[0] = unix.NsecToTimespec(ino.atime)
+			}
+			if mok {
+				ts[1] = unix.NsecToTimespec(ino.mtime)
+			}
+			if err := unix.UtimesNanoAt(unix.AT_FDCWD, ov.upperPath(ino.num), ts, 0); err != nil {
+				ov.mu.Unlock()
+				return toErrno(err)
+			}
+		}
+		changed = true
+	}
+	if changed {
+		ino.ctime = now
+		ov.touch(ino)
+	}
+	a := snapAttr(ino)
+	ov.mu.Unlock()
+	n.m.fill(&a, &out.Attr)
+	out.SetTimeout(n.m.timeout(&a))
+	return 0
+}
+
+// Readlink returns a symlink's target (new ones from memory, lower ones
+// from their blob).
+func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	if e := n.m.admit(ctx); e != 0 {
+		return nil, e
+	}
+	ov := n.m.ov
+	ov.mu.Lock()
+	if !n.in.isSymlink() {
+		ov.mu.Unlock()
+		return nil, syscall.EINVAL
+	}
+	if t := n.in.target; t != nil {
+		ov.mu.Unlock()
+		return t, 0
+	}
+	id := n.in.lower.ID
+	ov.mu.Unlock()
+	b, err := ov.objects.ReadBlob(id)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	return b, 0
+}
+
+// Open opens a file; see Mount.open.
+func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if e := n.m.admit(ctx); e != 0 {
+		return nil, 0, e
+	}
+	return n.m.open(n.in, flags)
+}
+
+// Fsync on a file syncs its upper file and the overlay snapshot; on a
+// directory (fsyncdir) the snapshot, which makes every name durable.
+func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
+	if e := n.m.admit(ctx); e != 0 {
+		return e
+	}
+	if h := asHandle(f); h != nil {
+		return h.Fsync(ctx, flags)
+	}
+	return toErrno(n.m.writeSnapshot())
+}
+
+// Statfs reports the file system holding the state directory.
+func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	var s syscall.Statfs_t
+	if err := syscall.Statfs(n.m.cfg.StateDir, &s); err != nil {
+		return toErrno(err)
+	}
+	out.FromStatfsT(&s)
+	return 0
+}
+
+// Extended attributes live in the overlay only (persisted in the
+// snapshot, never captured into trees). Only the user namespace is
+// accepted; lookups of others (security.capability, asked by the kernel
+// before writes) fail fast with ENODATA.
+func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	n.m.daemonGetxattrs.Add(1)
+	if !strings.HasPrefix(attr, "user.") {
+		return 0, syscall.ENODATA // only user.* can be set: no lock needed
+	}
+	if e := n.m.admit(ctx); e != 0 {
+		return 0, e
+	}
+	ov := n.m.ov
+	ov.mu.Lock()
+	defer ov.mu.Unlock()
+	v, ok := n.in.xattrs[attr]
+	if !ok {
+		return 0, syscall.ENODATA
+	}
+	if len(dest) == 0 {
+		return uint32(len(v)), 0
+	}
+	if len(dest) < len(v) {
+		return uint32(len(v)), syscall.ERANGE
+	}
+	return uint32(copy(dest, v)), 0
+}
+
+// Setxattr sets a user.* attribute.
+func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	if e := n.m.admit(ctx); e != 0 {
+		return e
+	}
+	if !strings.HasPrefix(attr, "user.") {
+		return syscall.EOPNOTSUPP
+	}
+	ov := n.m.ov
+	ov.mu.Lock()
+	defer ov.mu.Unlock()
+	_, exists := n.in.xattrs[attr]
+	if flags&unix.XATTR_CREATE != 0 && exists {
+		return syscall.EEXIST
+	}
+	if flags&unix.XATTR_REPLACE != 0 && !exists {
+		return syscall.ENODATA
+	}
+	if n.in.xattrs == nil {
+		n.in.xattrs = map[string][]byte{}
+	}
+	n.in.xattrs[attr] = bytes.Clone(data)
+	n.in.ctime = time.Now().UnixNano()
+	ov.touch(n.in)
+	return 0
+}
+
+// Removexattr removes an attribute.
+func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	if e := n.m.admit(ctx); e != 0 {
+		return e
+	}
+	ov := n.m.ov
+	ov.mu.Lock()
+	defer ov.mu.Unlock()
+	if _, ok := n.in.xattrs[attr]; !ok {
+		return syscall.ENODATA
+	}
+	delete(n.in.xattrs, attr)
+	n.in.ctime = time.Now().UnixNano()
+	ov.touch(n.in)
+	return 0
+}
+
+// Listxattr lists attribute names, NUL-terminated, in sorted order.
+func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	if e := n.m.admit(ctx); e != 0 {
+		return 0, e
+	}
+	ov := n.m.ov
+	ov.mu.Lock()
+	names := make([]string, 0, len(n.in.xattrs))
+	for k := range n.in.xattrs {
+		names = append(names, k)
+	}
+	ov.mu.Unlock()
+	sort.Strings(names)
+	var b []byte
+	for _, k := range names {
+		b = append(b, k...)
+		b = append(b, 0)
+	}
+	if len(dest) == 0 {
+		return uint32(len(b)), 0
+	}
+	if len(dest) < len(b) {
+		return uint32(len(b)), syscall.ERANGE
+	}
+	return uint32(copy(dest, b)), 0
+}
+
+// open returns a handle sharing the inode's single backing file: the
+// upper file (O_RDWR) for dirty files and writers, the blob file
+// (O_RDONLY) for clean readers.
+func (m *Mount) open(in *inode, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	ov := m.ov
+	ov.mu.Lock()
+	isReg := in.isReg()
+	ov.mu.Unlock()
+	if !isReg {
+		return nil, 0, syscall.EISDIR
+	}
+	write := flags&syscall.O_ACCMODE != syscall.O_RDONLY
+	trunc := flags&syscall.O_TRUNC != 0
+	if write || trunc {
+		if err := ov.copyUp(in, trunc); err != nil {
+			return nil, 0, toErrno(err)
+		}
+	}
+	ov.mu.Lock()
+	defer ov.mu.Unlock()
+	h := &handle{m: m, in: in}
+	if in.upper {
+		if in.upperFile == nil {
+			f, err := os.OpenFile(ov.upperPath(in.num), os.O_RDWR, 0)
+			if err != nil {
+				return nil, 0, toErrno(err)
+			}
+			in.upperFile = f
+		}
+		h.fd = int(in.upperFile.Fd())
+		in.upperOpens++
+	} else {
+		if in.blobFile != nil && in.blobID != in.lower.ID {
+			// A view switch changed the content under open readers; they
+			// keep the old blob (registered with the kernel as backing
+			// file), so this reader gets its own file, uncached.
+			f, err := os.Open(ov.objects.BlobPath(in.lower.ID))
+			if err != nil {
+				return nil, 0, toErrno(err)
+			}
+			h.fd, h.own, h.blob = int(f.Fd()), f, true
+			in.opens++
+			ov.openHandles++
+			return h, fuse.FOPEN_DIRECT_IO, 0
+		}
+		if in.blobFile == nil {
+			f, err := os.Open(ov.objects.BlobPath(in.lower.ID))
+			if err != nil {
+				return nil, 0, toErrno(err)
+			}
+			in.blobFile, in.blobID = f, in.lower.ID
+		}
+		h.fd = int(in.blobFile.Fd())
+		h.blob = true
+		in.blobOpens++
+	}
+	in.opens++
+	ov.openHandles++
+	if m.cfg.Passthrough {
+		if !h.blob && in.blobOpens > 0 {
+			// The kernel has the blob registered as this inode's backing
+			// file for the readers still open; a second backing file is
+			// refused, so this writer goes through the daemon uncached.
+			return h, fuse.FOPEN_DIRECT_IO, 0
+		}
+		return &ptHandle{h}, fuse.FOPEN_KEEP_CACHE, 0
+	}
+	return h, fuse.FOPEN_KEEP_CACHE, 0
+}

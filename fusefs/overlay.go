@@ -1,0 +1,360 @@
+package fusefs
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/acyclicfs/acyclicfs/store"
+)
+
+// link is one name of an inode: the directory holding it and the name.
+// Directories have exactly one link (the root none); files may have
+// several (hard links).
+type link struct {
+	dir  *inode
+	name string
+}
+
+// inode is one object of the overlay view. All fields are protected by
+// overlay.mu except num, which never changes.
+type inode struct {
+	num uint64
+
+	mode       uint32 // S_IFMT | permission bits
+	uid, gid   uint32
+	atime      int64 // ns since epoch
+	mtime      int64
+	ctime      int64
+	lower      store.Entry // what the pinned view has here; zero ID if new
+	hasLower   bool        // lower is meaningful (the inode came from the pinned tree)
+	upper      bool        // file data lives in overlay.upperPath(num)
+	tmpfile    bool        // created by O_TMPFILE and not linked yet
+	target     []byte      // symlink target of a new symlink (lower ones read lazily)
+	xattrs     map[string][]byte
+	links      []link
+	children   map[string]*inode // directories: nil until loaded from lower
+	nlinkExtra int               // directories: number of subdirectories (when loaded)
+
+	// seq is the overlay sequence number of the last change to this
+	// inode's own state (attrs, data through the daemon, names for a
+	// directory); 0 means identical to lower. subSeq (directories) is the
+	// largest seq at or below; 0 means the whole subtree is clean, so
+	// capture reuses lower.ID without looking inside.
+	seq    uint64
+	subSeq uint64
+	// linkSeq is the seq of the change that gave the inode its latest name
+	// (create, link, rename); 0 for names from the lower tree. SwitchView
+	// keeps a name given after the last capture as it is.
+	linkSeq uint64
+
+	// capture memo: the stat of the upper file when it was last hashed
+	// and the blob it produced, so an unchanged upper file is not rehashed.
+	capStat upperStat
+	capID   store.ID
+	capRacy bool // capStat was taken within racyWindow of the last change
+	// capTree (directories) is the tree this directory had in the last
+	// capture, used by SwitchView to tell names deleted after the capture
+	// from names added by a rebase.
+	capTree store.ID
+
+	// open state
+	opens      int      // open file handles of any kind
+	upperFile  *os.File // shared backing file for upper data (O_RDWR)
+	blobFile   *os.File // shared backing file for clean reads (O_RDONLY)
+	blobID     store.ID // the blob blobFile holds
+	blobOpens  int      // handles using blobFile
+	upperOpens int      // handles using upperFile
+}
+
+// upperStat identifies a version of an upper file's content.
+type upperStat struct {
+	size, mtime, ctime int64
+}
+
+func statOf(st *syscall.Stat_t) upperStat {
+	return upperStat{size: st.Size, mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano()}
+}
+
+func (in *inode) isDir() bool     { return in.mode&syscall.S_IFMT == syscall.S_IFDIR }
+func (in *inode) isSymlink() bool { return in.mode&syscall.S_IFMT == syscall.S_IFLNK }
+func (in *inode) isReg() bool     { return in.mode&syscall.S_IFMT == syscall.S_IFREG }
+
+// errNeedLoad asks overlay.update to load dir's lower tree outside the
+// lock and retry.
+type errNeedLoad struct{ dir *inode }
+
+func (e *errNeedLoad) Error() string { return fmt.Sprintf("directory %d not loaded", e.dir.num) }
+
+// overlay is the inode table: the pinned lower tree, loaded lazily per
+// directory, plus the dirty state. It has no FUSE dependency so that
+// RecoverCapture can use it offline.
+type overlay struct {
+	objects  Objects
+	stateDir string
+	uid, gid uint32
+
+	mu      sync.Mutex // protects every inode field, root, nextIno, seq, capSeq
+	root    *inode
+	rootID  store.ID
+	nextIno uint64
+	seq     uint64 // last sequence number handed out
+	capSeq  uint64 // seq at the last Capture (0: never captured)
+
+	// unsnapped is set by every change the snapshot records and cleared
+	// when one is encoded, so an fsync with nothing new to record costs
+	// only the file's own fsync.
+	unsnapped bool
+
+	openHandles int        // open file handles in the whole mount (protected by mu)
+	released    *sync.Cond // on mu; broadcast when a handle is released
+
+	// uppers lists upper files a replayed snapshot refers to; only used
+	// while opening, before the overlay is shared.
+	uppers map[uint64]bool
+}
+
+func newOverlay(objects Objects, stateDir string, rootID store.ID) *overlay {
+	o := &overlay{objects: objects, stateDir: stateDir, nextIno: 2,
+		uid: uint32(os.Getuid()), gid: uint32(os.Getgid())}
+	o.rootID = rootID
+	o.released = sync.NewCond(&o.mu)
+	o.root = &inode{num: 1, mode: syscall.S_IFDIR | 0o755, uid: o.uid, gid: o.gid,
+		lower: store.Entry{Kind: store.KindDir, ID: rootID}, hasLower: true}
+	now := time.Now().UnixNano()
+	o.root.mtime, o.root.atime, o.root.ctime = now, now, now
+	return o
+}
+
+func (o *overlay) upperDir() string { return filepath.Join(o.stateDir, "upper") }
+func (o *overlay) upperPath(num uint64) string {
+	return filepath.Join(o.upperDir(), strconv.FormatUint(num, 10))
+}
+
+// getTree fetches a tree; the zero ID is the empty tree.
+func (o *overlay) getTree(id store.ID) (*store.Tree, error) {
+	if id.IsZero() {
+		return &store.Tree{}, nil
+	}
+	t, err := o.objects.GetTree(id)
+	if err != nil {
+		return nil, fmt.Errorf("load tree %s: %w", id.Short(), err)
+	}
+	return t, nil
+}
+
+// update runs fn under the lock, loading directories fn asks for (via
+// errNeedLoad) outside the lock and retrying.
+func (o *overlay) update(fn func() error) error {
+	for {
+		o.mu.Lock()
+		err := fn()
+		o.mu.Unlock()
+		var nl *errNeedLoad
+		if !errors.As(err, &nl) {
+			return err
+		}
+		if err := o.load(nl.dir); err != nil {
+			return err
+		}
+	}
+}
+
+// load reads d's lower tree without the lock and installs it.
+func (o *overlay) load(d *inode) error {
+	o.mu.Lock()
+	if d.children != nil {
+		o.mu.Unlock()
+		return nil
+	}
+	id := d.lower.ID
+	o.mu.Unlock()
+	t, err := o.getTree(id)
+	if err != nil {
+		return err
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if d.children == nil && d.lower.ID == id {
+		o.install(d, t)
+	}
+	return nil
+}
+
+// install fills an unloaded directory from its lower tree. Caller holds mu.
+func (o *overlay) install(d *inode, t *store.Tree) {
+	d.children = make(map[string]*inode, len(t.Entries))
+	for _, e := range t.Entries {
+		c := o.newLowerInode(e)
+		c.links = []link{{dir: d, name: e.Name}}
+		d.children[e.Name] = c
+		if c.isDir() {
+			d.nlinkExtra++
+		}
+	}
+}
+
+func modeForKind(k store.Kind) uint32 {
+	switch k {
+	case store.KindExec:
+		return syscall.S_IFREG | 0o755
+	case store.KindSymlink:
+		return syscall.S_IFLNK | 0o777
+	case store.KindDir:
+		return syscall.S_IFDIR | 0o755
+	}
+	return syscall.S_IFREG | 0o644
+}
+
+// newLowerInode makes a clean inode for a lower entry. Caller holds mu.
+func (o *overlay) newLowerInode(e store.Entry) *inode {
+	c := &inode{num: o.nextIno, mode: modeForKind(e.Kind), uid: o.uid, gid: o.gid,
+		atime: e.Mtime, mtime: e.Mtime, ctime: e.Mtime, lower: e, hasLower: true}
+	c.lower.Name = ""
+	o.nextIno++
+	return c
+}
+
+// newInode makes a new overlay-only inode. Caller holds mu.
+func (o *overlay) newInode(mode, uid, gid uint32) *inode {
+	now := time.Now().UnixNano()
+	c := &inode{num: o.nextIno, mode: mode, uid: uid, gid: gid, atime: now, mtime: now, ctime: now}
+	o.nextIno++
+	if c.isDir() {
+		c.children = map[string]*inode{}
+	}
+	return c
+}
+
+// children returns d's loaded children or errNeedLoad. Caller holds mu.
+func (o *overlay) children(d *inode) (map[string]*inode, error) {
+	if !d.isDir() {
+		return nil, syscall.ENOTDIR
+	}
+	if d != o.root && len(d.links) == 0 {
+		return nil, syscall.ENOENT // removed directory
+	}
+	if d.children == nil {
+		return nil, &errNeedLoad{dir: d}
+	}
+	return d.children, nil
+}
+
+// touch records a change of in's own state and propagates subSeq to the
+// root along every link. Caller holds mu.
+func (o *overlay) touch(in *inode) {
+	o.unsnapped = true
+	o.seq++
+	in.seq = o.seq
+	o.propagate(in, o.seq)
+}
+
+func (o *overlay) propagate(in *inode, seq uint64) {
+	if in.isDir() {
+		in.subSeq = seq
+	}
+	for _, l := range in.links {
+		for d := l.dir; d != nil; {
+			if d.subSeq == seq {
+				break
+			}
+			d.subSeq = seq
+			if len(d.links) == 0 {
+				break
+			}
+			d = d.links[0].dir
+		}
+	}
+}
+
+// dirChanged records a namespace change in d. Caller holds mu.
+func (o *overlay) dirChanged(d *inode) {
+	now := time.Now().UnixNano()
+	d.mtime, d.ctime = now, now
+	o.touch(d)
+}
+
+// addLink inserts c as d/name. Caller holds mu; name must be free.
+func (o *overlay) addLink(d *inode, name string, c *inode) {
+	d.children[name] = c
+	c.links = append(c.links, link{dir: d, name: name})
+	if c.isDir() {
+		d.nlinkExtra++
+	}
+	o.dirChanged(d)
+	c.linkSeq = o.seq
+}
+
+// removeLink deletes d/name (which must be c). Caller holds mu. When the
+// last link of an unopened file goes, its upper file is deleted.
+func (o *overlay) removeLink(d *inode, name string, c *inode) {
+	delete(d.children, name)
+	for i, l := range c.links {
+		if l.dir == d && l.name == name {
+			c.links = append(c.links[:i], c.links[i+1:]...)
+			break
+		}
+	}
+	if c.isDir() {
+		d.nlinkExtra--
+	}
+	c.ctime = time.Now().UnixNano()
+	o.dirChanged(d)
+	o.maybeDropUpper(c)
+}
+
+// maybeDropUpper deletes the upper file of an inode that has no names and
+// no open handles. Caller holds mu.
+func (o *overlay) maybeDropUpper(c *inode) {
+	if len(c.links) == 0 && c.opens == 0 && c.upper {
+		_ = os.Remove(o.upperPath(c.num))
+		c.upper = false
+	}
+}
+
+// isAncestor reports whether a is d or one of d's ancestors. Caller holds mu.
+func isAncestor(a, d *inode) bool {
+	for d != nil {
+		if d == a {
+			return true
+		}
+		if len(d.links) == 0 {
+			return false
+		}
+		d = d.links[0].dir
+	}
+	return false
+}
+
+// nlink is the link count reported to the kernel.
+func (in *inode) nlink() uint32 {
+	if in.isDir() {
+		if in.children == nil {
+			return 1 // unknown without loading: 1 disables find's leaf optimisation
+		}
+		return uint32(2 + in.nlinkExtra)
+	}
+	return uint32(len(in.links))
+}
+
+// clean reports whether in (a non-directory) equals its lower entry.
+func (in *inode) clean() bool { return in.seq == 0 && !in.upper }
+
+// kind is the store kind the inode captures as.
+func (in *inode) kind() store.Kind {
+	switch in.mode & syscall.S_IFMT {
+	case syscall.S_IFDIR:
+		return store.KindDir
+	case syscall.S_IFLNK:
+		return store.KindSymlink
+	}
+	if in.mode&0o111 != 0 {
+		return store.KindExec
+	}
+	return store.KindFile
+}

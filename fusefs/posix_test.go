@@ -1,0 +1,34 @@
+package fusefs
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/hanwen/go-fuse/v2/posixtest"
+)
+
+// posixSkips lists posixtest cases we skip, with the reason. go-fuse's own
+// loopback runs them all (TestPosix in fs/simple_test.go).
+var posixSkips = map[string]string{}
+
+func runPosix(t *testing.T, passthrough bool) {
+	objs := newFakeObjects(t)
+	root := objs.build(t, spec{"seed/file": "x"})
+	_, mnt := mountT(t, objs, root, &mountOpts{passthrough: passthrough, xattrs: true})
+	for name, fn := range posixtest.All {
+		t.Run(name, func(t *testing.T) {
+			if why := posixSkips[name]; why != "" {
+				t.Skip(why)
+			}
+			dir := filepath.Join(mnt, name)
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			fn(t, dir)
+		})
+	}
+}
+
+func TestPosix(t *testing.T)            { runPosix(t, false) }
+func TestPosixPassthrough(t *testing.T) { runPosix(t, true) }

@@ -1,0 +1,281 @@
+package fusefs
+
+import (
+	"fmt"
+	"os"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+
+	"github.com/acyclicfs/acyclicfs/store"
+)
+
+// note is one kernel cache invalidation owed after a view switch: the
+// entry name in directory dir (a path of names from the root, as the
+// kernel knew it), or the attributes and data of that entry's inode.
+type note struct {
+	dir     []string
+	name    string
+	content bool
+}
+
+// SwitchView pins a new generation. Overlay state that the new root
+// already contains is dropped; anything changed after the last Capture
+// stays dirty on top of the new view. Inode numbers stay stable for paths
+// that survive. Only changed entries are invalidated in the kernel, from
+// the notifier goroutine; SwitchView waits until they have been sent. It
+// must not be called from inside a request handler.
+func (m *Mount) SwitchView(root store.ID) error {
+	var notes []note
+	if _, err := m.ov.switchView(root, &notes); err != nil {
+		return err
+	}
+	fns := make([]func(), 0, len(notes))
+	for _, nt := range notes {
+		fns = append(fns, func() { m.sendNote(nt) })
+	}
+	select {
+	case <-m.queueNotify(fns):
+	case <-m.doneC:
+	}
+	return nil
+}
+
+// sendNote resolves the note's directory in go-fuse's tree; if the kernel
+// never looked it up there is nothing to invalidate.
+func (m *Mount) sendNote(nt note) {
+	dir := m.rootNode.EmbeddedInode()
+	for _, name := range nt.dir {
+		if dir = dir.GetChild(name); dir == nil {
+			return
+		}
+	}
+	if nt.content {
+		if ch := dir.GetChild(nt.name); ch != nil {
+			_ = ch.NotifyContent(0, 0)
+		}
+		return
+	}
+	_ = dir.NotifyEntry(nt.name)
+}
+
+var _ = (*fs.Inode).NotifyEntry
+
+// switchView re-bases the table on newRoot. It holds the lock throughout
+// (tree loads included): a switch is rare and must look atomic to requests.
+func (o *overlay) switchView(newRoot store.ID, notes *[]note) (bool, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	keep, err := o.reconcileDir(o.root, store.Entry{Kind: store.KindDir, ID: newRoot, Mtime: o.root.mtime}, nil, notes)
+	if err != nil {
+		return false, fmt.Errorf("switch view to %s: %w", newRoot.Short(), err)
+	}
+	o.rootID = newRoot
+	o.unsnapped = true
+	return keep, nil
+}
+
+func addNote(notes *[]note, dir []string, name string, content bool) {
+	if notes != nil {
+		*notes = append(*notes, note{dir: dir, name: name, content: content})
+	}
+}
+
+// changedSinceCapture reports whether c has changes the last capture did
+// not see. Caller holds mu.
+func (o *overlay) changedSinceCapture(c *inode) bool {
+	if c.seq > o.capSeq || c.isDir() && c.subSeq > o.capSeq {
+		return true
+	}
+	if c.upper {
+		var st syscall.Stat_t
+		if err := syscall.Stat(o.upperPath(c.num), &st); err != nil || statOf(&st) != c.capStat || c.capID.IsZero() {
+			return true
+		}
+		if c.capRacy {
+			id, err := hashFile(o.upperPath(c.num))
+			return err != nil || id != c.capID
+		}
+	}
+	return false
+}
+
+func sameType(c *inode, e store.Entry) bool {
+	return c.mode&syscall.S_IFMT == modeForKind(e.Kind)&syscall.S_IFMT
+}
+
+// reconcileDir makes d show e's tree plus the changes made after the last
+// capture; it reports whether anything at or below d stays dirty. Caller
+// holds mu.
+func (o *overlay) reconcileDir(d *inode, e store.Entry, path []string, notes *[]note) (bool, error) {
+	old := d.lower
+	nsKept := d.seq > o.capSeq
+	d.lower = store.Entry{Kind: store.KindDir, Mtime: e.Mtime, ID: e.ID}
+	d.hasLower = true
+	if d.children == nil {
+		// Never loaded: the kernel cannot have cached anything below.
+		if !nsKept {
+			d.seq = 0
+			d.mtime = e.Mtime
+		}
+		d.subSeq = d.seq
+		return d.subSeq != 0, nil
+	}
+	t, err := o.getTree(e.ID)
+	if err != nil {
+		return false, err
+	}
+	var captured *store.Tree
+	if nsKept {
+		capID := d.capTree
+		if capID.IsZero() || o.capSeq == 0 {
+			capID = old.ID
+		}
+		if captured, err = o.getTree(capID); err != nil {
+			return false, err
+		}
+	}
+	inCaptured := func(name string) bool {
+		if captured == nil {
+			return false
+		}
+		_, ok := captured.Lookup(name)
+		return ok
+	}
+	var maxSeq uint64
+	keepSeq := func(c *inode) {
+		maxSeq = max(maxSeq, c.seq, c.subSeq, 1)
+	}
+	childPath := func(name string) []string {
+		p := make([]string, len(path)+1)
+		copy(p, path)
+		p[len(path)] = name
+		return p
+	}
+	for _, name := range sortedNames(d.children) {
+		c := d.children[name]
+		ne, inNew := t.Lookup(name)
+		if nsKept && c.linkSeq > o.capSeq {
+			keepSeq(c) // named here after the capture: keeps its own content
+			continue
+		}
+		if inNew && sameType(c, ne) {
+			var keep bool
+			if c.isDir() {
+				keep, err = o.reconcileDir(c, ne, childPath(name), notes)
+				if err != nil {
+					return false, err
+				}
+			} else {
+				keep = o.reconcileLeaf(c, ne, path, name, notes)
+			}
+			if keep {
+				keepSeq(c)
+			}
+			continue
+		}
+		if nsKept && (!inCaptured(name) || o.changedSinceCapture(c)) {
+			keepSeq(c) // added or changed after the capture: stays on top
+			continue
+		}
+		// The new view deleted or replaced it.
+		o.unlinkQuiet(d, name, c)
+		addNote(notes, path, name, false)
+		if inNew {
+			o.linkLower(d, ne)
+		}
+	}
+	for _, ne := range t.Entries {
+		if d.children[ne.Name] != nil {
+			continue
+		}
+		if nsKept && inCaptured(ne.Name) {
+			continue // deleted after the capture
+		}
+		o.linkLower(d, ne)
+		addNote(notes, path, ne.Name, false)
+	}
+	if nsKept {
+		d.subSeq = max(d.seq, maxSeq)
+	} else {
+		if d.mtime != e.Mtime && d != o.root {
+			addNote(notes, path[:max(len(path)-1, 0)], lastName(path), true)
+		}
+		d.seq = 0
+		if d != o.root {
+			d.mtime = e.Mtime
+		}
+		d.subSeq = maxSeq
+		d.capTree = e.ID // the names now are e's: the reference for later switches
+	}
+	return d.subSeq != 0, nil
+}
+
+func lastName(path []string) string {
+	if len(path) == 0 {
+		return ""
+	}
+	return path[len(path)-1]
+}
+
+// reconcileLeaf re-bases a file or symlink on its new lower entry ne and
+// reports whether it stays dirty. Caller holds mu.
+func (o *overlay) reconcileLeaf(c *inode, ne store.Entry, dir []string, name string, notes *[]note) bool {
+	ne.Name = ""
+	upperOpen := c.upper && c.upperOpens > 0
+	if len(c.links) > 1 || upperOpen || o.changedSinceCapture(c) {
+		c.lower, c.hasLower = ne, true
+		return true
+	}
+	var oldContent store.ID
+	switch {
+	case c.upper:
+		oldContent = c.capID
+	case c.target != nil:
+		oldContent = store.ID{} // unknown: always invalidate
+	default:
+		oldContent = c.lower.ID
+	}
+	changed := oldContent != ne.ID || c.kind() != ne.Kind || c.mtime != ne.Mtime
+	c.lower, c.hasLower = ne, true
+	if c.upper {
+		_ = os.Remove(o.upperPath(c.num))
+		c.upper = false
+		c.capStat, c.capID = upperStat{}, store.ID{}
+	}
+	c.target = nil
+	if c.kind() != ne.Kind {
+		c.mode = modeForKind(ne.Kind)
+	}
+	c.mtime, c.ctime = ne.Mtime, ne.Mtime
+	c.seq = 0
+	if changed {
+		addNote(notes, dir, name, true)
+	}
+	return false
+}
+
+// unlinkQuiet removes d/name without recording a change. Caller holds mu.
+func (o *overlay) unlinkQuiet(d *inode, name string, c *inode) {
+	delete(d.children, name)
+	for i, l := range c.links {
+		if l.dir == d && l.name == name {
+			c.links = append(c.links[:i], c.links[i+1:]...)
+			break
+		}
+	}
+	if c.isDir() {
+		d.nlinkExtra--
+	}
+	o.maybeDropUpper(c)
+}
+
+// linkLower adds a clean inode for ne under d. Caller holds mu.
+func (o *overlay) linkLower(d *inode, ne store.Entry) {
+	c := o.newLowerInode(ne)
+	c.links = []link{{dir: d, name: ne.Name}}
+	d.children[ne.Name] = c
+	if c.isDir() {
+		d.nlinkExtra++
+	}
+}

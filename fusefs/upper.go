@@ -1,0 +1,110 @@
+package fusefs
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// copyUp gives a regular file an upper file holding its current content
+// (truncated to zero when trunc is set, which avoids copying data that is
+// about to be discarded). The copy runs without the lock; a racing copy-up
+// of the same inode loses and discards its temp file.
+func (o *overlay) copyUp(in *inode, trunc bool) error {
+	o.mu.Lock()
+	if in.upper {
+		o.mu.Unlock()
+		if trunc {
+			return os.Truncate(o.upperPath(in.num), 0)
+		}
+		return nil
+	}
+	if !in.isReg() {
+		o.mu.Unlock()
+		return syscall.EINVAL
+	}
+	blob := in.lower.ID
+	hasLower := in.hasLower
+	o.mu.Unlock()
+
+	tmp, err := os.CreateTemp(o.upperDir(), "copyup-*")
+	if err != nil {
+		return fmt.Errorf("copy-up: %w", err)
+	}
+	defer func() {
+		tmp.Close()
+		os.Remove(tmp.Name())
+	}()
+	if hasLower && !trunc && !blob.IsZero() {
+		src, err := os.Open(o.objects.BlobPath(blob))
+		if err != nil {
+			return fmt.Errorf("copy-up: open blob: %w", err)
+		}
+		err = cloneOrCopy(tmp, src)
+		src.Close()
+		if err != nil {
+			return fmt.Errorf("copy-up: %w", err)
+		}
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if in.upper {
+		if trunc {
+			return os.Truncate(o.upperPath(in.num), 0)
+		}
+		return nil
+	}
+	if err := os.Rename(tmp.Name(), o.upperPath(in.num)); err != nil {
+		return fmt.Errorf("copy-up: %w", err)
+	}
+	// Keep the overlay's mtime: a copy-up is not a modification by itself.
+	mt := time.Unix(0, in.mtime)
+	_ = os.Chtimes(o.upperPath(in.num), mt, mt)
+	in.upper = true
+	o.touch(in)
+	return nil
+}
+
+// cloneOrCopy copies src into dst: FICLONE (reflink) first, then
+// copy_file_range, then a plain copy.
+func cloneOrCopy(dst, src *os.File) error {
+	if err := unix.IoctlFileClone(int(dst.Fd()), int(src.Fd())); err == nil {
+		return nil
+	}
+	for {
+		n, err := unix.CopyFileRange(int(src.Fd()), nil, int(dst.Fd()), nil, 1<<30, 0)
+		if err != nil {
+			if _, serr := src.Seek(0, io.SeekStart); serr != nil {
+				return serr
+			}
+			if _, serr := dst.Seek(0, io.SeekStart); serr != nil {
+				return serr
+			}
+			if terr := dst.Truncate(0); terr != nil {
+				return terr
+			}
+			_, err = io.Copy(dst, src)
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+	}
+}
+
+// createUpper makes an empty upper file for a new inode and keeps it open
+// as the inode's backing file, for the open that follows a create. Caller
+// holds mu.
+func (o *overlay) createUpper(in *inode) error {
+	f, err := os.OpenFile(o.upperPath(in.num), os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o600)
+	if err != nil {
+		return fmt.Errorf("create upper file: %w", err)
+	}
+	in.upperFile = f
+	in.upper = true
+	return nil
+}
