@@ -123,6 +123,10 @@ type client struct {
 func newClient(storeDir string) *client {
 	sock := filepath.Join(storeDir, socketName)
 	return &client{dir: storeDir, http: &http.Client{Transport: &http.Transport{
+		// A fresh connection per call: a daemon that is exiting refuses it
+		// (and the CLI runs the command itself) instead of resetting a
+		// reused idle connection mid-request.
+		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", sock)
@@ -210,15 +214,15 @@ func startDaemon(storeDir string) error {
 	pw.Close()
 	go cmd.Wait() //nolint:errcheck // reaped; the daemon outlives us normally
 	pr.SetReadDeadline(time.Now().Add(30 * time.Second))
-	buf := make([]byte, 64)
-	n, err := pr.Read(buf)
-	if n > 0 && string(buf[:n]) == "ready\n" {
+	// The daemon writes "ready\n" and closes, or writes its error and exits.
+	buf, err := io.ReadAll(io.LimitReader(pr, 64<<10))
+	if string(buf) == "ready\n" {
 		return nil
 	}
-	if err != nil && !errors.Is(err, io.EOF) {
+	if err != nil {
 		return fmt.Errorf("daemon did not become ready: %w (see %s)", err, filepath.Join(storeDir, logName))
 	}
-	msg := string(bytes.TrimSpace(buf[:n]))
+	msg := string(bytes.TrimSpace(buf))
 	if msg == "" {
 		msg = "it exited"
 	}

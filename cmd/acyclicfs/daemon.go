@@ -119,19 +119,31 @@ func runDaemon(storeDir string, ready io.WriteCloser, exitWhenIdle bool) error {
 	case <-d.quit:
 	}
 	signal.Stop(sigs)
+	d.mu.Lock()
+	d.stopping = true // mounts are refused from here on
+	d.mu.Unlock()
+	// Stop taking commands: unlink the socket so that new clients find no
+	// daemon (and run their command themselves once we release the store),
+	// then keep serving briefly, so that connections already queued in the
+	// listen backlog are answered instead of reset by closing the listener.
+	_ = os.Remove(sock)
+	time.Sleep(drainWindow)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	srv.Shutdown(ctx)
+	cancel()
 	outs := d.unmountAll()
 	for _, o := range outs {
 		logger.Printf("%s", o)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	srv.Shutdown(ctx)
-	cancel()
-	_ = os.Remove(sock)
 	if b, err := os.ReadFile(pidPath); err == nil && string(bytes.TrimSpace(b)) == strconv.Itoa(os.Getpid()) {
 		_ = os.Remove(pidPath)
 	}
 	return m.Close()
 }
+
+// drainWindow is how long an exiting daemon keeps answering connections
+// that were queued before its socket was unlinked.
+const drainWindow = 200 * time.Millisecond
 
 // openManagerPatiently opens the store, waiting for a CLI command that
 // holds it to finish.

@@ -143,12 +143,13 @@ func (a *app) cmdUnmount() *cobra.Command {
 		Args:  exactArgs(1, "MOUNTPOINT"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			mp := a.mountpath(args[0])
-			if a.d == nil {
-				return a.unmountOffline(mp)
+			var s *served
+			if a.d != nil {
+				s = a.d.byMountpoint(mp)
 			}
-			s := a.d.byMountpoint(mp)
 			if s == nil {
-				return usageError{fmt.Errorf("unmount %s: not an acyclicfs mount of this store", mp)}
+				// Not served (any more): a mount whose daemon died.
+				return a.unmountOffline(mp)
 			}
 			res, err := s.unmount()
 			if err != nil {
@@ -174,7 +175,10 @@ func (a *app) unmountOffline(mp string) error {
 		if rec.Mountpoint != mp {
 			continue
 		}
-		d := &daemon{m: m, dir: m.Dir(), logger: newDiscardLogger(), mounts: map[string]*served{}}
+		d := a.d
+		if d == nil {
+			d = &daemon{m: m, dir: m.Dir(), logger: newDiscardLogger(), mounts: map[string]*served{}}
+		}
 		notes, err := d.recoverMount(rec)
 		for _, n := range notes {
 			fmt.Fprintf(a.stderr, "recovery: %s\n", n)

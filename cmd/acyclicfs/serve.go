@@ -272,7 +272,10 @@ func (d *daemon) recoverMount(rec workspace.MountRecord) ([]string, error) {
 	}
 	// A window left active or reconciling by the dead daemon: claim it once
 	// its leases expired, and finish the interrupted reconcile by its ticket.
+	// Its leases cannot be stolen (fencing forbids it), but their holder is
+	// dead, so wait for them to expire: at most their TTL.
 	ctx := context.Background()
+	d.waitOrphanLeases(rec.Workspace)
 	if r, ok, err := m.Windows().ClaimReconcile(ctx, rec.Workspace); err == nil && ok {
 		res, err := d.finishTicket(rec.Workspace, r)
 		if err != nil {
@@ -476,7 +479,9 @@ func (s *served) switchToHead() error {
 	if err != nil {
 		return err
 	}
-	if err := s.mnt.SwitchView(root); err != nil {
+	// Not waiting for the kernel invalidations: we hold s.lock, which
+	// requests waiting for admission need (see SwitchViewQueued).
+	if _, err := s.mnt.SwitchViewQueued(root); err != nil {
 		return fmt.Errorf("switch view of %s: %w", s.ws, err)
 	}
 	s.pinned = w.Head
@@ -598,4 +603,32 @@ func (s *served) unmount() (res workspace.Result, err error) {
 	s.d.mu.Unlock()
 	s.d.logger.Printf("unmounted %s from %s: %s", s.ws, s.mp, res.Outcome)
 	return res, nil
+}
+
+// maxOrphanWait bounds how long recovery waits for a dead daemon's leases.
+const maxOrphanWait = 2 * time.Minute
+
+// waitOrphanLeases sleeps until every lease of ws's window has expired
+// (bounded). Only called for a window whose daemon is known dead (we hold
+// the store's daemon lock), so no live holder is renewing them; there is no
+// event for a deadline passing.
+func (d *daemon) waitOrphanLeases(ws string) {
+	snap, err := d.m.Windows().Inspect(context.Background(), ws)
+	if err != nil || snap.Phase.Kind != window.PhaseActive {
+		return
+	}
+	var latest int64
+	for _, l := range snap.Phase.Leases {
+		latest = max(latest, l.ExpiresAtMillis)
+	}
+	wait := time.Until(time.UnixMilli(latest)) + 10*time.Millisecond
+	if wait <= 0 {
+		return
+	}
+	if wait > maxOrphanWait {
+		d.logger.Printf("%s: leases of the dead daemon expire in %v; not waiting longer than %v", ws, wait, maxOrphanWait)
+		wait = maxOrphanWait
+	}
+	d.logger.Printf("%s: waiting %v for the dead daemon's leases to expire", ws, wait.Round(time.Millisecond))
+	time.Sleep(wait)
 }
