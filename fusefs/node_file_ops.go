@@ -17,6 +17,7 @@ import (
 // Getattr answers from the overlay, and for upper files from the backing
 // file (passthrough writes bypass the daemon).
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.m.daemonGetattrs.Add(1)
 	if e := n.m.admit(ctx); e != 0 {
 		return e
 	}
@@ -265,12 +266,28 @@ func (m *Mount) open(in *inode, flags uint32) (fs.FileHandle, uint32, syscall.Er
 	ov := m.ov
 	ov.mu.Lock()
 	isReg := in.isReg()
+	lowerID, clean := in.lower.ID, in.hasLower && !in.upper
 	ov.mu.Unlock()
 	if !isReg {
 		return nil, 0, syscall.EISDIR
 	}
+	if clean {
+		// Hash a not-yet-verified blob here, not under the overlay lock.
+		if err := verifyBlob(ov.objects, lowerID); err != nil {
+			return nil, 0, toErrno(err)
+		}
+	}
 	write := flags&syscall.O_ACCMODE != syscall.O_RDONLY
 	trunc := flags&syscall.O_TRUNC != 0
+	if (write || trunc) && m.cfg.Passthrough && m.cfg.PassthroughClean {
+		// The blob is the kernel's backing file for open readers; no other
+		// open of this inode can be served until they close. The kernel
+		// sends RELEASE after close returns, so a reader that just closed
+		// is waited for, briefly.
+		if !ov.waitBlobReleased(in, releaseWait) {
+			return nil, 0, syscall.ETXTBSY
+		}
+	}
 	if write || trunc {
 		if err := ov.copyUp(in, trunc); err != nil {
 			return nil, 0, toErrno(err)
@@ -294,17 +311,22 @@ func (m *Mount) open(in *inode, flags uint32) (fs.FileHandle, uint32, syscall.Er
 			// A view switch changed the content under open readers; they
 			// keep the old blob (registered with the kernel as backing
 			// file), so this reader gets its own file, uncached.
-			f, err := os.Open(ov.objects.BlobPath(in.lower.ID))
+			f, err := openBlob(ov.objects, in.lower.ID)
 			if err != nil {
 				return nil, 0, toErrno(err)
 			}
 			h.fd, h.own, h.blob = int(f.Fd()), f, true
 			in.opens++
 			ov.openHandles++
+			if m.cfg.Passthrough && m.cfg.PassthroughClean {
+				// The kernel keeps serving the old blob registered for the
+				// readers still open (documented caveat).
+				return &ptHandle{h}, 0, 0
+			}
 			return h, fuse.FOPEN_DIRECT_IO, 0
 		}
 		if in.blobFile == nil {
-			f, err := os.Open(ov.objects.BlobPath(in.lower.ID))
+			f, err := openBlob(ov.objects, in.lower.ID)
 			if err != nil {
 				return nil, 0, toErrno(err)
 			}
@@ -316,14 +338,45 @@ func (m *Mount) open(in *inode, flags uint32) (fs.FileHandle, uint32, syscall.Er
 	}
 	in.opens++
 	ov.openHandles++
-	if m.cfg.Passthrough {
-		if !h.blob && in.blobOpens > 0 {
-			// The kernel has the blob registered as this inode's backing
-			// file for the readers still open; a second backing file is
-			// refused, so this writer goes through the daemon uncached.
-			return h, fuse.FOPEN_DIRECT_IO, 0
-		}
-		return &ptHandle{h}, fuse.FOPEN_KEEP_CACHE, 0
+	// The kernel's rules (fs/fuse/iomode.c): while an inode has a
+	// passthrough open, every open must be passthrough with the same
+	// backing file, else open fails with EIO; while it has a cached open,
+	// a passthrough open fails; FOPEN_DIRECT_IO opens are always allowed.
+	switch {
+	case !m.cfg.Passthrough:
+		return h, fuse.FOPEN_KEEP_CACHE, 0
+	case h.blob && !m.cfg.PassthroughClean:
+		// Clean readers use the page cache (kept across opens), so a
+		// writer can still copy the file up and open it.
+		return h, fuse.FOPEN_KEEP_CACHE, 0
+	case !h.blob && in.blobOpens > 0:
+		// Cached readers of the blob are open: this open of the upper file
+		// goes through the daemon, uncached.
+		return h, fuse.FOPEN_DIRECT_IO, 0
 	}
-	return h, fuse.FOPEN_KEEP_CACHE, 0
+	return &ptHandle{h}, 0, 0
+}
+
+// releaseWait bounds how long a writer waits for readers' RELEASE.
+const releaseWait = 250 * time.Millisecond
+
+// waitBlobReleased waits until in has no open blob handles (or it has an
+// upper file), at most d.
+func (o *overlay) waitBlobReleased(in *inode, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	timer := time.AfterFunc(d, func() {
+		o.mu.Lock()
+		o.released.Broadcast()
+		o.mu.Unlock()
+	})
+	defer timer.Stop()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for !in.upper && in.blobOpens > 0 {
+		if !time.Now().Before(deadline) {
+			return false
+		}
+		o.released.Wait()
+	}
+	return true
 }

@@ -40,7 +40,7 @@ func (o *overlay) copyUp(in *inode, trunc bool) error {
 		os.Remove(tmp.Name())
 	}()
 	if hasLower && !trunc && !blob.IsZero() {
-		src, err := os.Open(o.objects.BlobPath(blob))
+		src, err := openBlob(o.objects, blob)
 		if err != nil {
 			return fmt.Errorf("copy-up: open blob: %w", err)
 		}

@@ -82,6 +82,10 @@ type Store struct {
 	gcCond    *sync.Cond
 	gcHolds   int  // outstanding HoldGC holds
 	gcRunning bool // a GC is marking or sweeping
+
+	// verified holds the IDs (ID -> struct{}) whose blob files OpenBlobFile
+	// has checked in this process; sync.Map, safe for concurrent use.
+	verified sync.Map
 }
 
 // Open opens the store in dir, creating it unless opt.ReadOnly. It never
