@@ -39,5 +39,10 @@ var (
 	_ fs.FileSetlker         = (*handle)(nil)
 	_ fs.FileSetlkwer        = (*handle)(nil)
 	_ fs.FilePassthroughFder = (*ptHandle)(nil)
-	_ fs.FileReader          = (*ptHandle)(nil)
+
+	_ fs.FileReaddirenter = (*dirHandle)(nil)
+	_ fs.FileSeekdirer    = (*dirHandle)(nil)
+	_ fs.FileReleasedirer = (*dirHandle)(nil)
+	_ fs.FileFsyncdirer   = (*dirHandle)(nil)
+	_ fs.FileReader       = (*ptHandle)(nil)
 )

@@ -108,3 +108,31 @@ func TestCopyUpAndCapture(t *testing.T) {
 		t.Fatalf("recapture: %v %v", id2, err)
 	}
 }
+
+// TestCleanMetadataIsCached: the pinned view lets the kernel cache clean
+// entries and attributes, so a second walk of the tree sends no LOOKUP or
+// GETATTR to the daemon.
+func TestCleanMetadataIsCached(t *testing.T) {
+	objs := newFakeObjects(t)
+	m, mnt := mountT(t, objs, objs.build(t, lowerSpec), nil)
+	statWalk := func() {
+		filepath.Walk(mnt, func(string, os.FileInfo, error) error { return nil })
+	}
+	flattenDir(t, mnt) // reads invalidate cached atimes (fuse_invalidate_atime)
+	statWalk()
+	l, g := m.daemonLookups.Load(), m.daemonGetattrs.Load()
+	statWalk()
+	if dl, dg := m.daemonLookups.Load()-l, m.daemonGetattrs.Load()-g; dl != 0 || dg != 0 {
+		t.Fatalf("second walk: %d lookups, %d getattrs", dl, dg)
+	}
+	for _, name := range []string{"missing", "dir/nope"} {
+		os.Lstat(filepath.Join(mnt, name))
+	}
+	l = m.daemonLookups.Load()
+	for _, name := range []string{"missing", "dir/nope"} {
+		os.Lstat(filepath.Join(mnt, name))
+	}
+	if dl := m.daemonLookups.Load() - l; dl != 0 {
+		t.Fatalf("repeated negative lookups reached the daemon %d times", dl)
+	}
+}

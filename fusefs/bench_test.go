@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,7 +12,8 @@ import (
 )
 
 // TestPassthroughEngages checks that with Config.Passthrough the kernel
-// moves file data itself: the daemon sees no READ or WRITE requests.
+// moves file data itself: the daemon sees no READ or WRITE requests for
+// upper files, nor (with PassthroughClean) for clean files.
 func TestPassthroughEngages(t *testing.T) {
 	objs := newFakeObjects(t)
 	root := objs.build(t, spec{"clean": string(bytes.Repeat([]byte("c"), 1<<20))})
@@ -21,15 +23,26 @@ func TestPassthroughEngages(t *testing.T) {
 	if got := mustRead(t, filepath.Join(mnt, "new")); got != string(data) {
 		t.Fatal("content mismatch")
 	}
-	if got := mustRead(t, filepath.Join(mnt, "clean")); len(got) != 1<<20 {
-		t.Fatal("clean content mismatch")
-	}
 	if r, w := m.daemonReads.Load(), m.daemonWrites.Load(); r != 0 || w != 0 {
 		t.Skipf("passthrough did not engage (daemon served %d reads, %d writes): kernel or privileges refuse it", r, w)
 	}
 	var st syscall.Stat_t
 	if err := syscall.Stat(filepath.Join(mnt, "new"), &st); err != nil || st.Size != int64(len(data)) {
 		t.Fatalf("getattr after passthrough write: size %d %v", st.Size, err)
+	}
+	// Clean files are read through the daemon once, then from the page cache.
+	mustRead(t, filepath.Join(mnt, "clean"))
+	first := m.daemonReads.Load()
+	mustRead(t, filepath.Join(mnt, "clean"))
+	if first == 0 || m.daemonReads.Load() != first {
+		t.Fatalf("clean reads: %d then %d daemon reads", first, m.daemonReads.Load())
+	}
+	m2, mnt2 := mountT(t, objs, root, &mountOpts{passthrough: true, ptClean: true})
+	if got := mustRead(t, filepath.Join(mnt2, "clean")); len(got) != 1<<20 {
+		t.Fatal("clean content mismatch")
+	}
+	if r := m2.daemonReads.Load(); r != 0 {
+		t.Fatalf("PassthroughClean: daemon served %d reads", r)
 	}
 }
 
@@ -222,5 +235,49 @@ func BenchmarkWriteFsync(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestPassthroughWriterWhileCleanReaderOpen: a clean file held open by a
+// reader (the blob is the kernel's backing file) is copied up by a writer;
+// new opens must see the writer's data, not the blob.
+func TestPassthroughWriterWhileCleanReaderOpen(t *testing.T) {
+	objs := newFakeObjects(t)
+	_, mnt := mountT(t, objs, objs.build(t, spec{"f": "old content", "g": "x"}), &mountOpts{passthrough: true})
+	// With PassthroughClean the writer is refused while the reader is open.
+	_, mnt2 := mountT(t, objs, objs.build(t, spec{"f": "old content"}), &mountOpts{passthrough: true, ptClean: true})
+	r2, err := os.Open(filepath.Join(mnt2, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.OpenFile(filepath.Join(mnt2, "f"), os.O_RDWR, 0); !errors.Is(err, syscall.ETXTBSY) {
+		t.Fatalf("writer with PassthroughClean: %v, want ETXTBSY", err)
+	}
+	r2.Close()
+
+	p := filepath.Join(mnt, "f")
+	r, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	buf := make([]byte, 3)
+	if _, err := r.ReadAt(buf, 0); err != nil || string(buf) != "old" {
+		t.Fatalf("reader: %q %v", buf, err)
+	}
+	w, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteAt([]byte("NEW"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustRead(t, p); got != "NEW content" {
+		t.Fatalf("new open while reader open: %q", got)
+	}
+	w.Close()
+	r.Close()
+	if got := mustRead(t, p); got != "NEW content" {
+		t.Fatalf("after closing all: %q", got)
 	}
 }

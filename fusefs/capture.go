@@ -60,7 +60,7 @@ func ResetState(stateDir string) error {
 			return fmt.Errorf("reset state: %w", err)
 		}
 	}
-	for _, d := range []string{"upper", "locks"} {
+	for _, d := range []string{"upper", "upper-trash", "locks"} {
 		if err := os.RemoveAll(filepath.Join(stateDir, d)); err != nil {
 			return fmt.Errorf("reset state: %w", err)
 		}

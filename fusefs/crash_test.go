@@ -102,6 +102,7 @@ func testCrashRecovery(t *testing.T, pt bool) {
 	p := func(s string) string { return filepath.Join(mnt, s) }
 
 	writeSync(t, p("new.txt"), "fsynced data")
+	writeSync(t, p("gone"), "removed after the last fsync")
 	writeSync(t, p("keep.txt"), "rewritten")
 	if err := os.Mkdir(p("nd"), 0o755); err != nil {
 		t.Fatal(err)
@@ -120,6 +121,10 @@ func testCrashRecovery(t *testing.T, pt bool) {
 	fsyncPath(t, p("nd"))
 	// Written but never fsynced: may or may not survive; must not break replay.
 	mustWrite(t, p("unsynced"), "maybe")
+	// Removed after the last snapshot, which still names its upper file.
+	if err := os.Remove(p("gone")); err != nil {
+		t.Fatal(err)
+	}
 
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -143,6 +148,7 @@ func testCrashRecovery(t *testing.T, pt bool) {
 	}
 	got := objs2.flatten(t, rid)
 	delete(got, "unsynced")
+	delete(got, "gone")
 	if d := diffMaps(got, want); d != "" {
 		t.Fatalf("recovered capture differs:\n%s", d)
 	}
@@ -151,6 +157,7 @@ func testCrashRecovery(t *testing.T, pt bool) {
 	_, mnt2 := mountT(t, objs2, root, &mountOpts{stateDir: state})
 	got = flattenDir(t, mnt2)
 	delete(got, "unsynced")
+	delete(got, "gone")
 	if d := diffMaps(got, want); d != "" {
 		t.Fatalf("remounted view differs:\n%s", d)
 	}

@@ -30,9 +30,15 @@
 // replay the snapshot. Data written but never
 // fsynced may or may not survive a crash, as on any file system.
 //
-// Speed: with Config.Passthrough the kernel reads and writes open files
-// directly on their backing file (one per inode, shared by its opens);
-// getattr reads size and times from the backing file. Clean entries are
+// Speed: with Config.Passthrough the kernel reads and writes open upper
+// files directly on their backing file (one per inode, shared by its
+// opens); getattr reads size and times from the backing file. Clean files
+// are read through the daemon once and then from the page cache (kept
+// across opens); Config.PassthroughClean serves them by passthrough on the
+// blob too, at the price that a writer opening a file other processes hold
+// open for reading waits briefly for them and then gets ETXTBSY (the
+// kernel allows one backing file per inode, and no cached open beside a
+// passthrough one — fs/fuse/iomode.c). Clean entries are
 // cached by the kernel for Config.AttrTimeout/EntryTimeout (the view is
 // pinned); dirty ones for DirtyTimeout. Without passthrough, pages are
 // kept cached across opens (FOPEN_KEEP_CACHE) and MaxWrite is 1 MiB.

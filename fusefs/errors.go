@@ -9,9 +9,6 @@ import (
 )
 
 var (
-	// ErrNotMounted is returned when an operation needs a live mount that
-	// has already been unmounted.
-	ErrNotMounted = errors.New("fusefs: not mounted")
 	// ErrBadSnapshot is returned when the overlay snapshot in a StateDir is
 	// torn, has a bad checksum, or describes an impossible inode table.
 	ErrBadSnapshot = errors.New("fusefs: corrupt overlay snapshot")

@@ -266,6 +266,7 @@ type mountOpts struct {
 	passthrough bool
 	admitter    Admitter
 	xattrs      bool
+	ptClean     bool
 }
 
 // mountT mounts root under a temp dir and unmounts at cleanup.
@@ -279,7 +280,7 @@ func mountT(t testing.TB, objs *fakeObjects, root store.ID, o *mountOpts) (*Moun
 	}
 	mnt := t.TempDir()
 	m, err := MountAt(mnt, Config{Objects: objs, Root: root, StateDir: o.stateDir,
-		Passthrough: o.passthrough, Admitter: o.admitter, FsName: "fusefs-test", EnableXattrs: o.xattrs, Debug: os.Getenv("FUSEFS_DEBUG") != ""})
+		Passthrough: o.passthrough, Admitter: o.admitter, FsName: "fusefs-test", EnableXattrs: o.xattrs, PassthroughClean: o.ptClean, Debug: os.Getenv("FUSEFS_DEBUG") != ""})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -238,7 +238,11 @@ func loadSnapshot(stateDir string, objects Objects) (*overlay, bool, error) {
 	}
 	for num := range o.uppers {
 		if _, err := os.Stat(o.upperPath(num)); err != nil {
-			return nil, false, fmt.Errorf("%w: upper file of inode %d: %v", ErrBadSnapshot, num, err)
+			// Retired after this snapshot was written (unlink, view
+			// switch): the snapshot still needs it.
+			if rerr := os.Rename(o.trashPath(num), o.upperPath(num)); rerr != nil {
+				return nil, false, fmt.Errorf("%w: upper file of inode %d: %v", ErrBadSnapshot, num, err)
+			}
 		}
 	}
 	return o, true, nil
@@ -261,6 +265,13 @@ func (o *overlay) removeStrayUppers() error {
 		}
 	}
 	o.uppers = nil
+	// Whatever is left in the trash is named by no snapshot any more.
+	if err := os.RemoveAll(o.trashDir()); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	if err := os.MkdirAll(o.trashDir(), 0o700); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
 	return nil
 }
 
@@ -280,8 +291,13 @@ func (o *overlay) writeSnapshot(snapMu interface {
 	}
 	b, err := o.encodeSnapshot()
 	o.unsnapped = err != nil
+	trash := o.trash
+	o.trash = nil
 	o.mu.Unlock()
 	if err != nil {
+		o.mu.Lock()
+		o.trash = append(o.trash, trash...)
+		o.mu.Unlock()
 		return err
 	}
 	written := false
@@ -289,7 +305,13 @@ func (o *overlay) writeSnapshot(snapMu interface {
 		if !written {
 			o.mu.Lock()
 			o.unsnapped = true
+			o.trash = append(o.trash, trash...)
 			o.mu.Unlock()
+			return
+		}
+		// Upper files retired before this snapshot are not named by it.
+		for _, num := range trash {
+			_ = os.Remove(o.trashPath(num))
 		}
 	}()
 	// Upper files' names (copy-ups, creates) must be durable before a

@@ -29,8 +29,9 @@ func TestModelAgainstNative(t *testing.T) {
 		native := t.TempDir()
 		materialize(t, native, seed)
 		mnt := t.TempDir()
+		pt := rapid.Bool().Draw(rt, "passthrough")
 		m, err := MountAt(mnt, Config{Objects: objs, Root: root, StateDir: t.TempDir(), FsName: "fusefs-test",
-			Passthrough: rapid.Bool().Draw(rt, "passthrough")})
+			Passthrough: pt, PassthroughClean: pt && rapid.Bool().Draw(rt, "passthroughClean")})
 		if err != nil {
 			rt.Fatal(err)
 		}

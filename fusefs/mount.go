@@ -59,6 +59,13 @@ type Config struct {
 	// directly on the backing file when it allows (root, Linux ≥ 6.9);
 	// without it, or when the kernel refuses, I/O goes through the daemon.
 	Passthrough bool
+	// PassthroughClean also serves read-only opens of clean files by
+	// passthrough on the blob file (first reads at native speed instead of
+	// through the daemon; later reads hit the page cache either way). The
+	// kernel then refuses any other backing file for that inode while
+	// those readers are open, so a writer opening it meanwhile gets
+	// ETXTBSY. Off by default.
+	PassthroughClean bool
 	// EnableXattrs serves user.* extended attributes from the overlay. Off
 	// by default: with xattrs on, the kernel sends GETXATTR
 	// security.capability before every write, passthrough writes included
@@ -87,6 +94,7 @@ type Mount struct {
 	// Reads and writes served by the daemon (not by kernel passthrough);
 	// tests use them to check passthrough engages.
 	daemonReads, daemonWrites, daemonGetxattrs atomic.Int64
+	daemonLookups, daemonGetattrs              atomic.Int64
 
 	unmountOnce sync.Once
 	unmountErr  error
@@ -164,8 +172,10 @@ func MountAt(mountpoint string, cfg Config) (*Mount, error) {
 
 // openOverlay prepares stateDir and replays its snapshot if there is one.
 func openOverlay(stateDir string, objects Objects, root store.ID) (*overlay, error) {
-	if err := os.MkdirAll(stateDir+"/upper", 0o700); err != nil {
-		return nil, fmt.Errorf("state dir: %w", err)
+	for _, d := range []string{"/upper", "/upper-trash"} {
+		if err := os.MkdirAll(stateDir+d, 0o700); err != nil {
+			return nil, fmt.Errorf("state dir: %w", err)
+		}
 	}
 	// Lock files of a previous daemon hold no locks any more.
 	if err := os.RemoveAll(stateDir + "/locks"); err != nil {

@@ -15,6 +15,7 @@ import (
 
 // Lookup finds name in the directory, loading the lower tree on first use.
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	n.m.daemonLookups.Add(1)
 	if e := n.m.admit(ctx); e != 0 {
 		return nil, e
 	}

@@ -110,6 +110,9 @@ type overlay struct {
 	// when one is encoded, so an fsync with nothing new to record costs
 	// only the file's own fsync.
 	unsnapped bool
+	// trash lists upper files moved to trashDir since the last snapshot
+	// was encoded; they are deleted once that snapshot is durable.
+	trash []uint64
 
 	openHandles int        // open file handles in the whole mount (protected by mu)
 	released    *sync.Cond // on mu; broadcast when a handle is released
@@ -132,6 +135,21 @@ func newOverlay(objects Objects, stateDir string, rootID store.ID) *overlay {
 }
 
 func (o *overlay) upperDir() string { return filepath.Join(o.stateDir, "upper") }
+func (o *overlay) trashDir() string { return filepath.Join(o.stateDir, "upper-trash") }
+func (o *overlay) trashPath(num uint64) string {
+	return filepath.Join(o.trashDir(), strconv.FormatUint(num, 10))
+}
+
+// trashUpper retires an upper file the table no longer needs. The snapshot
+// on disk may still name it, so it is moved aside (freeing its name for a
+// new copy-up) and deleted only after a snapshot without it is durable;
+// replay of an older snapshot moves it back. Caller holds mu.
+func (o *overlay) trashUpper(num uint64) {
+	if err := os.Rename(o.upperPath(num), o.trashPath(num)); err == nil {
+		o.trash = append(o.trash, num)
+		o.unsnapped = true
+	}
+}
 func (o *overlay) upperPath(num uint64) string {
 	return filepath.Join(o.upperDir(), strconv.FormatUint(num, 10))
 }
@@ -312,7 +330,7 @@ func (o *overlay) removeLink(d *inode, name string, c *inode) {
 // no open handles. Caller holds mu.
 func (o *overlay) maybeDropUpper(c *inode) {
 	if len(c.links) == 0 && c.opens == 0 && c.upper {
-		_ = os.Remove(o.upperPath(c.num))
+		o.trashUpper(c.num)
 		c.upper = false
 	}
 }

@@ -12,10 +12,10 @@ import (
 // loopback runs them all (TestPosix in fs/simple_test.go).
 var posixSkips = map[string]string{}
 
-func runPosix(t *testing.T, passthrough bool) {
+func runPosix(t *testing.T, passthrough, ptClean bool) {
 	objs := newFakeObjects(t)
 	root := objs.build(t, spec{"seed/file": "x"})
-	_, mnt := mountT(t, objs, root, &mountOpts{passthrough: passthrough, xattrs: true})
+	_, mnt := mountT(t, objs, root, &mountOpts{passthrough: passthrough, ptClean: ptClean, xattrs: true})
 	for name, fn := range posixtest.All {
 		t.Run(name, func(t *testing.T) {
 			if why := posixSkips[name]; why != "" {
@@ -30,5 +30,6 @@ func runPosix(t *testing.T, passthrough bool) {
 	}
 }
 
-func TestPosix(t *testing.T)            { runPosix(t, false) }
-func TestPosixPassthrough(t *testing.T) { runPosix(t, true) }
+func TestPosix(t *testing.T)                 { runPosix(t, false, false) }
+func TestPosixPassthrough(t *testing.T)      { runPosix(t, true, false) }
+func TestPosixPassthroughClean(t *testing.T) { runPosix(t, true, true) }

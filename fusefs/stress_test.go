@@ -46,7 +46,7 @@ func TestConcurrentCaptureAndSwitch(t *testing.T) {
 			}
 		}()
 	}
-	for i := 0; i < 100; i++ {
+	for i := 0; i < 40; i++ {
 		id, _, err := m.Capture()
 		if err != nil {
 			t.Fatal(err)

@@ -2,7 +2,6 @@ package fusefs
 
 import (
 	"fmt"
-	"os"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -12,7 +11,8 @@ import (
 
 // note is one kernel cache invalidation owed after a view switch: the
 // entry name in directory dir (a path of names from the root, as the
-// kernel knew it), or the attributes and data of that entry's inode.
+// kernel knew it), or the attributes and data of that entry's inode, or
+// (content with an empty name) the cached listing of dir itself.
 type note struct {
 	dir     []string
 	name    string
@@ -23,8 +23,10 @@ type note struct {
 // already contains is dropped; anything changed after the last Capture
 // stays dirty on top of the new view. Inode numbers stay stable for paths
 // that survive. Only changed entries are invalidated in the kernel, from
-// the notifier goroutine; SwitchView waits until they have been sent. It
-// must not be called from inside a request handler.
+// the notifier goroutine; SwitchView then writes the overlay snapshot and
+// waits until the invalidations have been sent. It must not be called from
+// inside a request handler, nor while holding a lock that request
+// admission waits for (use SwitchViewQueued there).
 func (m *Mount) SwitchView(root store.ID) error {
 	var notes []note
 	if _, err := m.ov.switchView(root, &notes); err != nil {
@@ -34,9 +36,16 @@ func (m *Mount) SwitchView(root store.ID) error {
 	for _, nt := range notes {
 		fns = append(fns, func() { m.sendNote(nt) })
 	}
+	done := m.queueNotify(fns)
+	// Persist the switched table (the new root, and upper files it no
+	// longer needs can then be deleted).
+	serr := m.writeSnapshot()
 	select {
-	case <-m.queueNotify(fns):
+	case <-done:
 	case <-m.doneC:
+	}
+	if serr != nil {
+		return fmt.Errorf("switch view: persist overlay: %w", serr)
 	}
 	return nil
 }
@@ -49,6 +58,10 @@ func (m *Mount) sendNote(nt note) {
 		if dir = dir.GetChild(name); dir == nil {
 			return
 		}
+	}
+	if nt.content && nt.name == "" {
+		_ = dir.NotifyContent(0, 0) // the directory's cached listing
+		return
 	}
 	if nt.content {
 		if ch := dir.GetChild(nt.name); ch != nil {
@@ -142,6 +155,7 @@ func (o *overlay) reconcileDir(d *inode, e store.Entry, path []string, notes *[]
 		_, ok := captured.Lookup(name)
 		return ok
 	}
+	namesChanged := false
 	var maxSeq uint64
 	keepSeq := func(c *inode) {
 		maxSeq = max(maxSeq, c.seq, c.subSeq, 1)
@@ -181,6 +195,7 @@ func (o *overlay) reconcileDir(d *inode, e store.Entry, path []string, notes *[]
 		// The new view deleted or replaced it.
 		o.unlinkQuiet(d, name, c)
 		addNote(notes, path, name, false)
+		namesChanged = true
 		if inNew {
 			o.linkLower(d, ne)
 		}
@@ -194,6 +209,10 @@ func (o *overlay) reconcileDir(d *inode, e store.Entry, path []string, notes *[]
 		}
 		o.linkLower(d, ne)
 		addNote(notes, path, ne.Name, false)
+		namesChanged = true
+	}
+	if namesChanged {
+		addNote(notes, path, "", true) // names changed here: drop the cached listing
 	}
 	if nsKept {
 		d.subSeq = max(d.seq, maxSeq)
@@ -239,7 +258,7 @@ func (o *overlay) reconcileLeaf(c *inode, ne store.Entry, dir []string, name str
 	changed := oldContent != ne.ID || c.kind() != ne.Kind || c.mtime != ne.Mtime
 	c.lower, c.hasLower = ne, true
 	if c.upper {
-		_ = os.Remove(o.upperPath(c.num))
+		o.trashUpper(c.num)
 		c.upper = false
 		c.capStat, c.capID = upperStat{}, store.ID{}
 	}

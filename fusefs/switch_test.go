@@ -225,3 +225,37 @@ func TestSwitchKeepsRenameOverAfterCapture(t *testing.T) {
 		t.Fatalf("capture after switch:\n%s", d)
 	}
 }
+
+// TestSwitchInvalidatesCachedListing: directory listings are cached by the
+// kernel; a switch that adds or removes names must drop them.
+func TestSwitchInvalidatesCachedListing(t *testing.T) {
+	objs := newFakeObjects(t)
+	root := objs.build(t, spec{"a": "1", "d/x": "2"})
+	m, mnt := mountT(t, objs, root, nil)
+	names := func(dir string) string {
+		ents, err := os.ReadDir(filepath.Join(mnt, dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s []string
+		for _, e := range ents {
+			s = append(s, e.Name())
+		}
+		return fmt.Sprint(s)
+	}
+	if got := names(""); got != "[a d]" {
+		t.Fatal(got)
+	}
+	if got := names("d"); got != "[x]" {
+		t.Fatal(got)
+	}
+	if err := m.SwitchView(objs.build(t, spec{"b": "1", "d/x": "2", "d/y": "3"})); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(""); got != "[b d]" {
+		t.Fatalf("root listing after switch: %s", got)
+	}
+	if got := names("d"); got != "[x y]" {
+		t.Fatalf("d listing after switch: %s", got)
+	}
+}
