@@ -82,6 +82,7 @@ func (a *app) cmdMount() *cobra.Command {
 	f.StringVar(&by, "lease-by", "sid", "lease owner key: sid, pgid or pid")
 	f.DurationVar(&idle, "idle-close", 0, "also end a lease after this long with no request, open file or cwd in the mount")
 	f.BoolVar(&opt.debug, "debug", false, "log every FUSE request to the daemon log")
+	f.BoolVar(&opt.xattrs, "xattrs", false, "serve user xattrs (off by default: with them the kernel asks for security.capability before every write)")
 	return c
 }
 
@@ -114,6 +115,9 @@ func (a *app) mountForeground(ws, mp string, opt mountOptions) error {
 	}
 	if opt.idleClose > 0 {
 		args = append(args, "--idle-close", opt.idleClose.String())
+	}
+	if opt.xattrs {
+		args = append(args, "--xattrs")
 	}
 	resp, err := c.run(runRequest{Args: args, Cwd: a.cwd})
 	if err != nil {

@@ -87,6 +87,7 @@ type mountOptions struct {
 	leaseBy    sessions.By
 	idleClose  time.Duration
 	debug      bool
+	xattrs     bool
 }
 
 // mountWorkspace mounts ws at mp in this daemon, recovering a previous
@@ -174,7 +175,7 @@ func (d *daemon) mountWorkspace(ws, mp string, opt mountOptions) (*served, []str
 		return nil, notes, err
 	}
 	mnt, err := fusefs.MountAt(mp, fusefs.Config{Objects: m.Store(), Root: root, StateDir: stateDir,
-		Admitter: tr, AllowOther: opt.allowOther, Debug: opt.debug, FsName: "acyclicfs:" + ws, Passthrough: true})
+		Admitter: tr, AllowOther: opt.allowOther, Debug: opt.debug, FsName: "acyclicfs:" + ws, Passthrough: true, EnableXattrs: opt.xattrs})
 	if err != nil {
 		tr.Close()
 		_ = m.ClearMountRecord(ws)
