@@ -26,6 +26,9 @@ func (m *Manager) Recover() ([]string, error) {
 	if err != nil {
 		return done, err
 	}
+	if done, err = m.recoverContextLandings(done); err != nil {
+		return done, err
+	}
 	parents, err := m.cs.Keys(familyPropagate)
 	if err != nil {
 		return done, err
@@ -55,6 +58,11 @@ func (m *Manager) RecoveryWork() ([]string, error) {
 		return nil, err
 	}
 	out = append(out, ex...)
+	cl, err := m.ContextRecoveryWork()
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, cl...)
 	ps, err := m.cs.Keys(familyPropagate)
 	if err != nil {
 		return nil, err
@@ -128,6 +136,7 @@ func (m *Manager) Fsck() ([]string, error) {
 			}
 		}
 	}
+	out = append(out, m.checkContexts()...)
 	ws, err := m.st.ListWorkspaces()
 	if err != nil {
 		return out, err
