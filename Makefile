@@ -4,7 +4,7 @@ BIN       ?= bin/acyclicfs
 STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $(shell $(GO) env GOPATH)/bin/staticcheck)
 PKGS      := ./...
 
-.PHONY: all build demo test check fmt fmt-check vet staticcheck tidy-check unit race bench clean
+.PHONY: all build demo test check fmt fmt-check vet staticcheck tidy-check unit race bench bench-fs clean
 
 all: build
 
@@ -47,6 +47,11 @@ race:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+# Side by side against a native directory, go-fuse loopback and
+# fuse-overlayfs (root; apt-get install fuse-overlayfs). Writes docs/benchmarks.md.
+bench-fs:
+	$(GO) run ./test/bench -runs 3 -profile
 
 clean:
 	rm -rf bin

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestSmoke runs the harness end to end with -quick on one workload when
+// ACYCLICFS_BENCH_SMOKE=1 (it needs root, /dev/fuse and a few seconds of
+// mounting); otherwise the test only proves the package compiles.
+func TestSmoke(t *testing.T) {
+	if os.Getenv("ACYCLICFS_BENCH_SMOKE") != "1" {
+		t.Skip("set ACYCLICFS_BENCH_SMOKE=1 to run the harness smoke test (root, /dev/fuse)")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	out := filepath.Join(t.TempDir(), "bench.md")
+	cfg, err := parseFlags([]string{"-quick", "-workloads", "seq-write", "-systems", "native,acyclicfs",
+		"-no-forks", "-seq-mib", "8", "-out", out, "-png", ""})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The __time wrapper re-executes os.Executable(), which is the test
+	// binary here; TestMain routes that invocation to timeChild.
+	if err := run(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| sequential write |", "acyclicfs / native"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("report lacks %q:\n%s", want, b)
+		}
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	cfg, err := parseFlags([]string{"-quick", "-systems", "acyclicfs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.runs != 1 || cfg.seqMiB != 128 || cfg.systems[0] != sysNative || cfg.forkSizes[1] != 10000 {
+		t.Errorf("quick defaults not applied: %+v", cfg)
+	}
+	if _, err := parseFlags([]string{"-workloads", "nope"}); err == nil {
+		t.Error("unknown workload accepted")
+	}
+	if st := summarize([]float64{3, 1, 2, 10}); st.med != 2.5 || st.min != 1 || st.max != 10 {
+		t.Errorf("summarize = %+v", st)
+	}
+}
+
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == timeSubcommand {
+		os.Exit(timeChild(os.Args[2:]))
+	}
+	os.Exit(m.Run())
+}
+
+func TestKeptAnalysis(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "b.md")
+	if got := keptAnalysis(p); got != "" {
+		t.Errorf("missing file: got %q", got)
+	}
+	if err := os.WriteFile(p, []byte("# old table\n"+analysisMarker+"\nmy notes\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := keptAnalysis(p), "\n"+analysisMarker+"\nmy notes\n"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}

@@ -1,0 +1,376 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The systems, in report column order.
+const (
+	sysNative    = "native"
+	sysLoopback  = "loopback"
+	sysOverlay   = "fuse-overlayfs"
+	sysAcyclicfs = "acyclicfs"
+)
+
+var allSystems = []string{sysNative, sysLoopback, sysOverlay, sysAcyclicfs}
+
+// benchEnv is everything prepared once per harness run.
+type benchEnv struct {
+	cfg      *config
+	work     string // work directory
+	self     string // this binary, for the __time wrapper
+	tarball  string // tar of $GOROOT/src (members under src/)
+	lower    string // pristine tree: lower/goroot/{src,VERSION,go.env,pkg->real}
+	acy      string // acyclicfs binary
+	store    string // acyclicfs store
+	loopback string // go-fuse loopback binary
+	goBin    string // the go command
+	notes    []string
+	skipped  map[string]string // system -> why it was skipped
+	cl       *cleaner
+	importNs time.Duration // acyclicfs create --from lower
+	mountSeq int
+}
+
+// prepare builds the tools, the tarball and the lower tree, and the
+// acyclicfs store with the base workspace imported from the lower tree.
+func prepare(ctx context.Context, cfg *config, work string, cl *cleaner) (*benchEnv, error) {
+	e := &benchEnv{cfg: cfg, work: work, cl: cl, skipped: map[string]string{}}
+	var err error
+	if e.self, err = os.Executable(); err != nil {
+		return nil, fmt.Errorf("own executable: %w", err)
+	}
+	if e.goBin, err = exec.LookPath("go"); err != nil {
+		return nil, fmt.Errorf("go command: %w", err)
+	}
+	out, err := runCmd(ctx, cfg.repo, nil, e.goBin, "env", "GOROOT")
+	if err != nil {
+		return nil, err
+	}
+	goroot := strings.TrimSpace(out.stdout)
+
+	e.acy = cfg.acyclicfs
+	if e.acy == "" && contains(cfg.systems, sysAcyclicfs) {
+		e.acy = filepath.Join(work, "bin", "acyclicfs")
+		logf("building %s", e.acy)
+		if _, err := runCmd(ctx, cfg.repo, nil, e.goBin, "build", "-o", e.acy, "./cmd/acyclicfs"); err != nil {
+			return nil, err
+		}
+	}
+	e.loopback = cfg.loopback
+	if e.loopback == "" && contains(cfg.systems, sysLoopback) {
+		e.loopback = filepath.Join(work, "bin", "loopback")
+		logf("building %s", e.loopback)
+		if _, err := runCmd(ctx, cfg.repo, nil, e.goBin, "build", "-o", e.loopback, "github.com/hanwen/go-fuse/v2/example/loopback"); err != nil {
+			return nil, err
+		}
+	}
+	if contains(cfg.systems, sysOverlay) {
+		if _, err := exec.LookPath("fuse-overlayfs"); err != nil {
+			e.skipped[sysOverlay] = "fuse-overlayfs not installed (apt-get install -y fuse-overlayfs)"
+			cfg.systems = remove(cfg.systems, sysOverlay)
+			logf("skipping %s: %s", sysOverlay, e.skipped[sysOverlay])
+		}
+	}
+
+	e.tarball = filepath.Join(work, "gosrc.tar")
+	e.lower = filepath.Join(work, "lower")
+	logf("making %s from %s/src and the lower tree", e.tarball, goroot)
+	gr := filepath.Join(e.lower, "goroot")
+	script := fmt.Sprintf(`set -e
+tar -C %[1]s -cf %[2]s src
+mkdir -p %[3]s
+tar -C %[3]s -xf %[2]s
+cp %[1]s/VERSION %[1]s/go.env %[3]s/
+ln -s %[1]s/pkg %[3]s/pkg`, shq(goroot), shq(e.tarball), shq(gr))
+	if err := mustSh(ctx, script); err != nil {
+		return nil, fmt.Errorf("lower tree: %w", err)
+	}
+
+	if contains(cfg.systems, sysAcyclicfs) {
+		e.store = filepath.Join(work, "store")
+		cl.add(func() { e.shutdownAcyclicfs() })
+		if _, err := e.acyCmd(ctx, "init"); err != nil {
+			return nil, err
+		}
+		res, err := e.acyCmd(ctx, "create", "base", "--from", e.lower)
+		if err != nil {
+			return nil, err
+		}
+		e.importNs = res.wall
+		logf("acyclicfs: imported the lower tree in %v", res.wall.Round(time.Millisecond))
+	}
+	return e, nil
+}
+
+// acyCmd runs the acyclicfs CLI against the bench store.
+func (e *benchEnv) acyCmd(ctx context.Context, args ...string) (cmdResult, error) {
+	return runCmd(ctx, "/", nil, append([]string{e.acy, "--store", e.store}, args...)...)
+}
+
+// shutdownAcyclicfs unmounts every acyclicfs mount and stops the daemon,
+// bounded in time so a wedged daemon cannot hang the harness; leftovers are
+// detached lazily.
+func (e *benchEnv) shutdownAcyclicfs() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := e.acyCmd(ctx, "shutdown"); err != nil {
+		logf("acyclicfs shutdown: %v", err)
+	}
+	mnts, _ := filepath.Glob(filepath.Join(e.work, "mnt", "*"))
+	for _, mp := range mnts {
+		forceUnmount(mp)
+	}
+}
+
+// instance is one system prepared for one run: a directory holding
+// goroot/ (the lower tree) where workloads run.
+type instance interface {
+	// root is the directory the workloads see.
+	root() string
+	// run runs the timing wrapper with the two scripts; work is the timed
+	// script's duration, overhead the rest of the invocation's wall time
+	// beyond the wrapper (for acyclicfs: lease bind and lease end, i.e.
+	// capture, publish and reconcile).
+	run(ctx context.Context, warm, timed string) (work, overhead time.Duration, err error)
+	// close unmounts and reports how long the unmount took.
+	close(ctx context.Context) (time.Duration, error)
+	// debugLog is the FUSE request log when mounted for profiling.
+	debugLog() string
+}
+
+// open prepares system sys for run number n.
+func (e *benchEnv) open(ctx context.Context, sys string, n int, debug bool) (instance, error) {
+	e.mountSeq++
+	tag := fmt.Sprintf("%s-%d-%d", sys, n, e.mountSeq)
+	switch sys {
+	case sysNative:
+		dir := filepath.Join(e.work, "native", tag)
+		if err := copyTree(ctx, e.lower, dir); err != nil {
+			return nil, err
+		}
+		return &directInst{e: e, dir: dir}, nil
+	case sysLoopback:
+		return e.openLoopback(ctx, tag, debug)
+	case sysOverlay:
+		return e.openOverlay(ctx, tag)
+	case sysAcyclicfs:
+		return e.openAcyclicfs(ctx, tag, debug)
+	}
+	return nil, fmt.Errorf("unknown system %q", sys)
+}
+
+func copyTree(ctx context.Context, src, dst string) error {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	return mustSh(ctx, fmt.Sprintf("cp -a %s %s", shq(src), shq(dst)))
+}
+
+// timeWrapper runs the __time wrapper (optionally under a prefix command)
+// and returns the workload's own duration and the invocation's wall time
+// less the untimed warm-up.
+func (e *benchEnv) timeWrapper(ctx context.Context, prefix []string, warm, timed string) (work, wall time.Duration, err error) {
+	f, err := os.CreateTemp(e.work, "time-*")
+	if err != nil {
+		return 0, 0, err
+	}
+	name := f.Name()
+	f.Close()
+	defer os.Remove(name)
+	argv := append(append([]string{}, prefix...), e.self, timeSubcommand, name, warm, timed)
+	res, err := runCmd(ctx, "/", nil, argv...)
+	if err != nil {
+		return 0, res.wall, err
+	}
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return 0, res.wall, fmt.Errorf("read timing: %w", err)
+	}
+	var warmNs, ns int64
+	if _, err := fmt.Sscanf(string(b), "%d %d", &warmNs, &ns); err != nil {
+		return 0, res.wall, fmt.Errorf("parse timing %q: %w", b, err)
+	}
+	return time.Duration(ns), res.wall - time.Duration(warmNs), nil
+}
+
+// directInst is a directory used by plain processes (native, or a mount
+// whose daemon needs no leases).
+type directInst struct {
+	e       *benchEnv
+	dir     string
+	mp      string    // non-empty for mounts
+	proc    *exec.Cmd // foreground FUSE daemon, if any
+	logPath string
+}
+
+func (d *directInst) root() string {
+	if d.mp != "" {
+		return d.mp
+	}
+	return d.dir
+}
+
+func (d *directInst) debugLog() string { return d.logPath }
+
+func (d *directInst) run(ctx context.Context, warm, timed string) (time.Duration, time.Duration, error) {
+	work, _, err := d.e.timeWrapper(ctx, nil, warm, timed)
+	return work, 0, err
+}
+
+func (d *directInst) close(ctx context.Context) (time.Duration, error) {
+	if d.mp == "" {
+		return 0, nil
+	}
+	start := time.Now()
+	_, err := runCmd(ctx, "/", nil, "fusermount3", "-u", d.mp)
+	took := time.Since(start)
+	if err != nil {
+		forceUnmount(d.mp)
+	}
+	if d.proc != nil {
+		done := make(chan error, 1)
+		go func() { done <- d.proc.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = syscall.Kill(-d.proc.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+	}
+	return took, err
+}
+
+func (e *benchEnv) mountpoint(tag string) (string, error) {
+	mp := filepath.Join(e.work, "mnt", tag)
+	return mp, os.MkdirAll(mp, 0o755)
+}
+
+func (e *benchEnv) openLoopback(ctx context.Context, tag string, debug bool) (instance, error) {
+	src := filepath.Join(e.work, "loopback", tag)
+	if err := copyTree(ctx, e.lower, src); err != nil {
+		return nil, err
+	}
+	mp, err := e.mountpoint(tag)
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"-q"}
+	if debug {
+		args = []string{"-debug"}
+	}
+	logPath := filepath.Join(e.work, tag+".log")
+	lf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer lf.Close()
+	c := exec.Command(e.loopback, append(args, mp, src)...)
+	c.Stdout, c.Stderr = lf, lf
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := c.Start(); err != nil {
+		return nil, fmt.Errorf("start loopback: %w", err)
+	}
+	inst := &directInst{e: e, dir: src, mp: mp, proc: c}
+	if debug {
+		inst.logPath = logPath
+	}
+	e.cl.add(func() {
+		forceUnmount(mp)
+		_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+	})
+	if err := waitMounted(ctx, mp, 30*time.Second); err != nil {
+		return nil, fmt.Errorf("loopback: %w", err)
+	}
+	return inst, nil
+}
+
+func (e *benchEnv) openOverlay(ctx context.Context, tag string) (instance, error) {
+	base := filepath.Join(e.work, "overlay", tag)
+	upper, wd := filepath.Join(base, "upper"), filepath.Join(base, "work")
+	for _, d := range []string{upper, wd} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	mp, err := e.mountpoint(tag)
+	if err != nil {
+		return nil, err
+	}
+	e.cl.add(func() { forceUnmount(mp) })
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", e.lower, upper, wd)
+	if _, err := runCmd(ctx, "/", nil, "fuse-overlayfs", "-o", opts, mp); err != nil {
+		return nil, err
+	}
+	if err := waitMounted(ctx, mp, 30*time.Second); err != nil {
+		return nil, fmt.Errorf("fuse-overlayfs: %w", err)
+	}
+	return &directInst{e: e, dir: upper, mp: mp}, nil
+}
+
+// acyInst is a forked acyclicfs workspace mounted at mp.
+type acyInst struct {
+	e     *benchEnv
+	name  string
+	mp    string
+	debug bool
+}
+
+func (e *benchEnv) openAcyclicfs(ctx context.Context, tag string, debug bool) (instance, error) {
+	name := strings.ReplaceAll(tag, "acyclicfs-", "w")
+	if _, err := e.acyCmd(ctx, "fork", "base", name); err != nil {
+		return nil, err
+	}
+	mp, err := e.mountpoint(tag)
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"mount", name, mp}
+	if debug {
+		args = append(args, "--debug")
+	}
+	if _, err := e.acyCmd(ctx, args...); err != nil {
+		forceUnmount(mp)
+		return nil, err
+	}
+	return &acyInst{e: e, name: name, mp: mp, debug: debug}, nil
+}
+
+func (a *acyInst) root() string { return a.mp }
+
+func (a *acyInst) debugLog() string {
+	if !a.debug {
+		return ""
+	}
+	return filepath.Join(a.e.store, "daemon.log")
+}
+
+func (a *acyInst) run(ctx context.Context, warm, timed string) (time.Duration, time.Duration, error) {
+	prefix := []string{a.e.acy, "--store", a.e.store, "exec", a.mp, "--"}
+	work, wall, err := a.e.timeWrapper(ctx, prefix, warm, timed)
+	if err != nil {
+		return 0, 0, err
+	}
+	return work, wall - work, nil
+}
+
+func (a *acyInst) close(ctx context.Context) (time.Duration, error) {
+	res, err := a.e.acyCmd(ctx, "unmount", a.mp)
+	if err != nil {
+		forceUnmount(a.mp)
+		return res.wall, err
+	}
+	// The workspace's generations stay in the store; removing the
+	// workspace keeps `list` short but frees nothing until gc.
+	if _, err := a.e.acyCmd(ctx, "rm", a.name); err != nil {
+		logf("acyclicfs rm %s: %v", a.name, err)
+	}
+	return res.wall, nil
+}

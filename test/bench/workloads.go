@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// params are the per-instance values a workload's scripts use.
+type params struct {
+	root    string // the instance's root (goroot/ lives here)
+	tarball string
+	seqMiB  int
+	gocache string // a fresh, empty, native GOCACHE for this instance
+	buildPk string
+	goBin   string
+}
+
+func (p params) goroot() string { return filepath.Join(p.root, "goroot") }
+
+// workload is one measured operation. warm runs untimed in the same
+// invocation (and, on acyclicfs, the same lease) right before timed; after
+// runs untimed in its own invocation once every system has been measured.
+type workload struct {
+	name  string
+	title string
+	goal  float64 // acyclicfs/native ratio to meet; 0 = no goal
+	warm  func(p params) string
+	timed func(p params) string
+	after func(p params) string
+	note  string
+}
+
+var workloads = []*workload{
+	{
+		name: "seq-write", title: "sequential write", goal: 1.1,
+		timed: func(p params) string {
+			return fmt.Sprintf("dd if=/dev/zero of=%s bs=1M count=%d status=none", shq(p.root+"/big.bin"), p.seqMiB)
+		},
+		note: "dd bs=1M from /dev/zero, no fsync (page-cache speed on native)",
+	},
+	{
+		name: "seq-read", title: "sequential read (warm)", goal: 1.1,
+		warm: func(p params) string {
+			f := shq(p.root + "/big.bin")
+			return fmt.Sprintf("[ -f %[1]s ] || dd if=/dev/zero of=%[1]s bs=1M count=%[2]d status=none", f, p.seqMiB)
+		},
+		timed: func(p params) string {
+			return fmt.Sprintf("dd if=%s of=/dev/null bs=1M status=none", shq(p.root+"/big.bin"))
+		},
+		after: func(p params) string { return "rm -f " + shq(p.root+"/big.bin") },
+		note:  "reads the file the write left, warm (caches cannot be dropped for FUSE consistently)",
+	},
+	{
+		name: "untar", title: "untar Go src (~11.5k files)", goal: 1.5,
+		timed: func(p params) string {
+			d := shq(p.root + "/untar")
+			return fmt.Sprintf("mkdir -p %s && tar -xf %s -C %s", d, shq(p.tarball), d)
+		},
+		after: func(p params) string { return "rm -rf " + shq(p.root+"/untar") },
+	},
+	{
+		name: "find-stat", title: "find + stat every file (warm)", goal: 2.0,
+		warm:  func(p params) string { return findScript(p) },
+		timed: func(p params) string { return findScript(p) },
+		note:  "find -printf '%i %s %T@ %m' (lstat of every entry), after one untimed pass",
+	},
+	{
+		name: "grep", title: "grep -r fixed string (warm)",
+		warm:  func(p params) string { return grepScript(p) },
+		timed: func(p params) string { return grepScript(p) },
+		note:  "grep -rFc 'The Go Authors' over src/, after one untimed pass; no goal was set",
+	},
+	{
+		name: "git-commit", title: "git add -A && git commit", goal: 1.5,
+		warm: func(p params) string {
+			return fmt.Sprintf("cd %s && rm -rf .git && git init -q && git config user.name bench && git config user.email bench@example.com && git config gc.auto 0", shq(p.goroot()))
+		},
+		timed: func(p params) string {
+			return fmt.Sprintf("cd %s && git add -A && git commit -qm bench", shq(p.goroot()))
+		},
+	},
+	{
+		name: "git-status", title: "git status (clean, warm)", goal: 1.5,
+		warm: func(p params) string {
+			return fmt.Sprintf(`cd %s && { [ -d .git ] || { git init -q && git add -A && git -c user.name=b -c user.email=b@example.com commit -qm bench; }; } && git status --porcelain >/dev/null`, shq(p.goroot()))
+		},
+		timed: func(p params) string {
+			return fmt.Sprintf("cd %s && git status --porcelain >/dev/null", shq(p.goroot()))
+		},
+	},
+	{
+		name: "go-build", title: "go build (GOROOT in the tree, fresh GOCACHE)", goal: 1.2,
+		warm: func(p params) string {
+			return fmt.Sprintf("rm -rf %[1]s && mkdir -p %[1]s", shq(p.gocache))
+		},
+		timed: func(p params) string {
+			return fmt.Sprintf("cd %s && GOROOT=%s GOCACHE=%s GOTOOLCHAIN=local GOFLAGS= GOWORK=off GOPROXY=off %s build -o %s %s",
+				shq(p.goroot()+"/src"), shq(p.goroot()), shq(p.gocache), shq(p.goBin), shq(p.root+"/build.out"), shq(p.buildPk))
+		},
+		after: func(p params) string { return "rm -rf " + shq(p.gocache) },
+		note:  "builds the package and all its std dependencies from the sources in the tree; GOCACHE on the native disk",
+	},
+	{
+		name: "create-unlink", title: "create + unlink 10,000 empty files", goal: 3.0,
+		timed: func(p params) string {
+			d := shq(p.root + "/cu")
+			return fmt.Sprintf("mkdir %[1]s && cd %[1]s && seq -f f%%g 10000 | xargs touch && seq -f f%%g 10000 | xargs rm && cd / && rmdir %[1]s", d)
+		},
+		note: "seq | xargs touch, then seq | xargs rm",
+	},
+}
+
+func findScript(p params) string {
+	return fmt.Sprintf("find %s -printf '%%i %%s %%T@ %%m\\n' >/dev/null", shq(p.goroot()))
+}
+
+func grepScript(p params) string {
+	return fmt.Sprintf("grep -rFc 'The Go Authors' %s >/dev/null", shq(p.goroot()+"/src"))
+}
+
+func workloadNames() []string {
+	var out []string
+	for _, w := range workloads {
+		out = append(out, w.name)
+	}
+	return out
+}
+
+func findWorkload(name string) *workload {
+	for _, w := range workloads {
+		if w.name == name {
+			return w
+		}
+	}
+	return nil
+}
+
+// sample is one measurement of one workload on one system in one run.
+type sample struct {
+	work     time.Duration
+	overhead time.Duration // acyclicfs: exec's time beyond the workload
+	cpu      time.Duration // serving daemon's CPU during the invocation (FUSE systems we start)
+}
+
+// runMatrix runs every selected workload on every selected system, runs
+// times. Within a run all systems are mounted at once and each workload is
+// run on every system back to back, in an order rotated per run, so each
+// pair compared in a ratio ran close together in time.
+func runMatrix(ctx context.Context, e *benchEnv, res *results) error {
+	res.samples = map[string]map[string][]sample{}
+	res.unmount = map[string][]time.Duration{}
+	for _, w := range e.cfg.workloads {
+		res.samples[w] = map[string][]sample{}
+	}
+	for r := 0; r < e.cfg.runs; r++ {
+		order := rotate(e.cfg.systems, r)
+		logf("run %d/%d: systems in order %v", r+1, e.cfg.runs, order)
+		insts := map[string]instance{}
+		for _, s := range order {
+			in, err := e.open(ctx, s, r, false)
+			if err != nil {
+				return fmt.Errorf("run %d: open %s: %w", r+1, s, err)
+			}
+			insts[s] = in
+		}
+		for _, wn := range e.cfg.workloads {
+			w := findWorkload(wn)
+			for _, s := range order {
+				p := e.params(insts[s], s, r)
+				pid := daemonPID(e, insts[s])
+				cpu0 := procCPU(pid)
+				work, over, err := insts[s].run(ctx, script(w.warm, p), w.timed(p))
+				if err != nil {
+					return fmt.Errorf("run %d: %s on %s: %w", r+1, w.name, s, err)
+				}
+				cpu := procCPU(pid) - cpu0
+				logf("  %-14s %-15s %10v  (+%v, daemon CPU %v)", w.name, s, work.Round(time.Millisecond), over.Round(time.Millisecond), cpu)
+				res.samples[w.name][s] = append(res.samples[w.name][s], sample{work: work, overhead: over, cpu: cpu})
+			}
+			if w.after != nil {
+				for _, s := range order {
+					if _, _, err := insts[s].run(ctx, "", w.after(e.params(insts[s], s, r))); err != nil {
+						return fmt.Errorf("run %d: after %s on %s: %w", r+1, w.name, s, err)
+					}
+				}
+			}
+		}
+		for _, s := range order {
+			took, err := insts[s].close(ctx)
+			if err != nil {
+				return fmt.Errorf("run %d: close %s: %w", r+1, s, err)
+			}
+			res.unmount[s] = append(res.unmount[s], took)
+		}
+		// Free the disk for the next run: native and loopback copies,
+		// overlay upper directories.
+		for _, d := range []string{"native", "loopback", "overlay"} {
+			if err := os.RemoveAll(filepath.Join(e.work, d)); err != nil {
+				return fmt.Errorf("clean %s: %w", d, err)
+			}
+		}
+	}
+	return nil
+}
+
+func (e *benchEnv) params(in instance, sys string, run int) params {
+	return params{
+		root:    in.root(),
+		tarball: e.tarball,
+		seqMiB:  e.cfg.seqMiB,
+		gocache: filepath.Join(e.work, "gocache", fmt.Sprintf("%s-%d", sys, run)),
+		buildPk: e.cfg.buildPkg,
+		goBin:   e.goBin,
+	}
+}
+
+func script(f func(params) string, p params) string {
+	if f == nil {
+		return ""
+	}
+	return f(p)
+}
+
+func rotate(list []string, n int) []string {
+	out := make([]string, 0, len(list))
+	for i := range list {
+		out = append(out, list[(i+n)%len(list)])
+	}
+	return out
+}
