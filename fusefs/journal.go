@@ -61,11 +61,15 @@ type snapshot struct {
 // encodeSnapshot serialises the dirty part of the table. Caller holds mu.
 func (o *overlay) encodeSnapshot() ([]byte, error) {
 	s := snapshot{Version: snapVersion, RootID: o.rootID, NextIno: o.nextIno, Seq: o.seq, CapSeq: o.capSeq}
+	o.encodedUppers = map[uint64]bool{}
 	seen := map[*inode]bool{}
 	var visit func(in *inode)
 	visit = func(in *inode) {
 		seen[in] = true
 		idx := len(s.Inodes)
+		if in.upper {
+			o.encodedUppers[in.num] = true
+		}
 		s.Inodes = append(s.Inodes, snapInode{Num: in.num, Mode: in.mode, UID: in.uid, GID: in.gid,
 			Atime: in.atime, Mtime: in.mtime, Ctime: in.ctime, Lower: in.lower, HasLower: in.hasLower,
 			Upper: in.upper, Target: in.target, Xattrs: in.xattrs, Seq: in.seq, SubSeq: in.subSeq,
@@ -293,6 +297,13 @@ func (o *overlay) writeSnapshot(snapMu interface {
 	o.unsnapped = err != nil
 	trash := o.trash
 	o.trash = nil
+	newNamed := o.encodedUppers
+	if err == nil && o.named != nil {
+		// While the new snapshot is being written, either may be on disk.
+		for num := range newNamed {
+			o.named[num] = true
+		}
+	}
 	o.mu.Unlock()
 	if err != nil {
 		o.mu.Lock()
@@ -313,6 +324,9 @@ func (o *overlay) writeSnapshot(snapMu interface {
 		for _, num := range trash {
 			_ = os.Remove(o.trashPath(num))
 		}
+		o.mu.Lock()
+		o.named = newNamed
+		o.mu.Unlock()
 	}()
 	// Upper files' names (copy-ups, creates) must be durable before a
 	// snapshot that refers to them.

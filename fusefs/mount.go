@@ -190,6 +190,7 @@ func openOverlay(stateDir string, objects Objects, root store.ID) (*overlay, err
 	}
 	if !found {
 		ov = newOverlay(objects, stateDir, root)
+		ov.named = map[uint64]bool{} // no snapshot on disk names anything
 	}
 	if err := ov.removeStrayUppers(); err != nil {
 		return nil, err

@@ -113,6 +113,13 @@ type overlay struct {
 	// trash lists upper files moved to trashDir since the last snapshot
 	// was encoded; they are deleted once that snapshot is durable.
 	trash []uint64
+	// named holds the upper files the durable snapshot may name; nil until
+	// this process wrote one (then an older snapshot may name anything).
+	// An upper file it does not name is deleted at once when retired: a
+	// file created and removed between fsyncs must give its space back
+	// (a full disk is freed by rm). encodedUppers is scratch for
+	// encodeSnapshot. Both guarded by mu.
+	named, encodedUppers map[uint64]bool
 
 	openHandles int        // open file handles in the whole mount (protected by mu)
 	released    *sync.Cond // on mu; broadcast when a handle is released
@@ -145,6 +152,10 @@ func (o *overlay) trashPath(num uint64) string {
 // new copy-up) and deleted only after a snapshot without it is durable;
 // replay of an older snapshot moves it back. Caller holds mu.
 func (o *overlay) trashUpper(num uint64) {
+	if o.named != nil && !o.named[num] {
+		_ = os.Remove(o.upperPath(num))
+		return
+	}
 	if err := os.Rename(o.upperPath(num), o.trashPath(num)); err == nil {
 		o.trash = append(o.trash, num)
 		o.unsnapped = true

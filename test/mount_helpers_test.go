@@ -525,15 +525,6 @@ func sameTree(t *testing.T, what string, want, got map[string]string) {
 	}
 }
 
-// skipBug skips a test that fails deterministically because of a known
-// product bug, unless ACYCLICFS_TEST_BUGS=1 (to check a fix).
-func skipBug(t *testing.T, what string) {
-	t.Helper()
-	if os.Getenv("ACYCLICFS_TEST_BUGS") != "1" {
-		t.Skip("BUG: " + what)
-	}
-}
-
 // abortFuse aborts the FUSE connection behind mountpoint mp (found by its
 // device number in mountinfo) and detaches it. A daemon wedged inside the
 // kernel (a notification waiting on a lookup that waits on the daemon)

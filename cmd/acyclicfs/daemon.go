@@ -131,9 +131,17 @@ func runDaemon(storeDir string, ready io.WriteCloser, exitWhenIdle bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	srv.Shutdown(ctx)
 	cancel()
-	outs := d.unmountAll()
+	outs, _ := d.unmountAll()
 	for _, o := range outs {
 		logger.Printf("%s", o)
+	}
+	// Whatever could not be unmounted cleanly is detached: a mountpoint
+	// left without its server would hang every tool that touches it.
+	for _, s := range d.all() {
+		if s.mnt != nil {
+			abortFuse(s.mp)
+			_ = unix.Unmount(s.mp, unix.MNT_DETACH)
+		}
 	}
 	if b, err := os.ReadFile(pidPath); err == nil && string(bytes.TrimSpace(b)) == strconv.Itoa(os.Getpid()) {
 		_ = os.Remove(pidPath)
@@ -308,20 +316,25 @@ func (d *daemon) parentAdvanced(ws string, parentHead store.ID) bool {
 }
 
 // unmountAll reconciles and unmounts every mount (shutdown, SIGTERM).
-func (d *daemon) unmountAll() []string {
+// It returns one line per mount and how many failed; a failed mount is
+// detached anyway when the daemon exits, and its overlay and mount record
+// stay for the next mount to recover.
+func (d *daemon) unmountAll() ([]string, int) {
 	d.mu.Lock()
 	d.stopping = true
 	d.mu.Unlock()
 	var outs []string
+	failed := 0
 	for _, s := range d.all() {
 		res, err := s.unmount()
 		if err != nil {
+			failed++
 			outs = append(outs, fmt.Sprintf("%s: %v", s.mp, err))
 			continue
 		}
 		outs = append(outs, fmt.Sprintf("%s: %s", s.mp, res.Outcome))
 	}
-	return outs
+	return outs, failed
 }
 
 func newDiscardLogger() *log.Logger { return log.New(io.Discard, "", 0) }

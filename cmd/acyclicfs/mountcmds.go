@@ -206,12 +206,18 @@ func (a *app) cmdShutdown() *cobra.Command {
 				a.info("no daemon is running")
 				return nil
 			}
-			outs := a.d.unmountAll()
-			return a.emit(map[string]any{"unmounted": outs}, func(w io.Writer) {
+			outs, failed := a.d.unmountAll()
+			if err := a.emit(map[string]any{"unmounted": outs}, func(w io.Writer) {
 				for _, o := range outs {
 					fmt.Fprintln(w, o)
 				}
-			})
+			}); err != nil {
+				return err
+			}
+			if failed > 0 {
+				return fmt.Errorf("shutdown: %d mount(s) could not be reconciled and unmounted; their overlays are kept for the next mount", failed)
+			}
+			return nil
 		},
 	}
 }

@@ -73,17 +73,21 @@ func (a *app) rootCommand() *cobra.Command {
 // preScanStore finds --store in args without full parsing (needed to find
 // the daemon before the command runs).
 func preScanStore(args []string) string {
+	// The last --store wins, as it does for the flag parser.
+	store := ""
 	for i := 0; i < len(args); i++ {
 		s := args[i]
 		if s == "--" {
 			break
 		}
 		if s == "--store" && i+1 < len(args) {
-			return args[i+1]
+			store = args[i+1]
+			i++
+			continue
 		}
 		if v, ok := strings.CutPrefix(s, "--store="); ok {
-			return v
+			store = v
 		}
 	}
-	return ""
+	return store
 }

@@ -196,6 +196,7 @@ func checkMountpoint(mp string) error {
 	var st unix.Stat_t
 	err := unix.Stat(mp, &st)
 	if errors.Is(err, unix.ENOTCONN) || errors.Is(err, unix.EIO) {
+		abortFuse(mp)
 		if uerr := unix.Unmount(mp, unix.MNT_DETACH); uerr != nil {
 			return fmt.Errorf("clean up dead mount at %s: %w", mp, uerr)
 		}
@@ -241,7 +242,9 @@ func (d *daemon) recoverMount(rec workspace.MountRecord) ([]string, error) {
 	var notes []string
 	if rec.DaemonPID != os.Getpid() && rec.Mountpoint != "" && isMounted(rec.Mountpoint) {
 		// The record's daemon is gone (one daemon serves a store, and it is
-		// us): what is mounted there is its dead connection.
+		// us): what is mounted there is its dead connection. Abort it first,
+		// which also frees tools blocked on it.
+		abortFuse(rec.Mountpoint)
 		if err := unix.Unmount(rec.Mountpoint, unix.MNT_DETACH); err == nil {
 			notes = append(notes, "detached dead mount at "+rec.Mountpoint)
 		}
@@ -632,4 +635,30 @@ func (d *daemon) waitOrphanLeases(ws string) {
 	}
 	d.logger.Printf("%s: waiting %v for the dead daemon's leases to expire", ws, wait.Round(time.Millisecond))
 	time.Sleep(wait)
+}
+
+// abortFuse aborts the FUSE connection mounted at mp, if any, through
+// /sys/fs/fuse/connections/N/abort (N is the device minor of the mount).
+// Requests blocked on a dead or wedged server fail instead of hanging, and
+// a server thread stuck in the kernel is released.
+func abortFuse(mp string) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 || unescapeMount(f[4]) != mp {
+			continue
+		}
+		_, post, ok := strings.Cut(line, " - ")
+		if !ok || !strings.HasPrefix(post, "fuse") {
+			continue
+		}
+		_, minor, ok := strings.Cut(f[2], ":")
+		if !ok {
+			continue
+		}
+		_ = os.WriteFile("/sys/fs/fuse/connections/"+minor+"/abort", []byte("1"), 0o200)
+	}
 }
