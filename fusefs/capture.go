@@ -85,7 +85,11 @@ func (o *overlay) capture() (store.ID, bool, error) {
 	old := o.rootID
 	o.mu.Unlock()
 
-	id, err := o.build(plan)
+	cw := o.newCaptureWriter()
+	id, err := o.build(plan, cw)
+	if err == nil {
+		err = cw.finish()
+	}
 	if err != nil {
 		return store.ID{}, false, err
 	}
@@ -132,36 +136,40 @@ func (o *overlay) planDir(d *inode) *planDir {
 }
 
 // build stores p's dirty contents and subtrees, then p's tree.
-func (o *overlay) build(p *planDir) (store.ID, error) {
+func (o *overlay) build(p *planDir, cw *captureWriter) (store.ID, error) {
 	for i, sub := range p.subdirs {
-		id, err := o.build(sub)
+		id, err := o.build(sub, cw)
 		if err != nil {
 			return store.ID{}, err
 		}
 		p.entries[i].ID = id
-		o.mu.Lock()
-		sub.in.capTree = id
-		o.mu.Unlock()
+		cw.memo(func() {
+			o.mu.Lock()
+			sub.in.capTree = id
+			o.mu.Unlock()
+		})
 	}
 	for i, target := range p.links {
-		id, err := o.objects.WriteBlobBytes(target)
+		id, err := cw.writeBlobBytes(target)
 		if err != nil {
 			return store.ID{}, fmt.Errorf("capture symlink %q: %w", p.entries[i].Name, err)
 		}
 		p.entries[i].ID = id
 	}
-	if err := o.storeFiles(p); err != nil {
+	if err := o.storeFiles(p, cw); err != nil {
 		return store.ID{}, err
 	}
 	t := &store.Tree{Entries: p.entries}
-	id, err := o.objects.PutTree(t)
+	id, err := cw.putTree(t)
 	if err != nil {
 		return store.ID{}, fmt.Errorf("capture: put tree: %w", err)
 	}
 	if p.in == o.root {
-		o.mu.Lock()
-		o.root.capTree = id
-		o.mu.Unlock()
+		cw.memo(func() {
+			o.mu.Lock()
+			o.root.capTree = id
+			o.mu.Unlock()
+		})
 	}
 	return id, nil
 }
@@ -169,7 +177,7 @@ func (o *overlay) build(p *planDir) (store.ID, error) {
 // storeFiles hashes p's dirty files (in parallel: BLAKE3 and the store's
 // writes are the cost), skipping any whose upper file is unchanged since
 // it was last captured.
-func (o *overlay) storeFiles(p *planDir) error {
+func (o *overlay) storeFiles(p *planDir, cw *captureWriter) error {
 	var wg sync.WaitGroup
 	var errMu sync.Mutex // protects firstErr
 	var firstErr error
@@ -180,7 +188,7 @@ func (o *overlay) storeFiles(p *planDir) error {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if err := o.storeFile(c, &p.entries[i]); err != nil {
+			if err := o.storeFile(c, &p.entries[i], cw); err != nil {
 				errMu.Lock()
 				if firstErr == nil {
 					firstErr = err
@@ -197,7 +205,7 @@ func (o *overlay) storeFiles(p *planDir) error {
 // timestamps are clock-tick coarse).
 const racyWindow = 100 * time.Millisecond
 
-func (o *overlay) storeFile(c *inode, e *store.Entry) error {
+func (o *overlay) storeFile(c *inode, e *store.Entry, cw *captureWriter) error {
 	path := o.upperPath(c.num)
 	var st syscall.Stat_t
 	if err := syscall.Stat(path, &st); err != nil {
@@ -212,7 +220,7 @@ func (o *overlay) storeFile(c *inode, e *store.Entry) error {
 		e.ID, e.Size = memoID, us.size
 		return nil
 	}
-	id, size, err := o.objects.WriteBlobFile(path)
+	id, size, err := cw.writeBlobFile(path)
 	if err != nil {
 		return fmt.Errorf("capture %q: %w", e.Name, err)
 	}
@@ -223,9 +231,11 @@ func (o *overlay) storeFile(c *inode, e *store.Entry) error {
 	// trusted after re-hashing (as git does for racily clean entries).
 	racy = time.Now().UnixNano()-us.ctime <= racyWindow.Nanoseconds()
 	if size == us.size { // else it changed while hashing: do not memoise
-		o.mu.Lock()
-		c.capStat, c.capID, c.capRacy = us, id, racy
-		o.mu.Unlock()
+		cw.memo(func() {
+			o.mu.Lock()
+			c.capStat, c.capID, c.capRacy = us, id, racy
+			o.mu.Unlock()
+		})
 	}
 	return nil
 }

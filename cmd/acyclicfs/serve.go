@@ -174,7 +174,7 @@ func (d *daemon) mountWorkspace(ws, mp string, opt mountOptions) (*served, []str
 		tr.Close()
 		return nil, notes, err
 	}
-	mnt, err := fusefs.MountAt(mp, fusefs.Config{Objects: m.Store(), Root: root, StateDir: stateDir,
+	mnt, err := fusefs.MountAt(mp, fusefs.Config{Objects: storeObjects{m.Store()}, Root: root, StateDir: stateDir,
 		Admitter: tr, AllowOther: opt.allowOther, Debug: opt.debug, FsName: "acyclicfs:" + ws, Passthrough: true, EnableXattrs: opt.xattrs})
 	if err != nil {
 		tr.Close()
@@ -257,7 +257,7 @@ func (d *daemon) recoverMount(rec workspace.MountRecord) ([]string, error) {
 	if err != nil {
 		return notes, err
 	}
-	newRoot, changed, err := fusefs.RecoverCapture(rec.StateDir, m.Store(), pinnedRoot)
+	newRoot, changed, err := fusefs.RecoverCapture(rec.StateDir, storeObjects{m.Store()}, pinnedRoot)
 	if err != nil {
 		return notes, fmt.Errorf("replay overlay %s: %w", rec.StateDir, err)
 	}
@@ -662,3 +662,16 @@ func abortFuse(mp string) {
 		_ = os.WriteFile("/sys/fs/fuse/connections/"+minor+"/abort", []byte("1"), 0o200)
 	}
 }
+
+// storeObjects is what a mount reads and writes: the store, with batched
+// captures (one sync for all of a capture's blobs, one transaction for its
+// trees) and blobs verified before they are served.
+type storeObjects struct{ *store.Store }
+
+// NewBatch implements fusefs.Batcher.
+func (s storeObjects) NewBatch() fusefs.Batch { return s.NewBlobBatch() }
+
+var (
+	_ fusefs.Batcher        = storeObjects{}
+	_ fusefs.BlobFileOpener = storeObjects{}
+)
