@@ -214,19 +214,30 @@ func checkMountpoint(mp string) error {
 	return nil
 }
 
-// isMounted reports whether mp appears in /proc/self/mountinfo.
-func isMounted(mp string) bool {
+// findMount looks mp up in /proc/self/mountinfo: its device minor (the
+// FUSE connection number for a FUSE mount) and filesystem type.
+func findMount(mp string) (minor, fstype string, found bool) {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
-		return false
+		return "", "", false
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
-		if len(f) > 4 && unescapeMount(f[4]) == mp {
-			return true
+		if len(f) < 5 || unescapeMount(f[4]) != mp {
+			continue
 		}
+		_, post, _ := strings.Cut(line, " - ")
+		_, minor, _ = strings.Cut(f[2], ":")
+		fstype, _, _ = strings.Cut(post, " ")
+		return minor, fstype, true
 	}
-	return false
+	return "", "", false
+}
+
+// isMounted reports whether mp is a mountpoint.
+func isMounted(mp string) bool {
+	_, _, found := findMount(mp)
+	return found
 }
 
 func unescapeMount(s string) string {
@@ -642,25 +653,11 @@ func (d *daemon) waitOrphanLeases(ws string) {
 // Requests blocked on a dead or wedged server fail instead of hanging, and
 // a server thread stuck in the kernel is released.
 func abortFuse(mp string) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
+	minor, fstype, found := findMount(mp)
+	if !found || !strings.HasPrefix(fstype, "fuse") || minor == "" {
 		return
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 || unescapeMount(f[4]) != mp {
-			continue
-		}
-		_, post, ok := strings.Cut(line, " - ")
-		if !ok || !strings.HasPrefix(post, "fuse") {
-			continue
-		}
-		_, minor, ok := strings.Cut(f[2], ":")
-		if !ok {
-			continue
-		}
-		_ = os.WriteFile("/sys/fs/fuse/connections/"+minor+"/abort", []byte("1"), 0o200)
-	}
+	_ = os.WriteFile("/sys/fs/fuse/connections/"+minor+"/abort", []byte("1"), 0o200)
 }
 
 // storeObjects is what a mount reads and writes: the store, with batched
