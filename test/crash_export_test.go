@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 )
@@ -22,25 +21,6 @@ func (e *env) runCrash(point string, args ...string) {
 	}
 }
 
-func listTree(t *testing.T, root string) []string {
-	t.Helper()
-	var out []string
-	filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
-		if err != nil || p == root {
-			return nil
-		}
-		rel, _ := filepath.Rel(root, p)
-		s := rel
-		if fi.Mode().IsRegular() {
-			b, _ := os.ReadFile(p)
-			s += "=" + string(b)
-		}
-		out = append(out, s)
-		return nil
-	})
-	sort.Strings(out)
-	return out
-}
 
 // TestExportCrashRecovery kills export at every journal step and checks
 // that the next command rolls it back (target untouched) or forward
@@ -61,10 +41,10 @@ func TestExportCrashRecovery(t *testing.T) {
 			src := filepath.Join(e.dir, "src")
 			writeTree(t, src, map[string]string{"a": "A", "d/b": "B", "c": "C"})
 			e.ok("create", "w", "--from", src)
-			want := listTree(t, src)
+			want := treeList(t, src)
 			dst := filepath.Join(e.dir, "dst")
 			writeTree(t, dst, map[string]string{"old1": "o", "sub/old2": "o2", "a": "stale"})
-			before := listTree(t, dst)
+			before := treeList(t, dst)
 			e.runCrash(p.name, "export", "w", dst, "--force")
 			st := e.run("status")
 			if !strings.Contains(st.stdout, "recovery:") {
@@ -72,13 +52,11 @@ func TestExportCrashRecovery(t *testing.T) {
 				// be gone. What matters is the tree below.
 				t.Logf("status after crash:\n%s", st.stdout)
 			}
-			got := listTree(t, dst)
+			got := treeList(t, dst)
 			if p.forward {
-				if strings.Join(got, "|") != strings.Join(want, "|") {
-					t.Fatalf("rolled forward: got %v, want %v", got, want)
-				}
-			} else if strings.Join(got, "|") != strings.Join(before, "|") {
-				t.Fatalf("rolled back: got %v, want %v", got, before)
+				sameTree(t, "rolled-forward export", want, got)
+			} else {
+				sameTree(t, "rolled-back export", before, got)
 			}
 			e.fsck()
 			// A fresh export into a new dir works after recovery.
@@ -106,7 +84,5 @@ func TestExportCrashIntoNewDirectory(t *testing.T) {
 	}
 	e.runCrash("export.after-prepared", "export", "w", dst)
 	e.ok("list")
-	if got := listTree(t, dst); strings.Join(got, "|") != strings.Join(listTree(t, src), "|") {
-		t.Fatalf("rolled-forward export: %v", got)
-	}
+	sameTree(t, "rolled-forward export", treeList(t, src), treeList(t, dst))
 }
