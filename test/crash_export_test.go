@@ -21,7 +21,6 @@ func (e *env) runCrash(point string, args ...string) {
 	}
 }
 
-
 // TestExportCrashRecovery kills export at every journal step and checks
 // that the next command rolls it back (target untouched) or forward
 // (target holds exactly the tree) — never a mix.
