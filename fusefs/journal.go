@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/acyclicfs/acyclicfs/internal/failpoint"
 	"github.com/acyclicfs/acyclicfs/store"
 )
 
@@ -333,9 +334,11 @@ func (o *overlay) writeSnapshot(snapMu interface {
 	if err := syncDir(o.upperDir()); err != nil {
 		return err
 	}
+	failpoint.Hit("overlay.before-snapshot")
 	if err := writeFileAtomic(filepath.Join(o.stateDir, snapName), b); err != nil {
 		return err
 	}
+	failpoint.Hit("overlay.after-snapshot")
 	written = true
 	return nil
 }

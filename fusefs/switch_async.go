@@ -3,6 +3,7 @@ package fusefs
 import (
 	"fmt"
 
+	"github.com/acyclicfs/acyclicfs/internal/failpoint"
 	"github.com/acyclicfs/acyclicfs/store"
 )
 
@@ -19,9 +20,11 @@ import (
 // of inodes the new view now contains: an older snapshot would name them.
 func (m *Mount) SwitchViewQueued(root store.ID) (<-chan struct{}, error) {
 	var notes []note
+	failpoint.Hit("switch.before")
 	if _, err := m.ov.switchView(root, &notes); err != nil {
 		return nil, err
 	}
+	failpoint.Hit("switch.after-overlay")
 	fns := make([]func(), 0, len(notes))
 	for _, nt := range notes {
 		fns = append(fns, func() { m.sendNote(nt) })
