@@ -35,10 +35,6 @@ type Options struct {
 // Hooks connect the manager to live mounts (the daemon sets them). The zero
 // value means no workspace is served by a live mount.
 type Hooks struct {
-	// Active reports whether ws has an open operation window (leases pin
-	// its view): such a child is not rebased by propagation; it gets the
-	// parent coalesced into its window instead via ParentAdvanced.
-	Active func(ws string) bool
 	// ParentAdvanced tells a mounted workspace that its parent's head moved.
 	// It returns true if the mount took over reconciliation of ws.
 	ParentAdvanced func(ws string, parentHead store.ID) bool

@@ -65,7 +65,7 @@ func runDaemon(storeDir string, ready io.WriteCloser, exitWhenIdle bool) error {
 	}
 	d := &daemon{m: m, dir: m.Dir(), exitWhenIdle: exitWhenIdle, logger: logger,
 		mounts: map[string]*served{}, quit: make(chan struct{})}
-	m.SetHooks(workspace.Hooks{Active: d.active, ParentAdvanced: d.parentAdvanced})
+	m.SetHooks(workspace.Hooks{ParentAdvanced: d.parentAdvanced})
 
 	sock := filepath.Join(d.dir, socketName)
 	// One daemon per store: the lock is held for the daemon's lifetime and
