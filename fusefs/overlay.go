@@ -322,6 +322,15 @@ func (o *overlay) addLink(d *inode, name string, c *inode) {
 // removeLink deletes d/name (which must be c). Caller holds mu. When the
 // last link of an unopened file goes, its upper file is deleted.
 func (o *overlay) removeLink(d *inode, name string, c *inode) {
+	detachName(d, name, c)
+	c.ctime = time.Now().UnixNano()
+	o.dirChanged(d)
+	o.maybeDropUpper(c)
+}
+
+// detachName drops the name d/name of c from both sides of the table.
+// Caller holds mu.
+func detachName(d *inode, name string, c *inode) {
 	delete(d.children, name)
 	for i, l := range c.links {
 		if l.dir == d && l.name == name {
@@ -332,9 +341,6 @@ func (o *overlay) removeLink(d *inode, name string, c *inode) {
 	if c.isDir() {
 		d.nlinkExtra--
 	}
-	c.ctime = time.Now().UnixNano()
-	o.dirChanged(d)
-	o.maybeDropUpper(c)
 }
 
 // maybeDropUpper deletes the upper file of an inode that has no names and

@@ -276,16 +276,7 @@ func (o *overlay) reconcileLeaf(c *inode, ne store.Entry, dir []string, name str
 
 // unlinkQuiet removes d/name without recording a change. Caller holds mu.
 func (o *overlay) unlinkQuiet(d *inode, name string, c *inode) {
-	delete(d.children, name)
-	for i, l := range c.links {
-		if l.dir == d && l.name == name {
-			c.links = append(c.links[:i], c.links[i+1:]...)
-			break
-		}
-	}
-	if c.isDir() {
-		d.nlinkExtra--
-	}
+	detachName(d, name, c)
 	o.maybeDropUpper(c)
 }
 
