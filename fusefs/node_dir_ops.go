@@ -246,13 +246,9 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	}
 	ov := n.m.ov
 	return toErrno(ov.update(func() error {
-		ch, err := ov.children(n.in)
+		c, err := ov.childNamed(n.in, name)
 		if err != nil {
 			return err
-		}
-		c := ch[name]
-		if c == nil {
-			return syscall.ENOENT
 		}
 		if c.isDir() {
 			return syscall.EISDIR
@@ -269,13 +265,9 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	}
 	ov := n.m.ov
 	return toErrno(ov.update(func() error {
-		ch, err := ov.children(n.in)
+		c, err := ov.childNamed(n.in, name)
 		if err != nil {
 			return err
-		}
-		c := ch[name]
-		if c == nil {
-			return syscall.ENOENT
 		}
 		if !c.isDir() {
 			return syscall.ENOTDIR
@@ -389,4 +381,16 @@ func (o *overlay) moveLink(sd *inode, name string, dd *inode, newName string, c 
 		o.dirChanged(dd)
 	}
 	c.linkSeq = o.seq
+}
+
+// childNamed returns d's child called name, or ENOENT. Caller holds mu.
+func (o *overlay) childNamed(d *inode, name string) (*inode, error) {
+	ch, err := o.children(d)
+	if err != nil {
+		return nil, err
+	}
+	if c := ch[name]; c != nil {
+		return c, nil
+	}
+	return nil, syscall.ENOENT
 }
