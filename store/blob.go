@@ -27,25 +27,69 @@ func (s *Store) BlobPath(id ID) string {
 }
 
 // HasBlob reports whether the object file for id exists. It does not verify
-// the content.
+// the content. For a file or symlink base ref it reports whether the
+// content is readable: resolved to a stored blob, or the path in the base
+// directory still has the ref's fingerprint.
 func (s *Store) HasBlob(id ID) (bool, error) {
 	_, err := os.Lstat(s.BlobPath(id))
 	switch {
 	case err == nil:
 		return true, nil
 	case errors.Is(err, fs.ErrNotExist):
-		return false, nil
+		return s.hasRefBlob(id)
 	}
 	return false, fmt.Errorf("blob %s: %w", id.Short(), err)
 }
 
-// BlobSize returns the length of blob id from its file's metadata.
+func (s *Store) hasRefBlob(id ID) (bool, error) {
+	st, ok, err := s.blobRef(id)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return false, nil
+	case err != nil || !ok:
+		return false, err
+	case st.resolved:
+		_, err := os.Lstat(s.BlobPath(st.target))
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	_, err = s.statRef(id, st.ref)
+	if errors.Is(err, ErrBaseChanged) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// BlobSize returns the length of blob id from its file's metadata (for a
+// base ref: its resolution's, or its path's after checking the
+// fingerprint).
 func (s *Store) BlobSize(id ID) (int64, error) {
 	fi, err := os.Lstat(s.BlobPath(id))
-	if err != nil {
-		return 0, blobOpenError(id, err)
+	if err == nil {
+		return fi.Size(), nil
 	}
-	return fi.Size(), nil
+	if errors.Is(err, fs.ErrNotExist) {
+		st, ok, rerr := s.blobRef(id)
+		switch {
+		case rerr != nil:
+			return 0, rerr
+		case ok && st.resolved:
+			fi, err = os.Lstat(s.BlobPath(st.target))
+			if err != nil {
+				return 0, blobOpenError(st.target, err)
+			}
+			return fi.Size(), nil
+		case ok:
+			sst, err := s.statRef(id, st.ref)
+			if err != nil {
+				return 0, err
+			}
+			return sst.Size, nil
+		}
+	}
+	return 0, blobOpenError(id, err)
 }
 
 func blobOpenError(id ID, err error) error {
@@ -213,7 +257,39 @@ func (s *Store) publishTemp(tmp string, id ID, sync bool) error {
 // OpenBlob opens blob id for streaming. The reader verifies the content
 // against id as it goes: the Read that reaches the end returns an error
 // wrapping ErrCorrupt instead of io.EOF if the content does not match.
+//
+// For a base ref the resolution is opened, or else the file in the base
+// directory after checking its fingerprint; the Read that reaches its end
+// checks the fingerprint again (ErrBaseChanged if a write intervened).
 func (s *Store) OpenBlob(id ID) (io.ReadCloser, error) {
+	rc, err := s.openBlobObject(id)
+	if !errors.Is(err, ErrNotFound) {
+		return rc, err
+	}
+	st, ok, rerr := s.blobRef(id)
+	switch {
+	case rerr != nil:
+		return nil, rerr
+	case !ok:
+		return nil, err
+	case st.resolved:
+		return s.openBlobObject(st.target)
+	case st.ref.Kind == KindSymlink:
+		b, err := s.readRefLink(id, st.ref)
+		if err != nil {
+			return nil, err
+		}
+		return io.NopCloser(bytes.NewReader(b)), nil
+	}
+	f, err := s.openRefFile(id, st.ref)
+	if err != nil {
+		return nil, err
+	}
+	return &refReader{f: f, id: id, ref: st.ref}, nil
+}
+
+// openBlobObject is OpenBlob of an object file.
+func (s *Store) openBlobObject(id ID) (io.ReadCloser, error) {
 	f, err := os.Open(s.BlobPath(id))
 	if err != nil {
 		return nil, blobOpenError(id, err)
@@ -262,8 +338,29 @@ func (v *verifyingReader) Read(p []byte) (int, error) {
 
 func (v *verifyingReader) Close() error { return v.f.Close() }
 
-// ReadBlob returns the whole content of blob id, verified.
+// ReadBlob returns the whole content of blob id, verified. For a base ref
+// it returns the resolution's content, or else the file's content (a
+// symlink's target) in the base directory, checked against the ref's
+// fingerprint before and after reading: ErrBaseChanged if it differs.
 func (s *Store) ReadBlob(id ID) ([]byte, error) {
+	b, err := s.readBlobObject(id)
+	if !errors.Is(err, ErrNotFound) {
+		return b, err
+	}
+	st, ok, rerr := s.blobRef(id)
+	switch {
+	case rerr != nil:
+		return nil, rerr
+	case !ok:
+		return nil, err
+	case st.resolved:
+		return s.readBlobObject(st.target)
+	}
+	return s.readRef(id, st.ref)
+}
+
+// readBlobObject is ReadBlob of an object file.
+func (s *Store) readBlobObject(id ID) ([]byte, error) {
 	b, err := os.ReadFile(s.BlobPath(id))
 	if err != nil {
 		return nil, blobOpenError(id, err)

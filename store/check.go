@@ -30,6 +30,8 @@ const (
 	ProblemBadHeadLog        = "bad-head-log"
 	ProblemBadIndex          = "bad-index"
 	ProblemBadFormat         = "bad-format"
+	ProblemCorruptBaseRef    = "corrupt-baseref" // a base ref, resolution or base record that does not decode
+	ProblemMissingBase       = "missing-base"    // an unresolved reachable base ref whose base record is gone
 )
 
 // Problem is one integrity finding of Check.
@@ -44,15 +46,55 @@ func (p Problem) String() string {
 }
 
 // reach is the set of objects reachable from the roots, with the first
-// referrer of each blob for reporting.
+// referrer of each blob for reporting. Base refs are leaves: their
+// directories are never expanded, only their resolutions followed.
 type reach struct {
 	gens, trees, blobs IDSet
+	refs, bases        IDSet
 	blobFrom           map[ID]ID
 	problems           []Problem
+	hasRefs            bool // the baserefs bucket is not empty
 }
 
-func newReach() *reach {
-	return &reach{gens: IDSet{}, trees: IDSet{}, blobs: IDSet{}, blobFrom: map[ID]ID{}}
+func newReach(tx *bolt.Tx) *reach {
+	k, _ := tx.Bucket(bucketBaseRefs).Cursor().First()
+	return &reach{gens: IDSet{}, trees: IDSet{}, blobs: IDSet{}, refs: IDSet{}, bases: IDSet{},
+		blobFrom: map[ID]ID{}, hasRefs: k != nil}
+}
+
+// markRef marks id if it is a recorded base ref, with its base and what
+// its resolution names, and reports whether it was one.
+func (r *reach) markRef(tx *bolt.Tx, id ID) bool {
+	if r.refs.Has(id) {
+		return true
+	}
+	if !r.hasRefs || tx.Bucket(bucketBaseRefs).Get(id[:]) == nil {
+		return false
+	}
+	r.refs.Add(id)
+	ref, _, err := storedRefTx(tx, id)
+	if err != nil {
+		r.problem(ProblemCorruptBaseRef, id.String(), "%v", err)
+		return true
+	}
+	r.bases.Add(ref.Base)
+	v := tx.Bucket(bucketBaseResolved).Get(id[:])
+	switch {
+	case v == nil:
+		if tx.Bucket(bucketBases).Get(ref.Base[:]) == nil {
+			r.problem(ProblemMissingBase, id.String(), "base %s of unresolved ref %q not recorded", ref.Base, ref.Path)
+		}
+	case len(v) != IDSize:
+		r.problem(ProblemCorruptBaseRef, id.String(), "resolution of %d bytes", len(v))
+	case ref.Kind == KindDir:
+		r.markTree(tx, ID(v), "base ref "+id.String()+" resolution")
+	default:
+		if t := ID(v); !r.blobs.Has(t) {
+			r.blobs.Add(t)
+			r.blobFrom[t] = id
+		}
+	}
+	return true
 }
 
 func (r *reach) problem(kind, obj, format string, args ...any) {
@@ -79,7 +121,7 @@ func (r *reach) markGen(tx *bolt.Tx, id ID, from string, missingKind string) {
 }
 
 func (r *reach) markTree(tx *bolt.Tx, id ID, from string) {
-	if r.trees.Has(id) {
+	if r.trees.Has(id) || r.markRef(tx, id) {
 		return
 	}
 	r.trees.Add(id)
@@ -97,7 +139,7 @@ func (r *reach) markTree(tx *bolt.Tx, id ID, from string) {
 			r.markTree(tx, e.ID, "tree "+id.String()+" entry "+fmt.Sprintf("%q", e.Name))
 			continue
 		}
-		if !r.blobs.Has(e.ID) {
+		if !r.blobs.Has(e.ID) && !r.markRef(tx, e.ID) {
 			r.blobs.Add(e.ID)
 			r.blobFrom[e.ID] = id
 		}
@@ -108,7 +150,7 @@ func (r *reach) markTree(tx *bolt.Tx, id ID, from string) {
 // extra (generation, tree or blob IDs), and checks the workspace records'
 // own consistency.
 func (s *Store) markRoots(tx *bolt.Tx, extra IDSet) *reach {
-	r := newReach()
+	r := newReach(tx)
 	r.markTree(tx, emptyTreeID, "store")
 	wsb := tx.Bucket(bucketWorkspaces)
 	_ = wsb.ForEach(func(k, v []byte) error {
@@ -119,6 +161,9 @@ func (s *Store) markRoots(tx *bolt.Tx, extra IDSet) *reach {
 			return nil
 		}
 		who := fmt.Sprintf("workspace %q", name)
+		if !w.BaseRoot.IsZero() {
+			r.bases.Add(w.BaseRoot)
+		}
 		r.markGen(tx, w.Head, who+" head", ProblemDanglingHead)
 		r.markGen(tx, w.Base, who+" base", ProblemDanglingHead)
 		if w.Parent != "" {
@@ -187,6 +232,9 @@ func (s *Store) markRoots(tx *bolt.Tx, extra IDSet) *reach {
 			r.markGen(tx, id, "extra root", ProblemMissingGeneration)
 		case id == emptyTreeID || tx.Bucket(bucketTrees).Get(id[:]) != nil:
 			r.markTree(tx, id, "extra root")
+		case r.markRef(tx, id):
+		case tx.Bucket(bucketBases).Get(id[:]) != nil:
+			r.bases.Add(id)
 		default:
 			r.blobs.Add(id)
 		}
@@ -212,6 +260,11 @@ func (s *Store) Check() ([]Problem, error) {
 			_, err := DecodeGeneration(b)
 			return err
 		}, ProblemCorruptGeneration)...)
+		problems = append(problems, checkBucketTx(tx, bucketBaseRefs, BaseRefID, func(b []byte) error {
+			_, err := DecodeBaseRef(b)
+			return err
+		}, ProblemCorruptBaseRef)...)
+		problems = append(problems, checkBaseRecordsTx(tx)...)
 		r = s.markRoots(tx, nil)
 		return nil
 	})
@@ -220,7 +273,7 @@ func (s *Store) Check() ([]Problem, error) {
 	}
 	// Corrupt objects were already reported once by the key scan.
 	for _, p := range r.problems {
-		if p.Kind != ProblemCorruptTree && p.Kind != ProblemCorruptGeneration {
+		if p.Kind != ProblemCorruptTree && p.Kind != ProblemCorruptGeneration && p.Kind != ProblemCorruptBaseRef {
 			problems = append(problems, p)
 		}
 	}
@@ -274,6 +327,34 @@ func checkBucketTx(tx *bolt.Tx, bucket []byte, hash func([]byte) ID, decode func
 			if err := decode(v); err != nil {
 				out = append(out, Problem{Kind: kind, Object: obj, Detail: err.Error()})
 			}
+		}
+		return nil
+	})
+	return out
+}
+
+// checkBaseRecordsTx checks the bases and baseref-resolved buckets: base
+// records decode to an absolute directory; each resolution is an ID and
+// belongs to a recorded ref. It never reads a base directory.
+func checkBaseRecordsTx(tx *bolt.Tx) []Problem {
+	var out []Problem
+	bad := func(k []byte, format string, args ...any) {
+		out = append(out, Problem{Kind: ProblemCorruptBaseRef, Object: hex.EncodeToString(k), Detail: fmt.Sprintf(format, args...)})
+	}
+	_ = tx.Bucket(bucketBases).ForEach(func(k, v []byte) error {
+		var rec baseRecord
+		if len(k) != IDSize || json.Unmarshal(v, &rec) != nil || !filepath.IsAbs(rec.Dir) {
+			bad(k, "base record %q", v)
+		}
+		return nil
+	})
+	refs := tx.Bucket(bucketBaseRefs)
+	_ = tx.Bucket(bucketBaseResolved).ForEach(func(k, v []byte) error {
+		switch {
+		case len(k) != IDSize || len(v) != IDSize:
+			bad(k, "resolution %x", v)
+		case refs.Get(k) == nil:
+			bad(k, "resolution of an unrecorded base ref")
 		}
 		return nil
 	})
@@ -341,8 +422,13 @@ func (s *Store) walkObjects(fn func(id ID, path string, fi fs.FileInfo, nameErr 
 
 // GC deletes every blob, tree and generation that no head-log entry of any
 // workspace reaches (generation → root tree → subtrees → blobs), keeping
-// extraRoots (generation, tree or blob IDs: journals, open windows) and
-// what they reach. It returns the bytes of blob files removed.
+// extraRoots (generation, tree, blob, base ref or base IDs: journals, open
+// windows) and what they reach. It returns the bytes of blob files removed.
+//
+// Base refs are leaves (their directories are never read): a kept ref
+// keeps its resolution and what that names, and its base record; a base
+// record is also kept while a workspace's BaseRoot names it. Unreachable
+// refs, resolutions and base records are deleted.
 //
 // GC waits until no HoldGC hold is outstanding and blocks new holds (and
 // blob writes) while it runs; metadata is marked and swept in one
@@ -360,7 +446,7 @@ func (s *Store) GC(extraRoots IDSet) (int64, error) {
 	err := s.update(func(tx *bolt.Tx) error {
 		r = s.markRoots(tx, extraRoots)
 		for _, p := range r.problems {
-			if p.Kind == ProblemCorruptTree || p.Kind == ProblemCorruptGeneration {
+			if p.Kind == ProblemCorruptTree || p.Kind == ProblemCorruptGeneration || p.Kind == ProblemCorruptBaseRef {
 				return fmt.Errorf("%w: %s (run check)", ErrCorrupt, p)
 			}
 		}
@@ -370,7 +456,10 @@ func (s *Store) GC(extraRoots IDSet) (int64, error) {
 		for _, sb := range []struct {
 			bucket []byte
 			keep   IDSet
-		}{{bucketTrees, r.trees}, {bucketGenerations, r.gens}} {
+		}{
+			{bucketTrees, r.trees}, {bucketGenerations, r.gens},
+			{bucketBaseRefs, r.refs}, {bucketBaseResolved, r.refs}, {bucketBases, r.bases},
+		} {
 			b := tx.Bucket(sb.bucket)
 			var dead [][]byte
 			_ = b.ForEach(func(k, _ []byte) error {

@@ -38,3 +38,14 @@ var (
 	// or key is not acceptable.
 	ErrInvalidName = errors.New("invalid name")
 )
+
+var (
+	// ErrNotDirectory is returned when CreateBase is given a path that is
+	// not an existing directory.
+	ErrNotDirectory = errors.New("not a directory")
+	// ErrBaseChanged is returned when a base reference's path in its base
+	// directory no longer matches the reference's stat fingerprint and no
+	// resolution of the reference was recorded: the content it named is
+	// gone.
+	ErrBaseChanged = errors.New("base directory changed underneath")
+)

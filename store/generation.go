@@ -16,12 +16,15 @@ const (
 	GenRebase  GenKind = "rebase"
 	GenLand    GenKind = "land"
 	GenUndo    GenKind = "undo"
+	// GenExternal is what programs other than acyclicfs changed in an
+	// in-place workspace's directory, as detected from stat fingerprints.
+	GenExternal GenKind = "external"
 )
 
 // Valid reports whether k is a known kind.
 func (k GenKind) Valid() bool {
 	switch k {
-	case GenCreate, GenCommit, GenCapture, GenRebase, GenLand, GenUndo:
+	case GenCreate, GenCommit, GenCapture, GenRebase, GenLand, GenUndo, GenExternal:
 		return true
 	}
 	return false

@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -41,7 +42,22 @@ func (s *Store) PutTrees(ts []*Tree) ([]ID, error) {
 		encs[i] = enc
 		ids[i] = TreeID(enc)
 	}
-	err := s.update(func(tx *bolt.Tx) error {
+	// Base refs the entries name are persisted with the trees: every ref a
+	// stored tree names is in the baserefs bucket.
+	refs, err := s.memoRefsNamed(func(yield func(ID)) {
+		for _, t := range ts {
+			for _, e := range t.Entries {
+				yield(e.ID)
+			}
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("put trees: %w", err)
+	}
+	err = s.update(func(tx *bolt.Tx) error {
+		if err := putRefsTx(tx, refs); err != nil {
+			return err
+		}
 		b := tx.Bucket(bucketTrees)
 		for i, enc := range encs {
 			if b.Get(ids[i][:]) != nil {
@@ -59,15 +75,44 @@ func (s *Store) PutTrees(ts []*Tree) ([]ID, error) {
 	return ids, nil
 }
 
-// GetTree returns tree id, verified against its address.
+// GetTree returns tree id, verified against its address. For a directory
+// base ref it returns the ref's resolution, or else the directory's
+// current listing (memoized in this process; ErrBaseChanged if the
+// directory no longer has the ref's fingerprint), whose entries name base
+// refs in turn.
 func (s *Store) GetTree(id ID) (*Tree, error) {
 	var t *Tree
+	var ref refState
+	var isRef bool
 	err := s.view(func(tx *bolt.Tx) error {
 		var err error
 		t, err = getTreeTx(tx, id)
-		return err
+		if !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		var rerr error
+		if ref, isRef, rerr = s.lookupRefTx(tx, id); rerr != nil {
+			return rerr
+		}
+		if !isRef {
+			return err
+		}
+		if ref.ref.Kind != KindDir {
+			return fmt.Errorf("tree %s: base ref to a %s: %w", id.Short(), ref.ref.Kind, ErrNotFound)
+		}
+		if ref.resolved {
+			t, err = getTreeTx(tx, ref.target)
+			return err
+		}
+		return nil
 	})
-	return t, err
+	switch {
+	case err != nil:
+		return nil, err
+	case t != nil:
+		return t, nil
+	}
+	return s.expandRef(id, ref.ref)
 }
 
 func getTreeTx(tx *bolt.Tx, id ID) (*Tree, error) {
@@ -106,9 +151,25 @@ func (s *Store) PutGeneration(g *Generation) (ID, error) {
 		return ID{}, fmt.Errorf("put generation: %w", err)
 	}
 	id := GenerationID(enc)
+	// A root that is a memoized directory ref is persisted with g.
+	refs, err := s.memoRefsNamed(func(yield func(ID)) { yield(g.Root) })
+	if err != nil {
+		return ID{}, fmt.Errorf("put generation: %w", err)
+	}
 	err = s.update(func(tx *bolt.Tx) error {
+		if err := putRefsTx(tx, refs); err != nil {
+			return err
+		}
 		if g.Root != emptyTreeID && tx.Bucket(bucketTrees).Get(g.Root[:]) == nil {
-			return fmt.Errorf("root tree %s: %w", g.Root.Short(), ErrNotFound)
+			r, isRef, err := storedRefTx(tx, g.Root)
+			switch {
+			case err != nil:
+				return err
+			case !isRef:
+				return fmt.Errorf("root tree %s: %w", g.Root.Short(), ErrNotFound)
+			case r.Kind != KindDir:
+				return fmt.Errorf("root %s: base ref to a %s, not a directory: %w", g.Root.Short(), r.Kind, ErrNotFound)
+			}
 		}
 		gb := tx.Bucket(bucketGenerations)
 		for _, p := range g.Parents {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -37,6 +38,11 @@ var (
 	bucketHeads       = []byte("heads")
 	bucketOperations  = []byte("operations")
 	bucketMeta        = []byte("meta")
+	// In-place bases (baseref.go): base ID → baseRecord JSON; base ref ID
+	// → encoding; base ref ID → the 32-byte ID of its resolved content.
+	bucketBases        = []byte("bases")
+	bucketBaseRefs     = []byte("baserefs")
+	bucketBaseResolved = []byte("baseref-resolved")
 
 	keyFormat = []byte("format")
 )
@@ -46,7 +52,12 @@ var (
 var allBuckets = [][]byte{
 	bucketFormat, bucketTrees, bucketGenerations, bucketWorkspaces,
 	bucketChildren, bucketHeads, bucketOperations, bucketMeta, bucketGates,
+	bucketBases, bucketBaseRefs, bucketBaseResolved,
 }
+
+// addedBuckets appeared after stores of this format already existed; a
+// writable Open creates them in such a store before validating it.
+var addedBuckets = [][]byte{bucketBases, bucketBaseRefs, bucketBaseResolved}
 
 // formatRecord is the value under format/format.
 type formatRecord struct {
@@ -86,6 +97,11 @@ type Store struct {
 	// verified holds the IDs (ID -> struct{}) whose blob files OpenBlobFile
 	// has checked in this process; sync.Map, safe for concurrent use.
 	verified sync.Map
+
+	// bases is the in-process state of in-place bases (baseref_store.go).
+	bases baseMemo
+	// baseReads counts opens of base files' content (BaseReads).
+	baseReads atomic.Int64
 }
 
 // Open opens the store in dir, creating it unless opt.ReadOnly. It never
@@ -136,6 +152,12 @@ func Open(dir string, opt Options) (*Store, error) {
 		return nil, classifyOpenError(abs, err)
 	}
 	s.db = db
+	if !opt.ReadOnly {
+		if err := s.addBuckets(); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
 	if err := s.validate(); err != nil {
 		db.Close()
 		return nil, err
@@ -281,6 +303,36 @@ func (s *Store) validate() error {
 		}
 		return nil
 	})
+}
+
+// addBuckets creates the addedBuckets missing from an older store of this
+// format; anything else is left for validate to report.
+func (s *Store) addBuckets() error {
+	missing := false
+	err := s.view(func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketFormat) == nil || len(checkFormatTx(tx)) > 0 {
+			return nil
+		}
+		for _, b := range addedBuckets {
+			missing = missing || tx.Bucket(b) == nil
+		}
+		return nil
+	})
+	if err != nil || !missing {
+		return err
+	}
+	err = s.update(func(tx *bolt.Tx) error {
+		for _, b := range addedBuckets {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("open store %s: add buckets: %w", s.dir, err)
+	}
+	return nil
 }
 
 // cleanTmp removes temp files left by a crash.

@@ -21,6 +21,9 @@ type Workspace struct {
 	Created int64  `json:"created"`            // Unix ms
 	Seq     uint64 `json:"seq"`                // seq of the newest head-log entry
 	InPlace string `json:"in_place,omitempty"` // in-place root directory
+	// BaseRoot is the base (CreateBase) of an in-place workspace; GC keeps
+	// its record while the workspace exists.
+	BaseRoot ID `json:"base_root,omitzero"`
 }
 
 // HeadEntry is one step of a workspace's head log.

@@ -10,6 +10,8 @@
 package failpoint
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -52,6 +54,26 @@ func Hit(name string) {
 	}
 	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	select {} // SIGKILL is not deliverable late; never return past the point
+}
+
+// ErrInjected is what Fail returns at a point armed as NAME=error.
+var ErrInjected = errors.New("failpoint: injected error")
+
+// Fail is Hit for steps that can fail without crashing: a point armed as
+// "NAME=error" returns an error wrapping ErrInjected (so that the caller's
+// error path — a rollback — runs); a point armed as plain "NAME" kills the
+// process as Hit does. It returns nil when nothing is armed.
+func Fail(name string) error {
+	once.Do(load)
+	set := armed.Load()
+	if set == nil {
+		return nil
+	}
+	if (*set)[name+"=error"] {
+		return fmt.Errorf("%w at %s", ErrInjected, name)
+	}
+	Hit(name)
+	return nil
 }
 
 // ArmForTest arms names in this process and calls hook instead of killing

@@ -1,0 +1,215 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// domainBaseRef separates base references from blobs, trees and
+// generations (see id.go).
+const domainBaseRef = "acyclicfs baseref v1\x00"
+
+const baseRefFormat = 1
+
+// maxBaseRefPath bounds a reference's path; the kernel resolves at most
+// PATH_MAX bytes anyway.
+const maxBaseRefPath = 1 << 16
+
+// BaseRef names a file, symlink or directory of an in-place workspace's
+// base directory by its stat fingerprint instead of its content, so that
+// creating an in-place workspace reads nothing. Its ID stands in a tree
+// entry where a blob ID (files, symlinks) or tree ID (directories) would;
+// the store resolves it on read (GetTree, ReadBlob, OpenBlob, ...).
+type BaseRef struct {
+	Base  ID     // the base registration (CreateBase)
+	Path  string // slash-separated, relative to the base directory; "" is the directory itself
+	Kind  Kind
+	Size  int64  // st_size; 0 for directories
+	Mtime int64  // ns since the epoch
+	Ctime int64  // ns since the epoch
+	Ino   uint64 // inode number
+	Mode  uint32 // permission bits (07777)
+}
+
+// BaseRefID returns the address of an encoded base reference.
+func BaseRefID(encoded []byte) ID { return hashWithDomain(domainBaseRef, encoded) }
+
+// ID returns the reference's address. The ID of an invalid reference
+// (one Encode rejects) names nothing that can be stored.
+func (r BaseRef) ID() ID { return BaseRefID(r.appendEncoding(nil)) }
+
+// Encode returns the canonical encoding: a version byte, the 32-byte base,
+// the kind byte, uvarint(len path), path, uvarint(size), varint(mtime),
+// varint(ctime), uvarint(ino), uvarint(mode). It fails on an invalid
+// reference, so every stored encoding is canonical.
+func (r BaseRef) Encode() ([]byte, error) {
+	if err := r.validate(); err != nil {
+		return nil, err
+	}
+	return r.appendEncoding(make([]byte, 0, 64+len(r.Path))), nil
+}
+
+func (r BaseRef) appendEncoding(buf []byte) []byte {
+	buf = append(buf, baseRefFormat)
+	buf = append(buf, r.Base[:]...)
+	buf = append(buf, byte(r.Kind))
+	buf = binary.AppendUvarint(buf, uint64(len(r.Path)))
+	buf = append(buf, r.Path...)
+	buf = binary.AppendUvarint(buf, uint64(r.Size))
+	buf = binary.AppendVarint(buf, r.Mtime)
+	buf = binary.AppendVarint(buf, r.Ctime)
+	buf = binary.AppendUvarint(buf, r.Ino)
+	buf = binary.AppendUvarint(buf, uint64(r.Mode))
+	return buf
+}
+
+func (r BaseRef) validate() error {
+	switch {
+	case r.Base.IsZero():
+		return fmt.Errorf("%w: base ref without base", ErrCorrupt)
+	case !r.Kind.Valid():
+		return fmt.Errorf("%w: base ref kind %d", ErrCorrupt, r.Kind)
+	case !validRefPath(r.Path):
+		return fmt.Errorf("%w: base ref path %q", ErrCorrupt, r.Path)
+	case r.Size < 0 || r.Size > 1<<62:
+		return fmt.Errorf("%w: base ref size %d", ErrCorrupt, r.Size)
+	case r.Kind == KindDir && r.Size != 0:
+		return fmt.Errorf("%w: base ref directory with size %d", ErrCorrupt, r.Size)
+	case r.Mode&^0o7777 != 0:
+		return fmt.Errorf("%w: base ref mode %o", ErrCorrupt, r.Mode)
+	case r.Kind == KindFile && r.Mode&0o111 != 0, r.Kind == KindExec && r.Mode&0o111 == 0:
+		return fmt.Errorf("%w: base ref kind %s with mode %o", ErrCorrupt, r.Kind, r.Mode)
+	}
+	return nil
+}
+
+// validRefPath accepts "" and slash-joined valid tree names.
+func validRefPath(p string) bool {
+	if p == "" {
+		return true
+	}
+	if len(p) > maxBaseRefPath {
+		return false
+	}
+	for c := range strings.SplitSeq(p, "/") {
+		if !ValidName(c) {
+			return false
+		}
+	}
+	return true
+}
+
+// DecodeBaseRef parses a canonical base reference encoding; anything
+// non-canonical is ErrCorrupt.
+func DecodeBaseRef(b []byte) (BaseRef, error) {
+	var r BaseRef
+	orig := b
+	if len(b) < 2+IDSize || b[0] != baseRefFormat {
+		return r, fmt.Errorf("%w: base ref: bad format byte or truncated", ErrCorrupt)
+	}
+	copy(r.Base[:], b[1:1+IDSize])
+	r.Kind = Kind(b[1+IDSize])
+	b = b[2+IDSize:]
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)-k) || n > maxBaseRefPath {
+		return r, fmt.Errorf("%w: base ref: bad path length", ErrCorrupt)
+	}
+	r.Path = string(b[k : k+int(n)])
+	b = b[k+int(n):]
+	var fields [5]uint64
+	for i := range fields {
+		var k int
+		if i == 1 || i == 2 { // mtime, ctime are signed
+			var v int64
+			v, k = binary.Varint(b)
+			fields[i] = uint64(v)
+		} else {
+			fields[i], k = binary.Uvarint(b)
+		}
+		if k <= 0 {
+			return r, fmt.Errorf("%w: base ref: bad field %d", ErrCorrupt, i)
+		}
+		b = b[k:]
+	}
+	if len(b) != 0 {
+		return r, fmt.Errorf("%w: base ref: %d trailing bytes", ErrCorrupt, len(b))
+	}
+	if fields[0] > 1<<62 || fields[4] > 0o7777 {
+		return r, fmt.Errorf("%w: base ref: size or mode out of range", ErrCorrupt)
+	}
+	r.Size, r.Mtime, r.Ctime, r.Ino, r.Mode = int64(fields[0]), int64(fields[1]), int64(fields[2]), fields[3], uint32(fields[4])
+	re, err := r.Encode()
+	if err != nil {
+		return BaseRef{}, err
+	}
+	if !bytes.Equal(re, orig) {
+		return BaseRef{}, fmt.Errorf("%w: base ref: non-canonical encoding", ErrCorrupt)
+	}
+	return r, nil
+}
+
+// kindOfMode maps a stat mode to a tree kind; false for fifos, sockets,
+// devices.
+func kindOfMode(mode uint32) (Kind, bool) {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		if mode&0o111 != 0 {
+			return KindExec, true
+		}
+		return KindFile, true
+	case unix.S_IFLNK:
+		return KindSymlink, true
+	case unix.S_IFDIR:
+		return KindDir, true
+	}
+	return 0, false
+}
+
+// baseRefFromStat builds the reference for path in base from its lstat;
+// false if the file type has no tree kind.
+func baseRefFromStat(base ID, path string, st *unix.Stat_t) (BaseRef, bool) {
+	kind, ok := kindOfMode(st.Mode)
+	if !ok {
+		return BaseRef{}, false
+	}
+	r := BaseRef{
+		Base:  base,
+		Path:  path,
+		Kind:  kind,
+		Mtime: st.Mtim.Nano(),
+		Ctime: st.Ctim.Nano(),
+		Ino:   st.Ino,
+		Mode:  st.Mode & 0o7777,
+	}
+	if kind != KindDir {
+		r.Size = st.Size
+	}
+	return r, true
+}
+
+// matches reports whether st still has r's fingerprint: for files and
+// symlinks kind, size, mtime, ctime, inode and mode; for directories inode,
+// mtime and ctime (adding, removing or renaming an entry moves both).
+func (r BaseRef) matches(st *unix.Stat_t) bool {
+	cur, ok := baseRefFromStat(r.Base, r.Path, st)
+	if !ok {
+		return false
+	}
+	if r.Kind == KindDir {
+		return cur.Kind == KindDir && cur.Ino == r.Ino && cur.Mtime == r.Mtime && cur.Ctime == r.Ctime
+	}
+	return cur.Kind == r.Kind && cur.Size == r.Size && cur.Mtime == r.Mtime &&
+		cur.Ctime == r.Ctime && cur.Ino == r.Ino && cur.Mode == r.Mode
+}
+
+// joinRefPath appends a name to a reference path.
+func joinRefPath(dir, name string) string {
+	if dir == "" {
+		return name
+	}
+	return dir + "/" + name
+}

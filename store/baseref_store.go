@@ -1,0 +1,660 @@
+package store
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/acyclicfs/acyclicfs/internal/dirfd"
+	bolt "go.etcd.io/bbolt"
+	"golang.org/x/sys/unix"
+)
+
+// baseMemo is the in-process state of in-place bases. Refs and expanded
+// trees are memoized here, never written on the read path: PutTrees,
+// PutGeneration and Resolve persist the refs that stored objects name.
+type baseMemo struct {
+	// mu protects every field below.
+	mu       sync.Mutex
+	refs     map[ID]BaseRef     // refs built by CreateBase, CurrentRef and expansions
+	trees    map[ID]*Tree       // expansions of directory refs (never handed out; cloned)
+	paths    map[ID]string      // base ID → its recorded directory (records are immutable)
+	attached map[ID]*attachment // base ID → the Dir reads go through (AttachBase)
+}
+
+// attachment is one AttachBase registration; users counts OpenBase
+// callers that have not released it yet.
+type attachment struct {
+	d     *dirfd.Dir
+	users sync.WaitGroup
+}
+
+// baseRecord is the value in the bases bucket.
+type baseRecord struct {
+	Dir     string `json:"dir"`
+	Created int64  `json:"created"` // Unix ms
+}
+
+func (m *baseMemo) ref(id ID) (BaseRef, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.refs[id]
+	return r, ok
+}
+
+func (m *baseMemo) addRef(id ID, r BaseRef) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.refs == nil {
+		m.refs = make(map[ID]BaseRef)
+	}
+	m.refs[id] = r
+}
+
+// BaseReads returns how many times this process opened a base file's
+// content from its base directory (a test hook proving reads are lazy).
+func (s *Store) BaseReads() int64 { return s.baseReads.Load() }
+
+// CreateBase registers dir, an absolute path to an existing directory, as
+// the base of an in-place workspace, and returns the new base ID and the
+// ID of the reference to dir itself (a directory ref, usable as a
+// generation root). It reads no content: one open and one stat.
+//
+// The base record is kept by GC only while some workspace's BaseRoot names
+// it or a kept ref needs it; hold HoldGC from CreateBase until the
+// workspace record is written.
+func (s *Store) CreateBase(dir string) (base ID, root ID, err error) {
+	if !filepath.IsAbs(dir) {
+		return ID{}, ID{}, fmt.Errorf("create base %q: %w: not an absolute path", dir, ErrInvalidName)
+	}
+	dir = filepath.Clean(dir)
+	d, err := dirfd.Open(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
+			return ID{}, ID{}, fmt.Errorf("create base %s: %w: %w", dir, ErrNotDirectory, err)
+		}
+		return ID{}, ID{}, fmt.Errorf("create base %s: %w", dir, err)
+	}
+	defer d.Close()
+	st, err := d.Lstat("")
+	if err != nil {
+		return ID{}, ID{}, fmt.Errorf("create base %s: %w", dir, err)
+	}
+	if _, err := rand.Read(base[:]); err != nil {
+		return ID{}, ID{}, fmt.Errorf("create base %s: %w", dir, err)
+	}
+	ref, _ := baseRefFromStat(base, "", &st)
+	enc, err := ref.Encode()
+	if err != nil {
+		return ID{}, ID{}, fmt.Errorf("create base %s: %w", dir, err)
+	}
+	rec, err := json.Marshal(baseRecord{Dir: dir, Created: s.clock()})
+	if err != nil {
+		return ID{}, ID{}, fmt.Errorf("create base %s: %w", dir, err)
+	}
+	root = BaseRefID(enc)
+	err = s.update(func(tx *bolt.Tx) error {
+		if err := tx.Bucket(bucketBases).Put(base[:], rec); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketBaseRefs).Put(root[:], enc)
+	})
+	if err != nil {
+		return ID{}, ID{}, fmt.Errorf("create base %s: %w", dir, err)
+	}
+	s.bases.addRef(root, ref)
+	return base, root, nil
+}
+
+// BaseDirPath returns the directory base was registered with.
+func (s *Store) BaseDirPath(base ID) (string, error) {
+	s.bases.mu.Lock()
+	p, ok := s.bases.paths[base]
+	s.bases.mu.Unlock()
+	if ok {
+		return p, nil
+	}
+	var rec baseRecord
+	err := s.view(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketBases).Get(base[:])
+		if v == nil {
+			return fmt.Errorf("base %s: %w", base.Short(), ErrNotFound)
+		}
+		if err := json.Unmarshal(v, &rec); err != nil || !filepath.IsAbs(rec.Dir) {
+			return fmt.Errorf("%w: base %s: record %q", ErrCorrupt, base.Short(), v)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	s.bases.mu.Lock()
+	if s.bases.paths == nil {
+		s.bases.paths = make(map[ID]string)
+	}
+	s.bases.paths[base] = rec.Dir
+	s.bases.mu.Unlock()
+	return rec.Dir, nil
+}
+
+// AttachBase makes every access to base go through d until detach is
+// called: the daemon mounts its overlay over the base directory and keeps
+// d open on the directory underneath (opening it by path would then enter
+// our own mount). detach waits until no OpenBase user of d is left, so the
+// caller may close d right after it; it is idempotent. A later AttachBase
+// of the same base replaces this one.
+func (s *Store) AttachBase(base ID, d *dirfd.Dir) (detach func()) {
+	a := &attachment{d: d}
+	m := &s.bases
+	m.mu.Lock()
+	if m.attached == nil {
+		m.attached = make(map[ID]*attachment)
+	}
+	m.attached[base] = a
+	m.mu.Unlock()
+	return sync.OnceFunc(func() {
+		m.mu.Lock()
+		if m.attached[base] == a {
+			delete(m.attached, base)
+		}
+		m.mu.Unlock()
+		// Every Add happened under m.mu while a was still attached.
+		a.users.Wait()
+	})
+}
+
+// OpenBase returns the directory of base: the attached Dir, or one opened
+// at the recorded path. Call release when done with d (and do not close
+// it); release is idempotent.
+func (s *Store) OpenBase(base ID) (d *dirfd.Dir, release func(), err error) {
+	m := &s.bases
+	m.mu.Lock()
+	if a := m.attached[base]; a != nil {
+		a.users.Add(1)
+		m.mu.Unlock()
+		return a.d, sync.OnceFunc(a.users.Done), nil
+	}
+	m.mu.Unlock()
+	dir, err := s.BaseDirPath(base)
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err = dirfd.Open(dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("base %s: %w", base.Short(), err)
+	}
+	return d, func() { d.Close() }, nil
+}
+
+// BaseRefOf returns the base reference id, from this process's memo or
+// the baserefs bucket; false if id is not a known reference.
+func (s *Store) BaseRefOf(id ID) (BaseRef, bool, error) {
+	if r, ok := s.bases.ref(id); ok {
+		return r, true, nil
+	}
+	var r BaseRef
+	var found bool
+	err := s.view(func(tx *bolt.Tx) error {
+		var err error
+		r, found, err = storedRefTx(tx, id)
+		return err
+	})
+	return r, found, err
+}
+
+func storedRefTx(tx *bolt.Tx, id ID) (BaseRef, bool, error) {
+	v := tx.Bucket(bucketBaseRefs).Get(id[:])
+	if v == nil {
+		return BaseRef{}, false, nil
+	}
+	if got := BaseRefID(v); got != id {
+		return BaseRef{}, false, fmt.Errorf("%w: base ref %s: content hashes to %s", ErrCorrupt, id.Short(), got.Short())
+	}
+	r, err := DecodeBaseRef(v)
+	if err != nil {
+		return BaseRef{}, false, fmt.Errorf("base ref %s: %w", id.Short(), err)
+	}
+	return r, true, nil
+}
+
+// CurrentRef stats path in base now and returns the reference naming what
+// is there, memoized in this process (not persisted). A path that does not
+// exist (or is a fifo, socket or device, or lies under a symlink) is an
+// error wrapping ErrNotFound.
+func (s *Store) CurrentRef(base ID, path string) (BaseRef, ID, error) {
+	if !validRefPath(path) {
+		return BaseRef{}, ID{}, fmt.Errorf("base %s path %q: %w", base.Short(), path, ErrInvalidName)
+	}
+	d, release, err := s.OpenBase(base)
+	if err != nil {
+		return BaseRef{}, ID{}, err
+	}
+	defer release()
+	st, err := d.Lstat(path)
+	if err != nil {
+		if isMissing(err) {
+			return BaseRef{}, ID{}, fmt.Errorf("base %s path %q: %w", base.Short(), path, ErrNotFound)
+		}
+		return BaseRef{}, ID{}, fmt.Errorf("base %s: %w", base.Short(), err)
+	}
+	r, ok := baseRefFromStat(base, path, &st)
+	if !ok {
+		return BaseRef{}, ID{}, fmt.Errorf("base %s path %q: not a file, symlink or directory: %w", base.Short(), path, ErrNotFound)
+	}
+	id := r.ID()
+	s.bases.addRef(id, r)
+	return r, id, nil
+}
+
+// isMissing reports whether a dirfd error means "no such path in the tree"
+// (a component missing, not a directory, or a symlink).
+func isMissing(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP)
+}
+
+// Resolve records that reference ref's content is target: a stored blob
+// for a file or symlink ref, a stored tree for a directory ref. Reads of
+// ref then return target's content whatever happens to the base directory,
+// so materialization calls it before overwriting a path whose old
+// generations must stay readable. The ref itself is persisted if only
+// memoized. Resolving again replaces the target (both must describe the
+// same content). Hold HoldGC until something reachable names ref.
+func (s *Store) Resolve(ref, target ID) error {
+	memo, inMemo := s.bases.ref(ref)
+	err := s.update(func(tx *bolt.Tx) error {
+		r, found, err := storedRefTx(tx, ref)
+		if err != nil {
+			return err
+		}
+		if !found {
+			if !inMemo {
+				return fmt.Errorf("base ref %s: %w", ref.Short(), ErrNotFound)
+			}
+			enc, err := memo.Encode()
+			if err != nil {
+				return err
+			}
+			if err := tx.Bucket(bucketBaseRefs).Put(ref[:], enc); err != nil {
+				return err
+			}
+			r = memo
+		}
+		if r.Kind == KindDir {
+			if target != emptyTreeID && tx.Bucket(bucketTrees).Get(target[:]) == nil {
+				return fmt.Errorf("target tree %s: %w", target.Short(), ErrNotFound)
+			}
+		} else if _, err := os.Lstat(s.BlobPath(target)); err != nil {
+			return fmt.Errorf("target %w", blobOpenError(target, err))
+		}
+		return tx.Bucket(bucketBaseResolved).Put(ref[:], target[:])
+	})
+	if err != nil {
+		return fmt.Errorf("resolve base ref %s: %w", ref.Short(), err)
+	}
+	return nil
+}
+
+// refState is what a read needs to know about a reference.
+type refState struct {
+	ref      BaseRef
+	target   ID   // the resolution, if resolved
+	resolved bool // target is set
+}
+
+// lookupRefTx finds id's reference (bucket, else memo) and resolution;
+// false if id is no reference.
+func (s *Store) lookupRefTx(tx *bolt.Tx, id ID) (refState, bool, error) {
+	var st refState
+	r, found, err := storedRefTx(tx, id)
+	if err != nil {
+		return st, false, err
+	}
+	if !found {
+		if r, found = s.bases.ref(id); !found {
+			return st, false, nil
+		}
+	}
+	st.ref = r
+	if v := tx.Bucket(bucketBaseResolved).Get(id[:]); v != nil {
+		if len(v) != IDSize {
+			return st, false, fmt.Errorf("%w: base ref %s: resolution of %d bytes", ErrCorrupt, id.Short(), len(v))
+		}
+		copy(st.target[:], v)
+		st.resolved = true
+	}
+	return st, true, nil
+}
+
+// Resolution returns what reference id was resolved to (Resolve); ok is
+// false when id is no reference or an unresolved one.
+func (s *Store) Resolution(id ID) (target ID, ok bool, err error) {
+	st, found, err := s.lookupRef(id)
+	if err != nil || !found || !st.resolved {
+		return ID{}, false, err
+	}
+	return st.target, true, nil
+}
+
+func (s *Store) lookupRef(id ID) (refState, bool, error) {
+	var st refState
+	var found bool
+	err := s.view(func(tx *bolt.Tx) error {
+		var err error
+		st, found, err = s.lookupRefTx(tx, id)
+		return err
+	})
+	return st, found, err
+}
+
+// blobRef returns the reference behind a blob ID whose object file does
+// not exist; ok is false if id is no reference either. Directory refs are
+// not blobs.
+func (s *Store) blobRef(id ID) (refState, bool, error) {
+	st, ok, err := s.lookupRef(id)
+	if err != nil || !ok {
+		return st, false, err
+	}
+	if st.ref.Kind == KindDir {
+		return st, false, fmt.Errorf("blob %s: base ref to a directory: %w", id.Short(), ErrNotFound)
+	}
+	return st, true, nil
+}
+
+func baseChanged(id ID, r BaseRef, what string) error {
+	return fmt.Errorf("base ref %s (%q): %s: %w", id.Short(), r.Path, what, ErrBaseChanged)
+}
+
+// statRef lstats r's path and checks the fingerprint.
+func (s *Store) statRef(id ID, r BaseRef) (unix.Stat_t, error) {
+	d, release, err := s.OpenBase(r.Base)
+	if err != nil {
+		return unix.Stat_t{}, refOpenError(id, r, err)
+	}
+	defer release()
+	return statRefIn(d, id, r)
+}
+
+func statRefIn(d *dirfd.Dir, id ID, r BaseRef) (unix.Stat_t, error) {
+	st, err := d.Lstat(r.Path)
+	if err != nil {
+		return st, refOpenError(id, r, err)
+	}
+	if !r.matches(&st) {
+		return st, baseChanged(id, r, "fingerprint differs")
+	}
+	return st, nil
+}
+
+// refOpenError turns a vanished path (or base directory) into
+// ErrBaseChanged.
+func refOpenError(id ID, r BaseRef, err error) error {
+	if isMissing(err) {
+		return baseChanged(id, r, "gone")
+	}
+	return fmt.Errorf("base ref %s (%q): %w", id.Short(), r.Path, err)
+}
+
+// openRefFile opens a file ref's content in its base directory, checked
+// against the fingerprint, and counts a base read.
+func (s *Store) openRefFile(id ID, r BaseRef) (*os.File, error) {
+	d, release, err := s.OpenBase(r.Base)
+	if err != nil {
+		return nil, refOpenError(id, r, err)
+	}
+	defer release()
+	f, err := d.OpenFile(r.Path, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, refOpenError(id, r, err)
+	}
+	s.baseReads.Add(1)
+	if err := checkRefFile(f, id, r); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+func checkRefFile(f *os.File, id ID, r BaseRef) error {
+	var st unix.Stat_t
+	if err := fstat(f, &st); err != nil {
+		return fmt.Errorf("base ref %s (%q): %w", id.Short(), r.Path, err)
+	}
+	if !r.matches(&st) {
+		return baseChanged(id, r, "fingerprint differs")
+	}
+	return nil
+}
+
+func fstat(f *os.File, st *unix.Stat_t) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = unix.Fstat(int(fd), st) }); err != nil {
+		return err
+	}
+	return serr
+}
+
+// readRefLink returns a symlink ref's target.
+func (s *Store) readRefLink(id ID, r BaseRef) ([]byte, error) {
+	d, release, err := s.OpenBase(r.Base)
+	if err != nil {
+		return nil, refOpenError(id, r, err)
+	}
+	defer release()
+	target, err := d.Readlink(r.Path)
+	if err != nil {
+		if errors.Is(err, unix.EINVAL) { // no longer a symlink
+			return nil, baseChanged(id, r, "not a symlink")
+		}
+		return nil, refOpenError(id, r, err)
+	}
+	// A symlink's target never changes in place: if the path still has the
+	// fingerprint after the readlink, the target read is the one named.
+	if _, err := statRefIn(d, id, r); err != nil {
+		return nil, err
+	}
+	return []byte(target), nil
+}
+
+// readRef is ReadBlob of an unresolved file or symlink ref.
+func (s *Store) readRef(id ID, r BaseRef) ([]byte, error) {
+	if r.Kind == KindSymlink {
+		return s.readRefLink(id, r)
+	}
+	f, err := s.openRefFile(id, r)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := readAllInto(f, make([]byte, 0, min(r.Size+1, 64<<20)))
+	if err != nil {
+		return nil, fmt.Errorf("base ref %s (%q): %w", id.Short(), r.Path, err)
+	}
+	// A write while we read changes mtime and ctime.
+	if err := checkRefFile(f, id, r); err != nil {
+		return nil, err
+	}
+	if int64(len(b)) != r.Size {
+		return nil, baseChanged(id, r, fmt.Sprintf("read %d bytes, fingerprint says %d", len(b), r.Size))
+	}
+	return b, nil
+}
+
+func readAllInto(r io.Reader, b []byte) ([]byte, error) {
+	buf := bytes.NewBuffer(b)
+	_, err := buf.ReadFrom(r)
+	return buf.Bytes(), err
+}
+
+// refReader streams an unresolved file ref and, at EOF, checks that the
+// file still has its fingerprint (ErrBaseChanged instead of io.EOF if not).
+type refReader struct {
+	f   *os.File
+	id  ID
+	ref BaseRef
+	n   int64
+	err error // sticky terminal error
+}
+
+func (v *refReader) Read(p []byte) (int, error) {
+	if v.err != nil {
+		return 0, v.err
+	}
+	n, err := v.f.Read(p)
+	v.n += int64(n)
+	switch {
+	case err == io.EOF:
+		v.err = checkRefFile(v.f, v.id, v.ref)
+		if v.err == nil && v.n != v.ref.Size {
+			v.err = baseChanged(v.id, v.ref, fmt.Sprintf("read %d bytes, fingerprint says %d", v.n, v.ref.Size))
+		}
+		if v.err == nil {
+			v.err = io.EOF
+		}
+		return n, v.err
+	case err != nil:
+		return n, fmt.Errorf("read base ref %s: %w", v.id.Short(), err)
+	}
+	return n, nil
+}
+
+func (v *refReader) Close() error { return v.f.Close() }
+
+// memfdWith returns an unlinked in-memory file holding b, positioned at 0:
+// OpenBlobFile of a symlink ref (a symlink has no file to open).
+func memfdWith(name string, b []byte) (*os.File, error) {
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("memfd: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "memfd:"+name)
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("memfd: %w", err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("memfd: %w", err)
+	}
+	return f, nil
+}
+
+// expandRef returns the tree of an unresolved directory ref: the memoized
+// expansion, or a fresh listing of the directory if it still has the
+// fingerprint. Children become memoized refs; nothing is persisted.
+func (s *Store) expandRef(id ID, r BaseRef) (*Tree, error) {
+	m := &s.bases
+	m.mu.Lock()
+	t, ok := m.trees[id]
+	m.mu.Unlock()
+	if ok {
+		return cloneTree(t), nil
+	}
+	d, release, err := s.OpenBase(r.Base)
+	if err != nil {
+		return nil, refOpenError(id, r, err)
+	}
+	defer release()
+	if _, err := statRefIn(d, id, r); err != nil {
+		return nil, err
+	}
+	ents, err := d.ReadDir(r.Path)
+	if err != nil {
+		return nil, refOpenError(id, r, err)
+	}
+	// An entry added or removed during the listing moves the directory's
+	// mtime and ctime.
+	if _, err := statRefIn(d, id, r); err != nil {
+		return nil, err
+	}
+	t = &Tree{Entries: make([]Entry, 0, len(ents))}
+	children := make([]BaseRef, 0, len(ents))
+	for i := range ents {
+		e := &ents[i]
+		if !ValidName(e.Name) {
+			continue
+		}
+		c, ok := baseRefFromStat(r.Base, joinRefPath(r.Path, e.Name), &e.Stat)
+		if !ok || !validRefPath(c.Path) {
+			continue // fifo, socket, device; or a path too long to name
+		}
+		children = append(children, c)
+		t.Entries = append(t.Entries, Entry{Name: e.Name, Kind: c.Kind, Size: c.Size, Mtime: c.Mtime, ID: c.ID()})
+	}
+	// ReadDir sorts by name, as trees are.
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if prev, ok := m.trees[id]; ok {
+		return cloneTree(prev), nil // a concurrent expansion won
+	}
+	if m.refs == nil {
+		m.refs = make(map[ID]BaseRef)
+	}
+	if m.trees == nil {
+		m.trees = make(map[ID]*Tree)
+	}
+	for i, c := range children {
+		m.refs[t.Entries[i].ID] = c
+	}
+	m.trees[id] = t
+	return cloneTree(t), nil
+}
+
+func cloneTree(t *Tree) *Tree {
+	return &Tree{Entries: append([]Entry(nil), t.Entries...)}
+}
+
+// memoRefsNamed returns the encodings of the memoized refs that ids name
+// (callers persist them next to what names them).
+func (s *Store) memoRefsNamed(each func(yield func(ID))) (map[ID][]byte, error) {
+	m := &s.bases
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.refs) == 0 {
+		return nil, nil
+	}
+	var out map[ID][]byte
+	var err error
+	each(func(id ID) {
+		r, ok := m.refs[id]
+		if !ok || err != nil {
+			return
+		}
+		if _, dup := out[id]; dup {
+			return
+		}
+		var enc []byte
+		if enc, err = r.Encode(); err != nil {
+			return
+		}
+		if out == nil {
+			out = make(map[ID][]byte)
+		}
+		out[id] = enc
+	})
+	return out, err
+}
+
+// putRefsTx persists refs not yet stored.
+func putRefsTx(tx *bolt.Tx, refs map[ID][]byte) error {
+	b := tx.Bucket(bucketBaseRefs)
+	for id, enc := range refs {
+		if b.Get(id[:]) != nil {
+			continue
+		}
+		if err := b.Put(id[:], enc); err != nil {
+			return err
+		}
+	}
+	return nil
+}
