@@ -18,6 +18,9 @@ var (
 	// ErrNotAdmitted is a convenience sentinel an Admitter may wrap to make a
 	// request fail with EAGAIN (any other admission error maps to EIO).
 	ErrNotAdmitted = errors.New("fusefs: request not admitted")
+	// ErrReadOnly is what a change to a read-only mount fails with (EROFS);
+	// see Mount.SetReadOnly.
+	ErrReadOnly = errors.New("fusefs: mount is read-only")
 )
 
 // toErrno is the one place that maps Go errors to FUSE errnos. Unlike
@@ -34,6 +37,8 @@ func toErrno(err error) syscall.Errno {
 	switch {
 	case errors.Is(err, ErrNotAdmitted):
 		return syscall.EAGAIN
+	case errors.Is(err, ErrReadOnly):
+		return syscall.EROFS
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, store.ErrNotFound):
 		return syscall.ENOENT
 	case errors.Is(err, fs.ErrExist), errors.Is(err, store.ErrExists):

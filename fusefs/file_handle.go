@@ -57,6 +57,9 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	if h.blob {
 		return 0, syscall.EBADF
 	}
+	if e := h.m.refuseChange(); e != 0 {
+		return 0, e
+	}
 	n, err := syscall.Pwrite(h.fd, data, off)
 	if err != nil {
 		return uint32(max(n, 0)), toErrno(err)
@@ -126,6 +129,9 @@ func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, 
 func (h *handle) Allocate(ctx context.Context, off uint64, size uint64, mode uint32) syscall.Errno {
 	if h.blob {
 		return syscall.EBADF
+	}
+	if e := h.m.refuseChange(); e != 0 {
+		return e
 	}
 	return toErrno(unix.Fallocate(h.fd, mode, int64(off), int64(size)))
 }

@@ -110,6 +110,9 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if e := n.m.admit(ctx); e != 0 {
 		return nil, e
 	}
+	if e := n.m.refuseChange(); e != 0 {
+		return nil, e
+	}
 	_, ch, e := n.addNew(ctx, name, syscall.S_IFDIR|mode&0o7777, out, nil)
 	return ch, e
 }
@@ -117,6 +120,9 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 // Symlink makes a symbolic link; its target lives in memory until capture.
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	if e := n.m.admit(ctx); e != 0 {
+		return nil, e
+	}
+	if e := n.m.refuseChange(); e != 0 {
 		return nil, e
 	}
 	_, ch, e := n.addNew(ctx, name, syscall.S_IFLNK|0o777, out, func(c *inode) error {
@@ -129,6 +135,9 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 // Create makes and opens a new regular file backed by an upper file.
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	if e := n.m.admit(ctx); e != 0 {
+		return nil, nil, 0, e
+	}
+	if e := n.m.refuseChange(); e != 0 {
 		return nil, nil, 0, e
 	}
 	c, ch, e := n.addNew(ctx, name, syscall.S_IFREG|mode&0o7777, out, n.m.ov.createUpper)
@@ -146,6 +155,9 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 // give it a name.
 func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	if e := n.m.admit(ctx); e != 0 {
+		return nil, nil, 0, e
+	}
+	if e := n.m.refuseChange(); e != 0 {
 		return nil, nil, 0, e
 	}
 	ov := n.m.ov
@@ -182,6 +194,9 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 	if e := n.m.admit(ctx); e != 0 {
 		return nil, e
 	}
+	if e := n.m.refuseChange(); e != 0 {
+		return nil, e
+	}
 	if mode&syscall.S_IFMT == syscall.S_IFREG {
 		_, ch, e := n.addNew(ctx, name, mode, out, func(c *inode) error {
 			if err := n.m.ov.createUpper(c); err != nil {
@@ -200,6 +215,9 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 // capture writes two entries with the same content.
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	if e := n.m.admit(ctx); e != 0 {
+		return nil, e
+	}
+	if e := n.m.refuseChange(); e != 0 {
 		return nil, e
 	}
 	if !store.ValidName(name) {
@@ -244,6 +262,9 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	if e := n.m.admit(ctx); e != 0 {
 		return e
 	}
+	if e := n.m.refuseChange(); e != 0 {
+		return e
+	}
 	ov := n.m.ov
 	return toErrno(ov.update(func() error {
 		c, err := ov.childNamed(n.in, name)
@@ -261,6 +282,9 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 // Rmdir removes an empty directory.
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if e := n.m.admit(ctx); e != 0 {
+		return e
+	}
+	if e := n.m.refuseChange(); e != 0 {
 		return e
 	}
 	ov := n.m.ov
@@ -288,6 +312,9 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 // their size. Supports RENAME_NOREPLACE and RENAME_EXCHANGE.
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
 	if e := n.m.admit(ctx); e != 0 {
+		return e
+	}
+	if e := n.m.refuseChange(); e != 0 {
 		return e
 	}
 	if !store.ValidName(newName) {

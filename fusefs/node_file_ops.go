@@ -35,6 +35,9 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if e := n.m.admit(ctx); e != 0 {
 		return e
 	}
+	if e := n.m.refuseChange(); e != 0 {
+		return e
+	}
 	ov := n.m.ov
 	ino := n.in
 	if size, ok := in.GetSize(); ok {
@@ -135,6 +138,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if e := n.m.admit(ctx); e != 0 {
 		return nil, 0, e
 	}
+	if e := n.m.refuseOpen(flags); e != 0 {
+		return nil, 0, e
+	}
 	return n.m.open(n.in, flags)
 }
 
@@ -193,6 +199,9 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	if e := n.m.admit(ctx); e != 0 {
 		return e
 	}
+	if e := n.m.refuseChange(); e != 0 {
+		return e
+	}
 	if !strings.HasPrefix(attr, "user.") {
 		return syscall.EOPNOTSUPP
 	}
@@ -218,6 +227,9 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 // Removexattr removes an attribute.
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	if e := n.m.admit(ctx); e != 0 {
+		return e
+	}
+	if e := n.m.refuseChange(); e != 0 {
 		return e
 	}
 	ov := n.m.ov

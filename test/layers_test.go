@@ -25,6 +25,7 @@ var layers = map[string]int{
 	"daemon":             3,
 	"cmd/acyclicfs":      4,
 	"internal/failpoint": 0,
+	"internal/dirfd":     -1,
 	"rebase/rebasetest":  2,
 }
 

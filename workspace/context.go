@@ -153,7 +153,8 @@ func (m *Manager) ForkContext(parent, child string) (Context, error) {
 
 // FreezeContext stops changes through the context: further context fork
 // and land of it (or into it) are refused with ErrContextFrozen. Freezing a
-// frozen context is a no-op. The roots' mounts are not made read-only.
+// frozen context is a no-op. The daemon makes the roots' mounts read-only
+// (ReadOnlyRootOf); plain workspace commands on the roots still work.
 func (m *Manager) FreezeContext(name string) (Context, error) {
 	c, err := m.GetContext(name)
 	if err != nil {

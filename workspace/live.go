@@ -63,6 +63,15 @@ func (m *Manager) PublishCapture(ws string, pinned, root store.ID, permit *store
 		return store.ID{}, nil, err
 	}
 	op := "capture " + newOperationID()
+	if m.derivesFromInPlace(ws) {
+		pinnedRoot, err := m.rootOf(pinned)
+		if err != nil {
+			return store.ID{}, nil, err
+		}
+		if err := m.preserveReplaced(pinnedRoot, root); err != nil {
+			return store.ID{}, nil, fmt.Errorf("preserve the base of %s's capture: %w", ws, err)
+		}
+	}
 	if w.Head == pinned {
 		gen, err := m.publish(w, root, store.GenCapture, op, permit)
 		return gen, nil, err

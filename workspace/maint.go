@@ -26,6 +26,11 @@ func (m *Manager) Recover() ([]string, error) {
 	if err != nil {
 		return done, err
 	}
+	mat, err := m.recoverMaterializations()
+	done = append(done, mat...)
+	if err != nil {
+		return done, err
+	}
 	if done, err = m.recoverContextLandings(done); err != nil {
 		return done, err
 	}
@@ -58,6 +63,11 @@ func (m *Manager) RecoveryWork() ([]string, error) {
 		return nil, err
 	}
 	out = append(out, ex...)
+	mat, err := m.PendingMaterializations()
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, mat...)
 	cl, err := m.ContextRecoveryWork()
 	if err != nil {
 		return nil, err
@@ -93,6 +103,34 @@ func (m *Manager) GC() (int64, error) {
 		var j exportJournal
 		if _, found, err := m.cs.Load(familyExport, op, &j); err == nil && found {
 			roots.Add(j.Gen)
+		}
+	}
+	// What in-place directories hold, and interrupted materializations
+	// (their preimages are blobs only the journal names).
+	names, err := m.cs.Keys(familyInPlace)
+	if err != nil {
+		return 0, err
+	}
+	for _, n := range names {
+		if st, _, found, err := m.loadInPlace(n); err == nil && found {
+			roots.Add(st.Materialized)
+		}
+	}
+	if names, err = m.cs.Keys(familyMaterialize); err != nil {
+		return 0, err
+	}
+	for _, n := range names {
+		var j matJournal
+		if _, found, err := m.cs.Load(familyMaterialize, n, &j); err == nil && found {
+			roots.Add(j.From)
+			roots.Add(j.To)
+			for _, e := range j.Edits {
+				for _, id := range []store.ID{e.ID, e.Pre} {
+					if !id.IsZero() {
+						roots.Add(id)
+					}
+				}
+			}
 		}
 	}
 	freed, err := m.st.GC(roots)

@@ -103,6 +103,11 @@ func (m *Manager) Commit(name, dir string) (store.ID, ImportStats, error) {
 	if err != nil {
 		return store.ID{}, stats, err
 	}
+	if m.derivesFromInPlace(name) {
+		if err := m.preserveReplaced(prevRoot, root); err != nil {
+			return store.ID{}, stats, fmt.Errorf("preserve the base of %s's commit: %w", name, err)
+		}
+	}
 	gen, err := m.publish(w, root, store.GenCommit, newOperationID(), nil)
 	return gen, stats, err
 }
@@ -177,6 +182,9 @@ func (m *Manager) Undo(name string) (store.ID, error) {
 	if err != nil {
 		return store.ID{}, fmt.Errorf("undo %s: %w", name, err)
 	}
+	if err := m.afterInPlaceMoved(name); err != nil {
+		return store.ID{}, fmt.Errorf("undo %s: undone, but writing it into its directory failed: %w", name, err)
+	}
 	m.headChanged(name)
 	return target.Gen, nil
 }
@@ -223,6 +231,9 @@ func (m *Manager) Remove(name string, recursive bool) ([]string, error) {
 			return nil, fmt.Errorf("remove %s: %w", n, err)
 		}
 		_ = m.st.DeleteMeta(metaConflicts, n)
+		if _, rev, found, err := m.loadInPlace(n); err == nil && found {
+			_ = m.cs.CompareAndDelete(familyInPlace, n, rev)
+		}
 	}
 	return order, nil
 }

@@ -103,6 +103,9 @@ func (m *Manager) rebaseOnce(name string, opt RebaseOptions) (Result, error) {
 	}
 	res := Result{Workspace: name, Head: w.Head, Base: w.Base, Parent: w.Parent}
 	if w.Parent == "" {
+		if w.InPlace != "" {
+			return m.SyncInPlace(name)
+		}
 		return res, fmt.Errorf("%w: %s is a root workspace", ErrNoParent, name)
 	}
 	if opt.Key != "" {
@@ -225,8 +228,26 @@ func (m *Manager) Land(name string, opt RebaseOptions) (Result, error) {
 	res.Outcome = OutcomeRebased
 	res.Head, res.Base = w.Head, w.Head
 	m.clearConflicts(name)
+	if err := m.afterInPlaceMoved(w.Parent); err != nil {
+		return res, fmt.Errorf("land %s: landed, but writing it into %s's directory failed: %w", name, w.Parent, err)
+	}
 	m.propagate(w.Parent, true)
 	return res, nil
+}
+
+// afterInPlaceMoved writes an in-place workspace's moved head into its
+// directory at once when it is not mounted (a mounted one does so at its
+// next reconciliation).
+func (m *Manager) afterInPlaceMoved(name string) error {
+	w, err := m.st.GetWorkspace(name)
+	if err != nil || w.InPlace == "" {
+		return nil
+	}
+	if _, mounted, err := m.MountRecord(name); err != nil || mounted {
+		return err
+	}
+	_, err = m.SyncInPlace(name)
+	return err
 }
 
 // headChanged is called after a workspace's own content changed (commit,

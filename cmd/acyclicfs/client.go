@@ -79,9 +79,9 @@ func (a *app) forward(args []string) (int, bool) {
 	}
 	c := newClient(dir)
 	if !c.alive() {
-		if cmd == "mount" && !hasFlag(args, "--foreground") {
+		if startsDaemon(args) {
 			if err := startDaemon(dir); err != nil {
-				reportError(a.stderr, fmt.Errorf("mount: start daemon: %w", err))
+				reportError(a.stderr, fmt.Errorf("%s: start daemon: %w", cmd, err))
 				return exitError, true
 			}
 		} else {

@@ -41,12 +41,24 @@ type importJSON struct {
 func (a *app) cmdCreate() *cobra.Command {
 	var from, inPlace string
 	c := &cobra.Command{
-		Use:   "create NAME [--from DIR]",
-		Short: "Create a root workspace, empty or importing DIR",
+		Use:   "create NAME [--from DIR | --in-place DIR]",
+		Short: "Create a root workspace, empty, importing DIR, or over DIR in place",
 		Args:  exactArgs(1, "NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if inPlace != "" {
-				return usageError{fmt.Errorf("create --in-place: not implemented yet")}
+				if from != "" {
+					return usageError{fmt.Errorf("create: --from and --in-place exclude each other")}
+				}
+				m, err := a.manager()
+				if err != nil {
+					return err
+				}
+				gen, err := m.CreateInPlace(args[0], a.mountpath(inPlace))
+				if err != nil {
+					return fmt.Errorf("create %s: %w", args[0], err)
+				}
+				return a.emit(map[string]any{"workspace": args[0], "generation": gen, "in_place": a.mountpath(inPlace)},
+					func(w io.Writer) { fmt.Fprintln(w, gen) })
 			}
 			if from != "" {
 				from = a.abs(from)

@@ -17,14 +17,14 @@ import (
 func (a *app) cmdContext() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "context",
-		Short: "Group workspaces (roots) into agent contexts: create, fork, land, freeze, discard",
+		Short: "Group workspaces (roots) into agent contexts: create, fork, land, freeze, discard, mount",
 		Args:  exactArgs(0, "a subcommand"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return usageError{fmt.Errorf("context: a subcommand is required (create, fork, land, freeze, discard, list, show)")}
+			return usageError{fmt.Errorf("context: a subcommand is required (create, fork, land, freeze, discard, list, show, mount, unmount)")}
 		},
 	}
 	c.AddCommand(a.cmdContextCreate(), a.cmdContextFork(), a.cmdContextLand(), a.cmdContextFreeze(),
-		a.cmdContextDiscard(), a.cmdContextList(), a.cmdContextShow())
+		a.cmdContextDiscard(), a.cmdContextList(), a.cmdContextShow(), a.cmdContextMount(), a.cmdContextUnmount())
 	return c
 }
 
@@ -200,7 +200,7 @@ func (a *app) printContexts(cs []workspace.Context) error {
 func (a *app) cmdContextFreeze() *cobra.Command {
 	return &cobra.Command{
 		Use:   "freeze CTX",
-		Short: "Stop changes: further context fork and land of CTX are refused",
+		Short: "Stop changes: context fork and land of CTX are refused, its mounted roots become read-only",
 		Args:  exactArgs(1, "CTX"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			m, err := a.contextManager()
@@ -211,6 +211,7 @@ func (a *app) cmdContextFreeze() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("context freeze %s: %w", args[0], err)
 			}
+			a.freezeMounts(ctx)
 			return a.printContexts([]workspace.Context{ctx})
 		},
 	}
@@ -220,7 +221,7 @@ func (a *app) cmdContextDiscard() *cobra.Command {
 	var maximum int
 	c := &cobra.Command{
 		Use:   "discard CTX [--max N]",
-		Short: "Mark CTX and its descendant contexts discarded (bounded by --max)",
+		Short: "Mark CTX and its descendant contexts discarded (bounded by --max); their mounted roots unmount once idle",
 		Args:  exactArgs(1, "CTX"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if maximum < 1 {
@@ -234,7 +235,14 @@ func (a *app) cmdContextDiscard() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("context discard %s: %w", args[0], err)
 			}
-			return a.printContexts(cs)
+			uerr := a.discardMounts(cs)
+			if err := a.printContexts(cs); err != nil {
+				return err
+			}
+			if uerr != nil {
+				return fmt.Errorf("context discard %s: discarded, but: %w", args[0], uerr)
+			}
+			return nil
 		},
 	}
 	c.Flags().IntVar(&maximum, "max", workspace.DefaultDiscardBound, "refuse (changing nothing) if CTX's subtree has more than N contexts")

@@ -238,7 +238,7 @@ func (d *daemon) handleRun(w http.ResponseWriter, r *http.Request) {
 	}
 	// A daemon started on demand leaves once nothing is mounted: after the
 	// last unmount, or after the mount that started it failed.
-	if (cmd == "unmount" || cmd == "mount") && d.exitWhenIdle {
+	if (cmd == "unmount" || cmd == "mount" || cmd == "context") && d.exitWhenIdle {
 		d.mu.Lock()
 		idle := len(d.mounts) == 0
 		d.mu.Unlock()

@@ -37,15 +37,26 @@ func (a *app) cmdMount() *cobra.Command {
 	var by string
 	var foreground bool
 	c := &cobra.Command{
-		Use:   "mount NAME MOUNTPOINT [--foreground] [--allow-other] [--lease-ttl DUR]",
-		Short: "Mount a workspace; returns once the mount is ready",
-		Args:  rangeArgs(1, 2, "NAME MOUNTPOINT"),
+		Use:   "mount NAME [MOUNTPOINT] [--foreground] [--allow-other] [--lease-ttl DUR]",
+		Short: "Mount a workspace (an in-place one over its own directory); returns once the mount is ready",
+		Args:  rangeArgs(1, 2, "NAME [MOUNTPOINT]"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 1 {
-				return usageError{fmt.Errorf("mount %s: MOUNTPOINT is required (in-place workspaces are not implemented yet)", args[0])}
-			}
 			if err := workspace.ValidateName(args[0]); err != nil {
 				return fmt.Errorf("mount %s: %w", args[0], err)
+			}
+			if len(args) == 1 {
+				m, err := a.manager()
+				if err != nil {
+					return err
+				}
+				info, ok, err := m.InPlace(args[0])
+				if err != nil {
+					return fmt.Errorf("mount %s: %w", args[0], err)
+				}
+				if !ok {
+					return usageError{fmt.Errorf("mount %s: MOUNTPOINT is required (only an in-place workspace mounts over its own directory)", args[0])}
+				}
+				args = append(args, info.Dir)
 			}
 			b, err := sessions.ParseBy(by)
 			if err != nil {
@@ -179,21 +190,32 @@ func (a *app) unmountOffline(mp string) error {
 		if rec.Mountpoint != mp {
 			continue
 		}
-		d := a.d
-		if d == nil {
-			d = &daemon{m: m, dir: m.Dir(), logger: newDiscardLogger(), mounts: map[string]*served{}}
-		}
-		notes, err := d.recoverMount(rec)
-		for _, n := range notes {
-			fmt.Fprintf(a.stderr, "recovery: %s\n", n)
-		}
+		res, err := a.recoverOffline(m, rec)
 		if err != nil {
 			return fmt.Errorf("unmount %s: %w", mp, err)
 		}
-		w, _ := m.Get(rec.Workspace)
-		return a.printOutcome(a.stdout, workspace.Result{Workspace: rec.Workspace, Outcome: workspace.OutcomeCurrent, Head: w.Head, Base: w.Base})
+		return a.printOutcome(a.stdout, res)
 	}
 	return usageError{fmt.Errorf("unmount %s: not an acyclicfs mount of this store", mp)}
+}
+
+// recoverOffline unmounts the mount of rec whose daemon died: detach its
+// mountpoint and recover its overlay into the store (also used by context
+// unmount).
+func (a *app) recoverOffline(m *workspace.Manager, rec workspace.MountRecord) (workspace.Result, error) {
+	d := a.d
+	if d == nil {
+		d = &daemon{m: m, dir: m.Dir(), logger: newDiscardLogger(), mounts: map[string]*served{}}
+	}
+	notes, err := d.recoverMount(rec)
+	for _, n := range notes {
+		fmt.Fprintf(a.stderr, "recovery: %s\n", n)
+	}
+	if err != nil {
+		return workspace.Result{}, err
+	}
+	w, _ := m.Get(rec.Workspace)
+	return workspace.Result{Workspace: rec.Workspace, Outcome: workspace.OutcomeCurrent, Head: w.Head, Base: w.Base}, nil
 }
 
 func (a *app) cmdShutdown() *cobra.Command {

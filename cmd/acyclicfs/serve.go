@@ -8,12 +8,14 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/acyclicfs/acyclicfs/fusefs"
 	"github.com/acyclicfs/acyclicfs/fusefs/sessions"
+	"github.com/acyclicfs/acyclicfs/internal/dirfd"
 	"github.com/acyclicfs/acyclicfs/internal/failpoint"
 	"github.com/acyclicfs/acyclicfs/store"
 	"github.com/acyclicfs/acyclicfs/window"
@@ -35,8 +37,18 @@ type served struct {
 	by       sessions.By
 	mnt      *fusefs.Mount
 	tracker  *sessions.Tracker
+	// inPlace: the workspace is in place; reconciliation materializes it
+	// into its directory. baseDir, when the mount covers that directory,
+	// is the fd to the directory underneath (docs/inplace.md).
+	inPlace bool
+	baseDir *dirfd.Dir
+	detach  func()
 
 	lock chan struct{} // held (full) while leases change or the mount reconciles
+
+	// readOnly: a root of a frozen or discarded context (context_mount.go).
+	// unmountIdle: unmount once the window closes (a discarded context).
+	readOnly, unmountIdle atomic.Bool
 
 	// Fields below are protected by lock.
 	leases  map[sessions.Owner]*heldLease
@@ -141,6 +153,24 @@ func (d *daemon) mountWorkspace(ws, mp string, opt mountOptions) (*served, []str
 	if err := checkMountpoint(mp); err != nil {
 		return nil, notes, err
 	}
+	// An in-place workspace takes in what other programs changed in its
+	// directory (and finishes an interrupted materialization) first.
+	inPlace, isInPlace, err := m.InPlace(ws)
+	if err != nil {
+		return nil, notes, err
+	}
+	if isInPlace {
+		res, err := m.SyncInPlace(ws)
+		if err != nil {
+			return nil, notes, fmt.Errorf("sync %s with %s: %w", ws, inPlace.Dir, err)
+		}
+		if res.Outcome != workspace.OutcomeCurrent {
+			notes = append(notes, fmt.Sprintf("%s: %s with changes made in %s", ws, res.Outcome, inPlace.Dir))
+		}
+		for _, c := range res.Conflicts {
+			notes = append(notes, fmt.Sprintf("conflict in %s (%s): both versions kept with markers", c.Path, c.Kind))
+		}
+	}
 	// An unmounted child whose parent moved follows it before mounting.
 	if w.Parent != "" {
 		if res, err := m.Rebase(ws, workspace.RebaseOptions{}); err == nil && res.Outcome != workspace.OutcomeCurrent {
@@ -163,21 +193,39 @@ func (d *daemon) mountWorkspace(ws, mp string, opt mountOptions) (*served, []str
 	}
 	s := &served{d: d, ws: ws, mp: mp, stateDir: stateDir, ttl: opt.leaseTTL, by: opt.leaseBy,
 		lock: make(chan struct{}, 1), leases: map[sessions.Owner]*heldLease{}, pinned: w.Head}
+	if err := d.applyContextState(s); err != nil {
+		return nil, notes, err
+	}
 	tr, err := sessions.New(sessions.Config{By: opt.leaseBy, MountPoint: mp, IdleClose: opt.idleClose,
 		Handler: s, IgnorePIDs: []int{os.Getpid()}})
 	if err != nil {
 		return nil, notes, err
 	}
 	s.tracker = tr
+	s.inPlace = isInPlace
+	if isInPlace && mp == inPlace.Dir {
+		// Mounting over the directory itself: keep an fd to what is
+		// underneath, through which the store reads unchanged files and
+		// reconciliation writes the new head.
+		bd, err := dirfd.Open(inPlace.Dir)
+		if err != nil {
+			tr.Close()
+			return nil, notes, fmt.Errorf("open %s: %w", inPlace.Dir, err)
+		}
+		s.baseDir, s.detach = bd, m.Store().AttachBase(inPlace.Base, bd)
+	}
 	if err := m.PutMountRecord(workspace.MountRecord{Workspace: ws, Mountpoint: mp, StateDir: stateDir,
-		Pinned: w.Head.String(), DaemonPID: os.Getpid(), Since: time.Now().UnixMilli()}); err != nil {
+		Pinned: w.Head.String(), DaemonPID: os.Getpid(), Since: time.Now().UnixMilli(), InPlace: isInPlace}); err != nil {
 		tr.Close()
+		s.closeBase()
 		return nil, notes, err
 	}
 	mnt, err := fusefs.MountAt(mp, fusefs.Config{Objects: storeObjects{m.Store()}, Root: root, StateDir: stateDir,
-		Admitter: tr, AllowOther: opt.allowOther, Debug: opt.debug, FsName: "acyclicfs:" + ws, Passthrough: true, EnableXattrs: opt.xattrs})
+		Admitter: tr, AllowOther: opt.allowOther, Debug: opt.debug, FsName: "acyclicfs:" + ws, Passthrough: true, EnableXattrs: opt.xattrs,
+		ReadOnly: s.readOnly.Load()})
 	if err != nil {
 		tr.Close()
+		s.closeBase()
 		_ = m.ClearMountRecord(ws)
 		return nil, notes, fmt.Errorf("mount %s at %s: %w", ws, mp, err)
 	}
@@ -186,6 +234,9 @@ func (d *daemon) mountWorkspace(ws, mp string, opt mountOptions) (*served, []str
 	d.mounts[ws] = s
 	d.mu.Unlock()
 	ok = true
+	if err := d.applyContextState(s); err != nil { // a freeze that raced this mount
+		d.logger.Printf("%s: context state: %v", ws, err)
+	}
 	d.logger.Printf("mounted %s at %s (generation %s)", ws, mp, w.Head.Short())
 	return s, notes, nil
 }
@@ -298,6 +349,15 @@ func (d *daemon) recoverMount(rec workspace.MountRecord) ([]string, error) {
 		}
 		notes = append(notes, fmt.Sprintf("finished interrupted reconcile of %s: %s", rec.Workspace, res.Outcome))
 	}
+	// The mount record stays until here: while it exists, nothing but this
+	// recovery writes the in-place directory the dead mount covered.
+	if _, ok, err := m.InPlace(rec.Workspace); err == nil && ok {
+		res, err := m.SyncInPlace(rec.Workspace)
+		if err != nil {
+			return notes, fmt.Errorf("materialize recovered %s: %w", rec.Workspace, err)
+		}
+		notes = append(notes, fmt.Sprintf("materialized %s into its directory: %s", rec.Workspace, res.Outcome))
+	}
 	if err := m.ClearMountRecord(rec.Workspace); err != nil {
 		return notes, err
 	}
@@ -342,6 +402,9 @@ func (d *daemon) rebaseForTicket(ws string, r window.Reconcile) (workspace.Resul
 // Begin implements sessions.Handler: a new tool session opens a lease.
 // It waits (bounded) while the mount reconciles.
 func (s *served) Begin(owner sessions.Owner) error {
+	if s.readOnly.Load() {
+		return nil // no lease: answered read-only (context_mount.go)
+	}
 	_, err := s.beginLease(owner, string(owner), false, s.ttl)
 	return err
 }
@@ -360,6 +423,9 @@ func (s *served) beginLease(owner sessions.Owner, label string, explicit bool, t
 	defer s.release()
 	if s.closing {
 		return window.Lease{}, fmt.Errorf("%w: %s is being unmounted", workspace.ErrBusy, s.ws)
+	}
+	if err := s.refuseReadOnly(); err != nil {
+		return window.Lease{}, err
 	}
 	if hl := s.leases[owner]; hl != nil {
 		return hl.holder.Lease(), nil
@@ -409,7 +475,15 @@ func (s *served) endLease(owner sessions.Owner) (workspace.Result, error) {
 		}
 		return s.outcome(workspace.OutcomeStillActive), nil
 	}
+	defer s.afterWindowClosed()
 	return s.reconcileLast(lease)
+}
+
+// outcomeOf completes r with the workspace's current head.
+func (s *served) outcomeOf(r workspace.Result) workspace.Result {
+	w, _ := s.d.m.Get(s.ws)
+	r.Workspace, r.Head, r.Base, r.Parent = s.ws, w.Head, w.Base, w.Parent
+	return r
 }
 
 func (s *served) outcome(o workspace.Outcome) workspace.Result {
@@ -441,6 +515,9 @@ func (s *served) reconcileLast(lease window.Lease) (workspace.Result, error) {
 	if err != nil {
 		return workspace.Result{}, fmt.Errorf("close lease on %s: %w", s.ws, err)
 	}
+	if s.inPlace {
+		return s.syncInPlace()
+	}
 	r := fin.Reconcile
 	if fin.Outcome != window.FinishReconcile {
 		var ok bool
@@ -463,6 +540,40 @@ func (s *served) reconcileLast(lease window.Lease) (workspace.Result, error) {
 	}
 	s.last = res
 	return res, nil
+}
+
+// syncInPlace is an in-place mount's reconciliation: take in what other
+// programs wrote to the directory, materialize the head into it, and show
+// the result. Called with s.lock held, after the capture was published.
+func (s *served) syncInPlace() (workspace.Result, error) {
+	res, err := s.d.m.SyncInPlace(s.ws)
+	if err != nil {
+		return res, err
+	}
+	w, err := s.d.m.Get(s.ws)
+	if err != nil {
+		return res, err
+	}
+	if w.Head != s.pinned {
+		if err := s.switchToHead(); err != nil {
+			return res, err
+		}
+	}
+	res = s.outcomeOf(res)
+	s.last = res
+	return res, nil
+}
+
+// closeBase detaches the fd to an in-place directory underneath the mount.
+func (s *served) closeBase() {
+	if s.detach != nil {
+		s.detach()
+		s.detach = nil
+	}
+	if s.baseDir != nil {
+		_ = s.baseDir.Close()
+		s.baseDir = nil
+	}
 }
 
 // captureAndPublish publishes the overlay's changes, if any.
@@ -556,6 +667,12 @@ func (s *served) refresh() {
 		s.d.logger.Printf("%s: capture before refresh: %v", s.ws, err)
 		return
 	}
+	if s.inPlace {
+		if _, err := s.syncInPlace(); err != nil {
+			s.d.logger.Printf("%s: refresh: %v", s.ws, err)
+		}
+		return
+	}
 	if err := s.switchToHead(); err != nil {
 		s.d.logger.Printf("%s: refresh: %v", s.ws, err)
 	}
@@ -601,10 +718,20 @@ func (s *served) unmount() (res workspace.Result, err error) {
 	if err := s.captureAndPublish(nil); err != nil {
 		return res, err
 	}
+	if s.inPlace {
+		r, err := s.syncInPlace()
+		if err != nil {
+			return res, err
+		}
+		if res.Outcome == workspace.OutcomeCurrent {
+			res = r
+		}
+	}
 	if err := s.mnt.Unmount(); err != nil {
 		return res, fmt.Errorf("unmount %s: %w", s.mp, err)
 	}
 	unmounted = true
+	s.closeBase()
 	s.tracker.Close()
 	if err := fusefs.ResetState(s.stateDir); err != nil {
 		return res, err

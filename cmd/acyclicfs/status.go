@@ -32,11 +32,20 @@ type statusRow struct {
 	Behind        bool                     `json:"behind_parent"`
 	Conflicts     []workspace.ConflictInfo `json:"conflicts,omitempty"`
 	LastOutcome   string                   `json:"last_outcome,omitempty"`
+	// InPlace is the directory of an in-place workspace; Materialized the
+	// generation that directory holds (behind the head while a
+	// materialization is pending).
+	InPlace      string   `json:"in_place,omitempty"`
+	Materialized store.ID `json:"materialized,omitzero"`
 }
 
 type statusReport struct {
 	Workspaces []statusRow `json:"workspaces"`
 	Recovery   []string    `json:"recovery"`
+	// BaseReads counts the files of in-place directories whose content
+	// this process (the daemon, when one runs) has read: lazy reads show
+	// as a small number.
+	BaseReads int64 `json:"base_reads"`
 }
 
 func (a *app) cmdStatus() *cobra.Command {
@@ -72,6 +81,7 @@ func (a *app) cmdStatus() *cobra.Command {
 				return fmt.Errorf("status: %w", err)
 			}
 			rep.Recovery = append(rep.Recovery, work...)
+			rep.BaseReads = m.Store().BaseReads()
 			recs, err := m.MountRecords()
 			if err != nil {
 				return err
@@ -109,6 +119,9 @@ func (a *app) statusOf(m *workspace.Manager, w store.Workspace) (statusRow, erro
 		return row, err
 	}
 	row.Conflicts = cs
+	if info, ok, err := m.InPlace(w.Name); err == nil && ok {
+		row.InPlace, row.Materialized = info.Dir, info.Materialized
+	}
 	if a.d != nil {
 		if s := a.d.get(w.Name); s != nil && s.acquire(100*time.Millisecond) {
 			row.LastOutcome = string(s.last.Outcome)
@@ -148,6 +161,9 @@ func printStatus(out io.Writer, rep statusReport) {
 		}
 		for _, c := range r.Conflicts {
 			fmt.Fprintf(out, "conflict %s %s (%s)\n", r.Workspace, c.Path, c.Kind)
+		}
+		if r.InPlace != "" {
+			fmt.Fprintf(out, "in-place %s %s (holds %s)\n", r.Workspace, r.InPlace, short(r.Materialized))
 		}
 	}
 	for _, w := range rep.Recovery {

@@ -1,0 +1,366 @@
+package test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// In-place workspaces (SPEC.md "In-place workspaces and contexts",
+// docs/inplace.md): a workspace over a real directory, read lazily, mounted
+// over that directory, materialized back into it at reconciliation.
+
+// baseReads is the daemon's count of in-place files whose content it read.
+func (e *env) baseReads() int64 {
+	e.t.Helper()
+	r := e.run("--json", "status")
+	if r.code != 0 {
+		e.t.Fatalf("status --json: %s", r)
+	}
+	var s struct {
+		BaseReads int64 `json:"base_reads"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &s); err != nil {
+		e.t.Fatalf("status --json: %v\n%s", err, r.stdout)
+	}
+	return s.BaseReads
+}
+
+// copyTree copies src to dst natively (cp -a), for a reference copy that
+// receives the same edits as the workspace.
+func copyTree(t *testing.T, src, dst string) {
+	t.Helper()
+	if out, err := exec.Command("cp", "-a", src, dst).CombinedOutput(); err != nil {
+		t.Fatalf("cp -a %s %s: %v\n%s", src, dst, err, out)
+	}
+}
+
+// nativeSh runs a shell script in dir outside any mount.
+func nativeSh(t *testing.T, dir, script string) string {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", script)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("sh -c %q in %s: %v\n%s", script, dir, err, out)
+	}
+	return string(out)
+}
+
+// noTemporaries fails if a materialization temporary is left in dir.
+func noTemporaries(t *testing.T, dir string) {
+	t.Helper()
+	for p := range treeList(t, dir) {
+		if strings.Contains(filepath.Base(p), ".acyclicfs-") {
+			t.Errorf("temporary left in %s: %s", dir, p)
+		}
+	}
+}
+
+func inPlaceFiles(n int) map[string]string {
+	files := map[string]string{
+		"a/f1":   "one\n",
+		"a/f2":   "two\n",
+		"b/c/f3": "three\n",
+		"top":    "top\n",
+	}
+	for i := range n {
+		files[fmt.Sprintf("bulk/d%02d/f%04d", i%20, i)] = fmt.Sprintf("bulk %d\n", i)
+	}
+	return files
+}
+
+// TestInPlaceMountEditUnmount: create is lazy (nothing read), the mount
+// covers the directory itself and reads only what tools open, and the
+// unmount leaves DIR holding exactly the edits — compared with a native
+// copy that received the same edits.
+func TestInPlaceMountEditUnmount(t *testing.T) {
+	t.Parallel()
+	e := newMountEnv(t)
+	dir := filepath.Join(e.dir, "work")
+	writeTree(t, dir, inPlaceFiles(600))
+	if err := os.Symlink("a/f1", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	native := filepath.Join(e.dir, "native")
+	copyTree(t, dir, native)
+
+	gen := e.ok("create", "ws", "--in-place", dir)
+	if len(gen) != 64 {
+		t.Fatalf("create --in-place printed %q, want a generation id", gen)
+	}
+	if got := e.ok("mount", "ws"); got != dir {
+		t.Fatalf("mount ws printed %q, want %q", got, dir)
+	}
+	if !isMountpoint(dir) {
+		t.Fatalf("%s is not a mountpoint after mount ws", dir)
+	}
+	if n := e.baseReads(); n != 0 {
+		t.Fatalf("create and mount read %d files of the directory, want 0", n)
+	}
+	_, r := e.execOK(dir, "find . -type f | wc -l; cat a/f1 b/c/f3")
+	if want := "604\none\nthree\n"; r.stdout != want {
+		t.Fatalf("through the mount: got %q, want %q", r.stdout, want)
+	}
+	if n := e.baseReads(); n != 2 {
+		t.Fatalf("listing every file and reading two read %d files' content, want 2", n)
+	}
+	if _, r = e.execOK(dir, "readlink link"); r.stdout != "a/f1\n" {
+		t.Fatalf("readlink link = %q", r.stdout)
+	}
+
+	edits := `printf 'more\n' >> a/f1 && echo new > new.txt && rm a/f2 && mkdir -p n/m &&
+		echo deep > n/m/x && chmod +x top && rm -r b && ln -s top link2 && rm bulk/d03/f0003`
+	e.execOK(dir, edits)
+	nativeSh(t, native, edits)
+
+	if o, _ := e.unmount(dir); o != "current" {
+		t.Fatalf("unmount: outcome %s, want current", o)
+	}
+	if isMountpoint(dir) {
+		t.Fatalf("%s still mounted after unmount", dir)
+	}
+	sameTree(t, "the directory after unmount", treeList(t, native), treeList(t, dir))
+	noTemporaries(t, dir)
+	if l := e.log("ws"); l[0].kind != "capture" {
+		t.Fatalf("log after unmount: %s, want a capture on top", kinds(l))
+	}
+	e.fsck()
+
+	// A program edits the directory while it is not mounted: the next
+	// mount takes the edit in as an "external" generation and shows it.
+	nativeSh(t, dir, "echo outside > a/f1 && echo added > added.txt")
+	nativeSh(t, native, "echo outside > a/f1 && echo added > added.txt")
+	e.ok("mount", "ws")
+	if l := e.log("ws"); l[0].kind != "external" {
+		t.Fatalf("log after an external edit and a mount: %s, want external on top", kinds(l))
+	}
+	_, r = e.execOK(dir, "cat a/f1 added.txt")
+	if r.stdout != "outside\nadded\n" {
+		t.Fatalf("the mount shows %q, want the external edits", r.stdout)
+	}
+	e.unmount(dir)
+	sameTree(t, "the directory after the second unmount", treeList(t, native), treeList(t, dir))
+	e.fsck()
+}
+
+// TestInPlaceGit: a git repository in the directory keeps working under the
+// mount, and a commit made under it is in the real repository afterwards.
+func TestInPlaceGit(t *testing.T) {
+	t.Parallel()
+	needTool(t, "git")
+	e := newMountEnv(t)
+	dir := filepath.Join(e.dir, "repo")
+	writeTree(t, dir, map[string]string{"main.go": "package main\n", "lib/x.txt": "x\n"})
+	git := "git -c user.name=t -c user.email=t@e -c init.defaultBranch=main"
+	nativeSh(t, dir, git+" init -q && "+git+" add -A && "+git+" commit -qm first")
+	e.ok("create", "repo", "--in-place", dir)
+	e.ok("mount", "repo")
+	_, r := e.execOK(dir, git+" status --porcelain && echo changed >> lib/x.txt && "+git+" add -A && "+git+" commit -qm second && "+git+" log --oneline | wc -l")
+	if strings.TrimSpace(r.stdout) != "2" {
+		t.Fatalf("git under the mount: %q", r.stdout)
+	}
+	e.unmount(dir)
+	if out := nativeSh(t, dir, git+" status --porcelain"); out != "" {
+		t.Fatalf("git status after unmount: %q, want clean", out)
+	}
+	if out := nativeSh(t, dir, git+" log --oneline | wc -l"); strings.TrimSpace(out) != "2" {
+		t.Fatalf("git log after unmount: %q, want 2 commits", out)
+	}
+	nativeSh(t, dir, "git fsck --no-progress")
+	if got := readFile(t, filepath.Join(dir, "lib/x.txt")); got != "x\nchanged\n" {
+		t.Fatalf("lib/x.txt = %q", got)
+	}
+	e.fsck()
+}
+
+// lines returns n numbered lines, with overrides.
+func lines(n int, over map[int]string) string {
+	var b strings.Builder
+	for i := 1; i <= n; i++ {
+		if s, ok := over[i]; ok {
+			b.WriteString(s + "\n")
+			continue
+		}
+		fmt.Fprintf(&b, "line %d\n", i)
+	}
+	return b.String()
+}
+
+// TestInPlaceExternalEditMerge: a fork's edit lands into the in-place
+// workspace while another program edited the same file in the directory:
+// different lines merge; the same line is a conflict with both versions
+// kept, reported by status.
+func TestInPlaceExternalEditMerge(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		external int // line the other program edits
+	}{{"other-line", 10}, {"same-line", 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newMountEnv(t)
+			dir := filepath.Join(e.dir, "work")
+			writeTree(t, dir, map[string]string{"f": lines(10, nil), "g": "g\n"})
+			e.ok("create", "ws", "--in-place", dir)
+			e.ok("fork", "ws", "agent")
+			mp := e.mountAt("agent")
+			e.execOK(mp, "sed -i 's/^line 1$/agent 1/' f")
+			e.unmount(mp)
+
+			// Another program edits DIR (not mounted) meanwhile.
+			ext := map[int]string{tc.external: fmt.Sprintf("outside %d", tc.external)}
+			if err := os.WriteFile(filepath.Join(dir, "f"), []byte(lines(10, ext)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			e.ok("land", "agent")
+			got := readFile(t, filepath.Join(dir, "f"))
+			log := e.log("ws")
+			if !strings.HasPrefix(log[0].op, "external ") || log[1].kind != "land" {
+				t.Fatalf("log of ws: %v, want the land, then the external edit merged", log)
+			}
+			if tc.external != 1 {
+				want := lines(10, map[int]string{1: "agent 1", 10: "outside 10"})
+				if got != want {
+					t.Fatalf("merged f = %q, want %q", got, want)
+				}
+				if cs := e.statusOf("ws").Conflicts; len(cs) != 0 {
+					t.Fatalf("conflicts after a clean merge: %v", cs)
+				}
+			} else {
+				if !strings.Contains(got, "agent 1") || !strings.Contains(got, "outside 1") || !strings.Contains(got, "<<<<<<<") {
+					t.Fatalf("conflicted f should keep both versions with markers, got %q", got)
+				}
+				cs := e.statusOf("ws").Conflicts
+				if len(cs) != 1 || cs[0].Path != "f" {
+					t.Fatalf("status conflicts = %v, want f", cs)
+				}
+			}
+			if g := readFile(t, filepath.Join(dir, "g")); g != "g\n" {
+				t.Fatalf("untouched g = %q", g)
+			}
+			noTemporaries(t, dir)
+			e.fsck()
+		})
+	}
+}
+
+// TestInPlaceMaterializeCrash: a crash during materialization (the land
+// that writes a fork's changes into the directory) is rolled forward by the
+// next command; an error while applying is rolled back from the preimages
+// so the directory is exactly as before. Never a mix, never a temporary.
+func TestInPlaceMaterializeCrash(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		point   string
+		crash   bool // SIGKILL (else an injected error)
+		forward bool
+	}{
+		{"materialize.after-prepared", true, true},
+		{"materialize.after-first", true, true},
+		{"materialize.after-apply", true, true},
+		{"materialize.apply=error", false, false},
+	} {
+		t.Run(tc.point, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			dir := filepath.Join(e.dir, "work")
+			writeTree(t, dir, map[string]string{"a": "A\n", "d/b": "B\n", "d/c": "C\n", "gone/x": "X\n"})
+			before := treeList(t, dir)
+			e.ok("create", "ws", "--in-place", dir)
+			e.ok("fork", "ws", "agent")
+			// The agent's changes, made in a copy and committed.
+			edit := filepath.Join(e.dir, "edit")
+			e.ok("export", "agent", edit)
+			nativeSh(t, edit, "echo A2 > a && echo new > d/new && rm -r gone && rm d/c && mkdir e && echo E > e/f")
+			want := treeList(t, edit)
+			e.ok("commit", "agent", edit)
+
+			if tc.crash {
+				e.runCrash(tc.point, "land", "agent")
+				e.ok("status") // any command recovers
+			} else {
+				cmd := e.command([]string{"ACYCLICFS_FAILPOINT_ARMED=1", "ACYCLICFS_FAILPOINT=" + tc.point}, "land", "agent")
+				r, err := runCmd(cmd)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.code != 1 || !strings.Contains(r.stderr, "rolled back") {
+					t.Fatalf("land with an injected error: want exit 1 and a rollback, got %s", r)
+				}
+			}
+			got := treeList(t, dir)
+			if tc.forward {
+				sameTree(t, "rolled-forward directory", want, got)
+			} else {
+				sameTree(t, "rolled-back directory", before, got)
+				// The head moved; the next sync writes it.
+				e.ok("rebase", "ws")
+				sameTree(t, "directory after the retry", want, treeList(t, dir))
+			}
+			noTemporaries(t, dir)
+			if st := e.run("status"); strings.Contains(st.stdout, "materialization of") {
+				t.Fatalf("a materialization journal is left: %s", st.stdout)
+			}
+			e.fsck()
+		})
+	}
+}
+
+// TestInPlaceBadInput: clear errors, nothing created.
+func TestInPlaceBadInput(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	file := filepath.Join(e.dir, "file")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.fails(2, "create", "ws", "--in-place", filepath.Join(e.dir, "missing"))
+	e.fails(2, "create", "ws", "--in-place", file)
+	e.fails(2, "create", "ws", "--in-place", e.dir) // holds the store
+	e.fails(2, "create", "ws", "--in-place", e.dir, "--from", e.dir)
+	dir := filepath.Join(e.dir, "work")
+	writeTree(t, dir, map[string]string{"a": "A"})
+	e.ok("create", "ws", "--in-place", dir)
+	e.fails(2, "create", "ws2", "--in-place", dir) // already in place
+	e.ok("create", "plain")
+	e.fails(2, "mount", "plain") // no mountpoint, not in place
+	e.fsck()
+}
+
+// TestInPlaceDaemonKilledMidMaterialization: the daemon dies (SIGKILL at a
+// failpoint) after writing the first file of the final close's
+// materialization, leaving a dead mount over DIR. The next `mount` detaches
+// it, rolls the journal forward, and DIR ends up holding exactly the edits.
+func TestInPlaceDaemonKilledMidMaterialization(t *testing.T) {
+	t.Parallel()
+	e := newMountEnv(t)
+	dir := filepath.Join(e.dir, "work")
+	writeTree(t, dir, map[string]string{"a": "A\n", "b": "B\n", "d/c": "C\n", "d/e": "E\n"})
+	native := filepath.Join(e.dir, "native")
+	copyTree(t, dir, native)
+	e.ok("create", "ws", "--in-place", dir)
+	e.mountWithFailpoint("materialize.after-first", "ws", dir, "--lease-ttl", "500ms")
+	pid := e.daemonPID()
+	edits := "echo A2 > a && echo B2 > b && rm d/c && echo new > d/new && mkdir f && echo G > f/g"
+	nativeSh(t, native, edits)
+	e.execSh(dir, edits) // its final close kills the daemon: no outcome
+	if err := waitGone(pid, 20*time.Second); err != nil {
+		t.Fatalf("the daemon did not die at the failpoint: %v", err)
+	}
+	if st := e.run("status"); !strings.Contains(st.stdout, "materialization of ws") {
+		t.Errorf("status after the crash should list the interrupted materialization:\n%s", st.stdout)
+	}
+	if got := e.ok("mount", "ws"); got != dir {
+		t.Fatalf("remount printed %q", got)
+	}
+	e.unmount(dir)
+	sameTree(t, "the directory after recovery", treeList(t, native), treeList(t, dir))
+	noTemporaries(t, dir)
+	e.fsck()
+}

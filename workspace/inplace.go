@@ -1,0 +1,566 @@
+package workspace
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/acyclicfs/acyclicfs/rebase"
+	"github.com/acyclicfs/acyclicfs/store"
+)
+
+// In-place workspaces (docs/inplace.md). The base of an in-place workspace
+// is a real directory DIR, named in trees by store base references (stat
+// fingerprints), so creating one reads nothing. Its state record says which
+// generation DIR holds (Materialized) and, in the shadow (a store lazy
+// overlay), the fingerprints of the files acyclicfs itself wrote into DIR.
+const familyInPlace = "inplace"
+
+type inPlaceState struct {
+	Version int      `json:"version"`
+	Dir     string   `json:"dir"`
+	Base    store.ID `json:"base"`
+	// Materialized is the generation whose tree DIR holds.
+	Materialized store.ID `json:"materialized"`
+	// Shadow is a lazy-overlay root: path → the ref ID (fingerprint) of
+	// each file acyclicfs wrote into DIR, so an edit by another program to
+	// such a file is detected.
+	Shadow store.ID `json:"shadow,omitempty"`
+}
+
+// InPlaceInfo describes an in-place workspace for status and mount.
+type InPlaceInfo struct {
+	Dir          string   `json:"dir"`
+	Base         store.ID `json:"base"`
+	Materialized store.ID `json:"materialized"`
+}
+
+// ErrNotInPlace is returned by in-place operations on other workspaces.
+var ErrNotInPlace = fmt.Errorf("%w: not an in-place workspace", ErrInvalidInput)
+
+// CreateInPlace makes name a root workspace whose base is the directory dir,
+// read lazily: nothing under dir is read or hashed here.
+func (m *Manager) CreateInPlace(name, dir string) (store.ID, error) {
+	if err := ValidateName(name); err != nil {
+		return store.ID{}, err
+	}
+	if _, err := m.st.GetWorkspace(name); err == nil {
+		return store.ID{}, fmt.Errorf("%w: %q", ErrExists, name)
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return store.ID{}, err
+	}
+	abs, err := m.inPlaceDir(dir)
+	if err != nil {
+		return store.ID{}, err
+	}
+	m.inPlaceMu.Lock()
+	defer m.inPlaceMu.Unlock()
+	release := m.st.HoldGC()
+	defer release()
+	base, root, err := m.st.CreateBase(abs)
+	if err != nil {
+		return store.ID{}, fmt.Errorf("create in-place base %s: %w", abs, err)
+	}
+	op := newOperationID()
+	gen, err := m.st.PutGeneration(&store.Generation{Root: root, Workspace: name, Kind: store.GenCreate, Operation: op, Time: m.now()})
+	if err != nil {
+		return store.ID{}, fmt.Errorf("store generation: %w", err)
+	}
+	// The state record first: a crash before the workspace exists leaves a
+	// record nobody names (dropped by the next create of that name).
+	if err := m.putInPlace(name, 0, inPlaceState{Version: 1, Dir: abs, Base: base, Materialized: gen}, true); err != nil {
+		return store.ID{}, err
+	}
+	_, err = m.st.CreateWorkspace(store.Workspace{Name: name, Created: m.now(), InPlace: abs, BaseRoot: base},
+		store.HeadEntry{Gen: gen, Kind: store.GenCreate, Operation: op, Time: m.now()})
+	if errors.Is(err, store.ErrExists) {
+		return store.ID{}, fmt.Errorf("%w: %q", ErrExists, name)
+	}
+	if err != nil {
+		return store.ID{}, fmt.Errorf("create workspace %q: %w", name, err)
+	}
+	return gen, nil
+}
+
+// inPlaceDir validates an in-place directory: an existing directory (not a
+// symlink to one), not holding the store, not inside the store, and not
+// already the directory of another in-place workspace.
+func (m *Manager) inPlaceDir(dir string) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("%w: %s: %w", ErrInvalidInput, dir, err)
+	}
+	fi, err := os.Lstat(abs)
+	if err != nil {
+		return "", fmt.Errorf("%w: in-place directory %s: %w", ErrInvalidInput, abs, err)
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("%w: in-place directory %s is not a directory", ErrInvalidInput, abs)
+	}
+	storeDir, err := filepath.Abs(m.dir)
+	if err != nil {
+		return "", err
+	}
+	if within(storeDir, abs) {
+		return "", fmt.Errorf("%w: the store %s is inside %s; mounting over it would hide the store", ErrInvalidInput, storeDir, abs)
+	}
+	if within(abs, storeDir) {
+		return "", fmt.Errorf("%w: %s is inside the store %s", ErrInvalidInput, abs, storeDir)
+	}
+	keys, err := m.cs.Keys(familyInPlace)
+	if err != nil {
+		return "", err
+	}
+	for _, k := range keys {
+		st, _, found, err := m.loadInPlace(k)
+		if err != nil || !found {
+			continue
+		}
+		if _, err := m.st.GetWorkspace(k); err != nil {
+			continue // a record left by a crashed create
+		}
+		if st.Dir == abs {
+			return "", fmt.Errorf("%w: %s is already the directory of in-place workspace %s", ErrExists, abs, k)
+		}
+	}
+	return abs, nil
+}
+
+// within reports whether p is dir or below it.
+func within(p, dir string) bool {
+	return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
+}
+
+func (m *Manager) loadInPlace(name string) (inPlaceState, uint64, bool, error) {
+	var st inPlaceState
+	rev, found, err := m.cs.Load(familyInPlace, name, &st)
+	if err != nil {
+		return st, 0, false, fmt.Errorf("in-place state of %s: %w", name, err)
+	}
+	return st, rev, found, nil
+}
+
+func (m *Manager) putInPlace(name string, rev uint64, st inPlaceState, create bool) error {
+	if create {
+		// Replace a record left by a crashed create of the same name.
+		var old inPlaceState
+		r, found, err := m.cs.Load(familyInPlace, name, &old)
+		if err != nil {
+			return err
+		}
+		if found {
+			rev = r
+		}
+	}
+	if _, err := m.cs.CompareAndSwap(familyInPlace, name, rev, st); err != nil {
+		return fmt.Errorf("save in-place state of %s: %w", name, err)
+	}
+	return nil
+}
+
+// inPlace returns name's in-place state, or ErrNotInPlace.
+func (m *Manager) inPlace(name string) (store.Workspace, inPlaceState, uint64, error) {
+	w, err := m.Get(name)
+	if err != nil {
+		return w, inPlaceState{}, 0, err
+	}
+	if w.InPlace == "" {
+		return w, inPlaceState{}, 0, fmt.Errorf("%w: %s", ErrNotInPlace, name)
+	}
+	st, rev, found, err := m.loadInPlace(name)
+	if err != nil {
+		return w, st, 0, err
+	}
+	if !found {
+		return w, st, 0, fmt.Errorf("%w: in-place workspace %s has no state record", store.ErrCorrupt, name)
+	}
+	return w, st, rev, nil
+}
+
+// InPlace returns what an in-place workspace is over; ok is false for
+// other workspaces.
+func (m *Manager) InPlace(name string) (InPlaceInfo, bool, error) {
+	w, st, _, err := m.inPlace(name)
+	if errors.Is(err, ErrNotInPlace) {
+		return InPlaceInfo{}, false, nil
+	}
+	if err != nil {
+		return InPlaceInfo{}, false, err
+	}
+	_ = w
+	return InPlaceInfo{Dir: st.Dir, Base: st.Base, Materialized: st.Materialized}, true, nil
+}
+
+// SyncInPlace reconciles an in-place workspace with its directory: changes
+// other programs made to DIR are detected from fingerprints and merged like
+// a parent advance (3-way; overlapping edits keep both versions with
+// conflict markers and are reported), then the head is materialized into
+// DIR under a journal. Outcome: current (nothing came from DIR), rebased
+// (external changes merged) or conflicted.
+func (m *Manager) SyncInPlace(name string) (Result, error) {
+	m.inPlaceMu.Lock()
+	defer m.inPlaceMu.Unlock()
+	release := m.st.HoldGC()
+	defer release()
+	if err := m.finishMaterialization(name); err != nil {
+		return Result{Workspace: name}, err
+	}
+	w, st, rev, err := m.inPlace(name)
+	if err != nil {
+		return Result{Workspace: name}, err
+	}
+	res := Result{Workspace: name, Outcome: OutcomeCurrent, Head: w.Head, Base: w.Base}
+	mroot, err := m.rootOf(st.Materialized)
+	if err != nil {
+		return res, err
+	}
+	ext, changed, err := m.detectExternal(st, mroot)
+	if err != nil {
+		return res, fmt.Errorf("detect changes in %s: %w", st.Dir, err)
+	}
+	if changed {
+		op := "external " + newOperationID()
+		egen, err := m.st.PutGeneration(&store.Generation{Root: ext, Parents: []store.ID{st.Materialized}, Workspace: name, Kind: store.GenExternal, Operation: op, Time: m.now()})
+		if err != nil {
+			return res, fmt.Errorf("store generation: %w", err)
+		}
+		newHead := egen
+		kind := store.GenExternal
+		var markers []ConflictInfo
+		if w.Head != st.Materialized {
+			hroot, err := m.rootOf(w.Head)
+			if err != nil {
+				return res, err
+			}
+			mr, err := rebase.Merge3(merger{m.st}, merger{m.st}, mroot, hroot, ext,
+				rebase.Options{Markers: true, Limits: m.limit})
+			if err != nil {
+				return res, fmt.Errorf("merge changes made in %s into %s: %w", st.Dir, name, err)
+			}
+			markers = toInfos(mr.Resolved)
+			if newHead, err = m.st.PutGeneration(&store.Generation{Root: mr.Tree, Parents: []store.ID{w.Head, egen}, Workspace: name, Kind: store.GenRebase, Operation: op, Time: m.now()}); err != nil {
+				return res, fmt.Errorf("store generation: %w", err)
+			}
+			kind = store.GenRebase
+		}
+		nw, err := m.st.CompareAndAppend(name, w.Head, store.HeadEntry{Gen: newHead, Base: w.Base, Kind: kind, Operation: op, Time: m.now()}, nil)
+		if err != nil {
+			return res, fmt.Errorf("publish changes made in %s: %w", st.Dir, err)
+		}
+		// DIR holds the external generation now.
+		st.Materialized = egen
+		if err := m.putInPlace(name, rev, st, false); err != nil {
+			return res, err
+		}
+		if _, rev, _, err = m.loadInPlace(name); err != nil {
+			return res, err
+		}
+		res.Outcome, res.Head = OutcomeRebased, nw.Head
+		if len(markers) > 0 {
+			res.Outcome, res.Conflicts, res.Markers = OutcomeConflicted, markers, markers
+			if err := m.recordConflicts(name, conflictRecord{Head: nw.Head, Key: op, Time: m.now(), Conflicts: markers}); err != nil {
+				return res, err
+			}
+		} else {
+			m.clearConflicts(name)
+		}
+		w = nw
+	}
+	if w.Head != st.Materialized {
+		if err := m.materializeInPlace(name, st, rev, w.Head); err != nil {
+			return res, err
+		}
+	}
+	if changed {
+		m.headChanged(name)
+	}
+	return res, nil
+}
+
+// detectExternal compares DIR with the tree it should hold (mroot) where
+// that tree says anything: every fingerprint it names and every directory
+// it lists. Directories still named by a reference are only compared by
+// their own fingerprint; what is inside them is DIR's, whatever it is. It
+// returns the tree DIR holds now, with references for what changed.
+func (m *Manager) detectExternal(st inPlaceState, mroot store.ID) (store.ID, bool, error) {
+	d := detector{m: m, st: st}
+	e := store.Entry{Kind: store.KindDir, ID: mroot}
+	ne, changed, err := d.entry("", &e)
+	if err != nil || !changed {
+		return mroot, false, err
+	}
+	if ne == nil {
+		// DIR itself is gone: an empty tree (materialization recreates it).
+		id, err := m.st.PutTree(&store.Tree{})
+		return id, true, err
+	}
+	if ne.Kind != store.KindDir {
+		return store.ID{}, false, fmt.Errorf("%w: %s is no longer a directory", ErrInvalidInput, st.Dir)
+	}
+	return ne.ID, true, nil
+}
+
+type detector struct {
+	m  *Manager
+	st inPlaceState
+}
+
+// current is the entry for DIR/p as it is now, or nil when p is absent or a
+// kind acyclicfs does not keep (fifo, socket, device).
+func (d detector) current(p, name string) (*store.Entry, error) {
+	ref, id, err := d.m.st.CurrentRef(d.st.Base, p)
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !ref.Kind.Valid() {
+		return nil, nil
+	}
+	size := ref.Size
+	if ref.Kind == store.KindDir {
+		size = 0
+	}
+	return &store.Entry{Name: name, Kind: ref.Kind, Size: size, Mtime: ref.Mtime, ID: id}, nil
+}
+
+// entry checks one entry of the materialized tree at path p against DIR.
+func (d detector) entry(p string, e *store.Entry) (*store.Entry, bool, error) {
+	cur, err := d.current(p, e.Name)
+	if err != nil {
+		return nil, false, err
+	}
+	if cur == nil {
+		return nil, true, nil
+	}
+	_, isRef, err := d.m.st.BaseRefOf(e.ID)
+	if err != nil {
+		return nil, false, err
+	}
+	resolved := false
+	if isRef {
+		if _, resolved, err = d.m.st.Resolution(e.ID); err != nil {
+			return nil, false, err
+		}
+	}
+	// Leaves: files, symlinks, and directory references nobody resolved
+	// (those hold no opinion about their contents: only their own
+	// fingerprint is compared). A resolved directory reference pins a
+	// listing and is compared below like a stored tree.
+	if e.Kind != store.KindDir || (isRef && !resolved) {
+		if cur.ID == e.ID {
+			return e, false, nil
+		}
+		// What acyclicfs itself last wrote (or restored) at p.
+		if p != "" && !d.st.Shadow.IsZero() {
+			if v, ok, err := d.m.st.OverlayGet(d.st.Shadow, p); err != nil {
+				return nil, false, err
+			} else if ok && string(v) == string(cur.ID[:]) {
+				return e, false, nil
+			}
+		}
+		if !isRef && e.Kind != store.KindDir {
+			if same, err := d.sameContent(e, cur); err != nil || same {
+				return e, false, err
+			}
+		}
+		return cur, true, nil
+	}
+	if cur.Kind != store.KindDir {
+		return cur, true, nil
+	}
+	t, err := d.m.st.GetTree(e.ID)
+	if err != nil {
+		return nil, false, err
+	}
+	bd, release, err := d.m.st.OpenBase(d.st.Base)
+	if err != nil {
+		return nil, false, err
+	}
+	names, err := bd.ReadDir(p)
+	release()
+	if err != nil {
+		return nil, false, fmt.Errorf("list %s: %w", filepath.Join(d.st.Dir, p), err)
+	}
+	inDir := make(map[string]bool, len(names))
+	for _, n := range names {
+		if !isMaterializeTemp(n.Name) && store.ValidName(n.Name) {
+			inDir[n.Name] = true
+		}
+	}
+	changed := false
+	out := &store.Tree{Entries: make([]store.Entry, 0, len(t.Entries))}
+	for i := range t.Entries {
+		old := &t.Entries[i]
+		delete(inDir, old.Name)
+		ne, ch, err := d.entry(joinRel(p, old.Name), old)
+		if err != nil {
+			return nil, false, err
+		}
+		changed = changed || ch
+		if ne != nil {
+			c := *ne
+			c.Name = old.Name
+			out.Entries = append(out.Entries, c)
+		}
+	}
+	for name := range inDir {
+		ne, err := d.current(joinRel(p, name), name)
+		if err != nil {
+			return nil, false, err
+		}
+		if ne != nil {
+			out.Entries = append(out.Entries, *ne)
+			changed = true
+		}
+	}
+	if !changed {
+		return e, false, nil
+	}
+	out.Sort()
+	id, err := d.m.st.PutTree(out)
+	if err != nil {
+		return nil, false, err
+	}
+	return &store.Entry{Name: e.Name, Kind: store.KindDir, Mtime: cur.Mtime, ID: id}, true, nil
+}
+
+// sameContent compares a file acyclicfs holds as a blob with DIR's file
+// when no shadow fingerprint vouches for it (a file written before the
+// shadow knew it, or touched without change). Equal content keeps the
+// blob entry; the fingerprint is not a change by itself.
+func (d detector) sameContent(e, cur *store.Entry) (bool, error) {
+	if e.Kind != cur.Kind || e.Size != cur.Size {
+		return false, nil
+	}
+	a, err := d.m.st.ReadBlob(e.ID)
+	if err != nil {
+		return false, err
+	}
+	b, err := d.m.st.ReadBlob(cur.ID)
+	if err != nil {
+		return false, err
+	}
+	return string(a) == string(b), nil
+}
+
+func joinRel(dir, name string) string {
+	if dir == "" {
+		return name
+	}
+	return dir + "/" + name
+}
+
+// derivesFromInPlace reports whether ws or one of its ancestors is an
+// in-place workspace, so that its trees may name base references.
+func (m *Manager) derivesFromInPlace(ws string) bool {
+	for i := 0; ws != "" && i < 1024; i++ {
+		w, err := m.st.GetWorkspace(ws)
+		if err != nil {
+			return false
+		}
+		if w.InPlace != "" {
+			return true
+		}
+		ws = w.Parent
+	}
+	return false
+}
+
+// preserveReplaced stores, for every base reference that oldRoot names and
+// newRoot replaces, what it names now (a file's bytes, a directory's
+// listing) and resolves the reference to it. A capture calls it before
+// publishing: the generation it leaves behind stays readable (diff, undo,
+// a 3-way merge's base) even after a program edits DIR. Cost: the paths
+// that changed.
+func (m *Manager) preserveReplaced(oldRoot, newRoot store.ID) error {
+	if oldRoot == newRoot {
+		return nil
+	}
+	if _, isRef, err := m.st.BaseRefOf(oldRoot); err != nil {
+		return err
+	} else if isRef {
+		if err := m.preserveDir(oldRoot); err != nil {
+			return err
+		}
+	}
+	ot, err := m.st.GetTree(oldRoot)
+	if err != nil {
+		return err
+	}
+	nt, err := m.st.GetTree(newRoot)
+	if err != nil {
+		return err
+	}
+	for i := range ot.Entries {
+		o := &ot.Entries[i]
+		n, ok := nt.Lookup(o.Name)
+		if ok && n.ID == o.ID && n.Kind == o.Kind {
+			continue
+		}
+		if o.Kind == store.KindDir {
+			if ok && n.Kind == store.KindDir {
+				if err := m.preserveReplaced(o.ID, n.ID); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := m.preserveTree(o.ID); err != nil {
+				return err
+			}
+			continue
+		}
+		if _, err := m.preserve(o); err != nil && !errors.Is(err, store.ErrBaseChanged) {
+			// A reference already stale was lost to a program editing DIR;
+			// the capture itself is still good.
+			return fmt.Errorf("preserve %s: %w", o.Name, err)
+		}
+	}
+	return nil
+}
+
+// preserveDir resolves a directory reference to a stored tree of its
+// listing (as this process has seen it).
+func (m *Manager) preserveDir(ref store.ID) error {
+	t, err := m.st.GetTree(ref)
+	if err != nil {
+		return err
+	}
+	id, err := m.st.PutTree(t)
+	if err != nil {
+		return err
+	}
+	return m.st.Resolve(ref, id)
+}
+
+// preserveTree preserves a whole subtree that was deleted or replaced.
+func (m *Manager) preserveTree(id store.ID) error {
+	if _, isRef, err := m.st.BaseRefOf(id); err != nil {
+		return err
+	} else if isRef {
+		if err := m.preserveDir(id); err != nil {
+			return err
+		}
+	}
+	t, err := m.st.GetTree(id)
+	if err != nil {
+		return err
+	}
+	for i := range t.Entries {
+		e := &t.Entries[i]
+		if e.Kind == store.KindDir {
+			if err := m.preserveTree(e.ID); err != nil {
+				return err
+			}
+			continue
+		}
+		if _, err := m.preserve(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}

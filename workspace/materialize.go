@@ -1,0 +1,565 @@
+package workspace
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"sort"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/acyclicfs/acyclicfs/corestate"
+	"github.com/acyclicfs/acyclicfs/internal/dirfd"
+	"github.com/acyclicfs/acyclicfs/internal/failpoint"
+	"github.com/acyclicfs/acyclicfs/rebase"
+	"github.com/acyclicfs/acyclicfs/store"
+)
+
+// Materialization writes an in-place workspace's head into its directory
+// under a journal (corestate family "materialize", key = workspace):
+//
+//  1. Plan (no journal yet, DIR untouched): diff the generation DIR holds
+//     with the target; store every preimage — the content each edit
+//     overwrites or removes — as a blob, and every reference the target
+//     names for new content as a blob too, so nothing the edits need can be
+//     destroyed by an earlier edit. Old generations stay readable: each
+//     overwritten reference is resolved to its preimage.
+//  2. Phase "prepared": the plan and preimages are durable. From here a
+//     crash rolls forward: every edit is idempotent (write to a temporary
+//     name in the same directory, then rename over the target).
+//  3. Apply. An error (not a crash) while applying rolls back: the edits
+//     done so far are undone from the preimages, phase "rolled-back".
+//  4. One core-state transaction records the new materialized generation
+//     and shadow and deletes the journal.
+const familyMaterialize = "materialize"
+
+// matTempPrefix names materialization temporaries inside DIR.
+const matTempPrefix = ".acyclicfs-mat-"
+
+func isMaterializeTemp(name string) bool { return strings.HasPrefix(name, matTempPrefix) }
+
+type matJournal struct {
+	Version   int       `json:"version"`
+	Op        string    `json:"op"`
+	Workspace string    `json:"workspace"`
+	Dir       string    `json:"dir"`
+	Base      store.ID  `json:"base"`
+	From      store.ID  `json:"from"`
+	To        store.ID  `json:"to"`
+	Phase     string    `json:"phase"` // prepared, rolled-back
+	Edits     []matEdit `json:"edits"`
+}
+
+// matEdit is one step. Ops: "remove" (a file or symlink), "rmdir" (an empty
+// directory), "mkdir", "write" (a file or symlink, replacing what is there).
+type matEdit struct {
+	Op    string     `json:"op"`
+	Path  string     `json:"path"`
+	Kind  store.Kind `json:"kind,omitempty"`
+	ID    store.ID   `json:"id,omitempty"`
+	Mtime int64      `json:"mtime,omitempty"`
+	// What was at Path before (PreKind 0: nothing); for files and
+	// symlinks Pre is a stored blob.
+	PreKind  store.Kind `json:"pre_kind,omitempty"`
+	Pre      store.ID   `json:"pre,omitempty"`
+	PreMtime int64      `json:"pre_mtime,omitempty"`
+}
+
+// MaterializeStats is what a materialization did.
+type MaterializeStats struct {
+	Edits int
+}
+
+func (m *Manager) materializeInPlace(name string, st inPlaceState, rev uint64, to store.ID) error {
+	fromRoot, err := m.rootOf(st.Materialized)
+	if err != nil {
+		return err
+	}
+	toRoot, err := m.rootOf(to)
+	if err != nil {
+		return err
+	}
+	changes, err := rebase.Diff(merger{m.st}, fromRoot, toRoot)
+	if err != nil {
+		return fmt.Errorf("plan materialization of %s: %w", name, err)
+	}
+	edits, err := m.planEdits(fromRoot, toRoot, changes)
+	if err != nil {
+		return fmt.Errorf("plan materialization of %s: %w", name, err)
+	}
+	j := matJournal{Version: 1, Op: newOperationID(), Workspace: name, Dir: st.Dir, Base: st.Base,
+		From: st.Materialized, To: to, Phase: "prepared", Edits: edits}
+	if len(edits) > 0 {
+		if _, err := m.cs.CompareAndSwap(familyMaterialize, name, 0, j); err != nil {
+			return fmt.Errorf("journal materialization of %s: %w", name, err)
+		}
+		failpoint.Hit("materialize.after-prepared")
+		if err := m.applyEdits(&j); err != nil {
+			return err
+		}
+	}
+	return m.completeMaterialization(name, st, rev, &j, len(edits) > 0)
+}
+
+// planEdits turns a diff into ordered, idempotent edits: removals deepest
+// first, then directories parents first, then writes.
+func (m *Manager) planEdits(fromRoot, toRoot store.ID, changes []rebase.Change) ([]matEdit, error) {
+	// Pin what DIR holds along every changed path (listings and replaced
+	// files), so that the generation DIR held stays readable and a later
+	// detection compares listings, not directory fingerprints our own
+	// renames moved.
+	if err := m.preserveReplaced(fromRoot, toRoot); err != nil {
+		return nil, err
+	}
+	var removes, mkdirs, writes []matEdit
+	removedDirs := map[string]store.Entry{}
+	addedDirs := map[string]store.Entry{}
+	for _, c := range changes {
+		if c.Old != nil {
+			for d := path.Dir(c.Path); d != "." && d != ""; d = path.Dir(d) {
+				if _, seen := removedDirs[d]; !seen {
+					removedDirs[d] = store.Entry{}
+				}
+			}
+			if c.Old.Kind == store.KindDir {
+				removedDirs[c.Path] = *c.Old
+			} else if c.New == nil || c.Kind == rebase.TypeChg {
+				pre, err := m.preserve(c.Old)
+				if err != nil {
+					return nil, fmt.Errorf("preimage of %s: %w", c.Path, err)
+				}
+				removes = append(removes, matEdit{Op: "remove", Path: c.Path, PreKind: c.Old.Kind, Pre: pre, PreMtime: c.Old.Mtime})
+			}
+		}
+		if c.New != nil {
+			for d := path.Dir(c.Path); d != "." && d != ""; d = path.Dir(d) {
+				addedDirs[d] = store.Entry{}
+			}
+			if c.New.Kind == store.KindDir {
+				addedDirs[c.Path] = *c.New
+				continue
+			}
+			id, err := m.preserve(c.New)
+			if err != nil {
+				return nil, fmt.Errorf("content of %s: %w", c.Path, err)
+			}
+			w := matEdit{Op: "write", Path: c.Path, Kind: c.New.Kind, ID: id, Mtime: c.New.Mtime}
+			if c.Old != nil && c.Kind != rebase.TypeChg {
+				pre, err := m.preserve(c.Old)
+				if err != nil {
+					return nil, fmt.Errorf("preimage of %s: %w", c.Path, err)
+				}
+				w.PreKind, w.Pre, w.PreMtime = c.Old.Kind, pre, c.Old.Mtime
+			}
+			writes = append(writes, w)
+		}
+	}
+	// A directory present in from but absent in to is removed once empty;
+	// one present in to but absent in from is created.
+	for d := range removedDirs {
+		inTo, err := m.kindAt(toRoot, d)
+		if err != nil {
+			return nil, err
+		}
+		if inTo == store.KindDir {
+			continue
+		}
+		inFrom, err := m.kindAt(fromRoot, d)
+		if err != nil {
+			return nil, err
+		}
+		if inFrom == store.KindDir {
+			removes = append(removes, matEdit{Op: "rmdir", Path: d, PreKind: store.KindDir})
+		}
+	}
+	for d := range addedDirs {
+		inFrom, err := m.kindAt(fromRoot, d)
+		if err != nil {
+			return nil, err
+		}
+		if inFrom != store.KindDir {
+			mkdirs = append(mkdirs, matEdit{Op: "mkdir", Path: d, Kind: store.KindDir})
+		}
+	}
+	sort.Slice(removes, func(i, j int) bool { return removes[i].Path > removes[j].Path })
+	sort.Slice(mkdirs, func(i, j int) bool { return mkdirs[i].Path < mkdirs[j].Path })
+	sort.Slice(writes, func(i, j int) bool { return writes[i].Path < writes[j].Path })
+	out := append(removes, mkdirs...)
+	return append(out, writes...), nil
+}
+
+// kindAt is the kind of the entry at p in root, 0 when absent.
+func (m *Manager) kindAt(root store.ID, p string) (store.Kind, error) {
+	id := root
+	parts := strings.Split(p, "/")
+	for i, name := range parts {
+		t, err := m.st.GetTree(id)
+		if err != nil {
+			return 0, err
+		}
+		e, ok := t.Lookup(name)
+		if !ok {
+			return 0, nil
+		}
+		if i == len(parts)-1 {
+			return e.Kind, nil
+		}
+		if e.Kind != store.KindDir {
+			return 0, nil
+		}
+		id = e.ID
+	}
+	return store.KindDir, nil
+}
+
+// preserve makes sure e's content is a stored blob and returns its ID: a
+// base reference is read now and resolved to the blob, so neither this
+// materialization nor a later edit of DIR can lose it.
+func (m *Manager) preserve(e *store.Entry) (store.ID, error) {
+	if _, isRef, err := m.st.BaseRefOf(e.ID); err != nil {
+		return store.ID{}, err
+	} else if !isRef {
+		return e.ID, nil
+	}
+	r, err := m.st.OpenBlob(e.ID)
+	if err != nil {
+		return store.ID{}, err
+	}
+	defer r.Close()
+	id, _, err := m.st.WriteBlob(r)
+	if err != nil {
+		return store.ID{}, err
+	}
+	if err := m.st.Resolve(e.ID, id); err != nil {
+		return store.ID{}, err
+	}
+	return id, nil
+}
+
+// applyEdits applies every edit; on an error it rolls back what was done.
+func (m *Manager) applyEdits(j *matJournal) error {
+	d, release, err := m.st.OpenBase(j.Base)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", j.Dir, err)
+	}
+	defer release()
+	for i := range j.Edits {
+		err := m.applyEdit(d, j, i)
+		if err == nil && i == 0 {
+			failpoint.Hit("materialize.after-first")
+			err = failpoint.Fail("materialize.apply")
+		}
+		if err != nil {
+			rerr := m.rollbackEdits(d, j, i)
+			if rerr != nil {
+				return fmt.Errorf("materialize into %s: %w (rollback failed, journal kept for recovery: %w)", j.Dir, err, rerr)
+			}
+			return fmt.Errorf("materialize into %s: %w (rolled back: %s is as it was)", j.Dir, err, j.Dir)
+		}
+	}
+	if err := syncEditDirs(d, j.Edits); err != nil {
+		return err
+	}
+	failpoint.Hit("materialize.after-apply")
+	return nil
+}
+
+func (m *Manager) applyEdit(d *dirfd.Dir, j *matJournal, i int) error {
+	e := &j.Edits[i]
+	switch e.Op {
+	case "remove":
+		if err := d.Remove(e.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove %s: %w", e.Path, err)
+		}
+	case "rmdir":
+		if err := d.Remove(e.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove directory %s: %w", e.Path, err)
+		}
+	case "mkdir":
+		if err := d.Mkdir(e.Path, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("create directory %s: %w", e.Path, err)
+		}
+	case "write":
+		return m.writeEntry(d, e.Path, e.Kind, e.ID, e.Mtime, fmt.Sprintf("%s%s-%d", matTempPrefix, j.Op[:8], i))
+	default:
+		return fmt.Errorf("%w: materialization edit %q", store.ErrCorrupt, e.Op)
+	}
+	return nil
+}
+
+// writeEntry places a file or symlink at p: written in full under a
+// temporary name in the same directory, synced, then renamed over p.
+func (m *Manager) writeEntry(d *dirfd.Dir, p string, kind store.Kind, id store.ID, mtime int64, tempName string) error {
+	tmp := joinRel(path.Dir(p), tempName)
+	if path.Dir(p) == "." {
+		tmp = tempName
+	}
+	if err := d.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove stale %s: %w", tmp, err)
+	}
+	if kind == store.KindSymlink {
+		target, err := m.st.ReadBlob(id)
+		if err != nil {
+			return fmt.Errorf("symlink %s: %w", p, err)
+		}
+		if err := d.Symlink(string(target), tmp); err != nil {
+			return fmt.Errorf("symlink %s: %w", p, err)
+		}
+	} else {
+		mode := uint32(0o644)
+		if kind == store.KindExec {
+			mode = 0o755
+		}
+		f, err := d.OpenFile(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, mode)
+		if err != nil {
+			return fmt.Errorf("write %s: %w", p, err)
+		}
+		r, err := m.st.OpenBlob(id)
+		if err == nil {
+			_, err = io.Copy(f, r)
+			r.Close()
+		}
+		if err == nil {
+			err = f.Chmod(fs.FileMode(mode)) // umask may have narrowed it
+		}
+		if err == nil {
+			err = f.Sync()
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			_ = d.Remove(tmp)
+			return fmt.Errorf("write %s: %w", p, err)
+		}
+	}
+	if mtime != 0 {
+		_ = d.SetMtime(tmp, mtime)
+	}
+	if err := d.Rename(tmp, p); err != nil {
+		_ = d.Remove(tmp)
+		return fmt.Errorf("place %s: %w", p, err)
+	}
+	return nil
+}
+
+// rollbackEdits undoes edits [0, upto] in reverse from their preimages.
+func (m *Manager) rollbackEdits(d *dirfd.Dir, j *matJournal, upto int) error {
+	for i := upto; i >= 0; i-- {
+		e := &j.Edits[i]
+		var err error
+		switch e.Op {
+		case "mkdir":
+			if err = d.Remove(e.Path); errors.Is(err, fs.ErrNotExist) {
+				err = nil
+			}
+		case "rmdir":
+			if err = d.Mkdir(e.Path, 0o755); errors.Is(err, fs.ErrExist) {
+				err = nil
+			}
+		case "remove", "write":
+			switch {
+			case e.PreKind == 0:
+				if err = d.Remove(e.Path); errors.Is(err, fs.ErrNotExist) {
+					err = nil
+				}
+			default:
+				err = m.writeEntry(d, e.Path, e.PreKind, e.Pre, e.PreMtime, fmt.Sprintf("%s%s-r%d", matTempPrefix, j.Op[:8], i))
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("restore %s: %w", e.Path, err)
+		}
+	}
+	if err := syncEditDirs(d, j.Edits[:upto+1]); err != nil {
+		return err
+	}
+	// The restored files are new files with the old content: record their
+	// fingerprints, so that they are not taken for edits by other programs.
+	puts := map[string][]byte{}
+	for _, e := range j.Edits[:upto+1] {
+		if e.PreKind == 0 {
+			continue
+		}
+		if _, id, err := m.st.CurrentRef(j.Base, e.Path); err == nil {
+			puts[e.Path] = append([]byte(nil), id[:]...)
+		}
+	}
+	if len(puts) > 0 {
+		st, rev, found, err := m.loadInPlace(j.Workspace)
+		if err != nil {
+			return err
+		}
+		if found {
+			if st.Shadow, err = m.st.OverlayApply(st.Shadow, puts, nil); err != nil {
+				return fmt.Errorf("record fingerprints: %w", err)
+			}
+			if err := m.putInPlace(j.Workspace, rev, st, false); err != nil {
+				return err
+			}
+		}
+	}
+	j.Phase = "rolled-back"
+	return m.dropMaterialization(j.Workspace)
+}
+
+// syncEditDirs fsyncs every directory an edit changed an entry of.
+func syncEditDirs(d *dirfd.Dir, edits []matEdit) error {
+	dirs := map[string]bool{}
+	for _, e := range edits {
+		p := path.Dir(e.Path)
+		if p == "." {
+			p = ""
+		}
+		dirs[p] = true
+	}
+	for p := range dirs {
+		if err := d.SyncDir(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("sync %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// completeMaterialization records that DIR holds j.To (with the shadow
+// fingerprints of what was written) and drops the journal, in one
+// core-state transaction.
+func (m *Manager) completeMaterialization(name string, st inPlaceState, rev uint64, j *matJournal, journaled bool) error {
+	puts := map[string][]byte{}
+	var dels []string
+	for _, e := range j.Edits {
+		switch e.Op {
+		case "write":
+			_, id, err := m.st.CurrentRef(j.Base, e.Path)
+			if err != nil {
+				return fmt.Errorf("fingerprint %s: %w", e.Path, err)
+			}
+			puts[e.Path] = append([]byte(nil), id[:]...)
+		case "remove":
+			dels = append(dels, e.Path)
+		}
+	}
+	shadow := st.Shadow
+	if len(puts)+len(dels) > 0 {
+		var err error
+		if shadow, err = m.st.OverlayApply(st.Shadow, puts, dels); err != nil {
+			return fmt.Errorf("record fingerprints: %w", err)
+		}
+	}
+	st.Materialized = j.To
+	st.Shadow = shadow
+	writes := []corestate.Write{{Family: familyInPlace, Key: name, ExpectRev: rev, Value: st}}
+	if journaled {
+		jrev, found, err := m.cs.Load(familyMaterialize, name, &matJournal{})
+		if err != nil {
+			return err
+		}
+		if found {
+			writes = append(writes, corestate.Write{Family: familyMaterialize, Key: name, ExpectRev: jrev, Delete: true})
+		}
+	}
+	if err := m.cs.Commit("materialize-"+j.Op, writes); err != nil {
+		return fmt.Errorf("complete materialization of %s: %w", name, err)
+	}
+	return nil
+}
+
+func (m *Manager) dropMaterialization(name string) error {
+	rev, found, err := m.cs.Load(familyMaterialize, name, &matJournal{})
+	if err != nil || !found {
+		return err
+	}
+	return m.cs.CompareAndDelete(familyMaterialize, name, rev)
+}
+
+// finishMaterialization rolls an interrupted materialization of name
+// forward (its journal is prepared: every preimage is stored).
+func (m *Manager) finishMaterialization(name string) error {
+	var j matJournal
+	_, found, err := m.cs.Load(familyMaterialize, name, &j)
+	if err != nil || !found {
+		return err
+	}
+	if j.Phase != "prepared" {
+		return m.dropMaterialization(name)
+	}
+	st, rev, found, err := m.loadInPlace(name)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return m.dropMaterialization(name)
+	}
+	d, release, err := m.st.OpenBase(j.Base)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", j.Dir, err)
+	}
+	for i := range j.Edits {
+		if err := m.applyEdit(d, &j, i); err != nil {
+			release()
+			return fmt.Errorf("roll materialization into %s forward: %w", j.Dir, err)
+		}
+	}
+	err = syncEditDirs(d, j.Edits)
+	release()
+	if err != nil {
+		return err
+	}
+	return m.completeMaterialization(name, st, rev, &j, true)
+}
+
+// recoverMaterializations rolls every interrupted materialization forward.
+// One whose directory cannot be reached (a dead mount still covers it) is
+// left for the remount, which detaches the mount first.
+func (m *Manager) recoverMaterializations() ([]string, error) {
+	names, err := m.cs.Keys(familyMaterialize)
+	if err != nil {
+		return nil, err
+	}
+	var done []string
+	for _, n := range names {
+		var j matJournal
+		if _, found, err := m.cs.Load(familyMaterialize, n, &j); err != nil || !found {
+			continue
+		}
+		if deadMount(j.Dir) {
+			continue
+		}
+		if err := m.finishMaterialization(n); err != nil {
+			return done, err
+		}
+		done = append(done, "materialization of "+n+" into "+j.Dir+": rolled forward")
+	}
+	return done, nil
+}
+
+// deadMount reports whether dir is covered by a FUSE mount whose daemon is
+// gone. A stat may still be answered from the kernel's attribute cache;
+// an open reaches the connection.
+func deadMount(dir string) bool {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err == nil {
+		unix.Close(fd)
+		return false
+	}
+	return errors.Is(err, unix.ENOTCONN) || errors.Is(err, unix.EIO) || errors.Is(err, unix.ECONNABORTED)
+}
+
+// PendingMaterializations lists materializations with journals (status).
+func (m *Manager) PendingMaterializations() ([]string, error) {
+	names, err := m.cs.Keys(familyMaterialize)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, n := range names {
+		var j matJournal
+		if _, found, err := m.cs.Load(familyMaterialize, n, &j); err == nil && found {
+			out = append(out, fmt.Sprintf("materialization of %s into %s (%d edits, phase %s)", n, j.Dir, len(j.Edits), j.Phase))
+		}
+	}
+	return out, nil
+}
