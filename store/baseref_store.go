@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 
 	"github.com/acyclicfs/acyclicfs/internal/dirfd"
@@ -27,7 +28,13 @@ type baseMemo struct {
 	trees    map[ID]*Tree       // expansions of directory refs (never handed out; cloned)
 	paths    map[ID]string      // base ID → its recorded directory (records are immutable)
 	attached map[ID]*attachment // base ID → the Dir reads go through (AttachBase)
+	// read holds the distinct paths whose content was opened (test hook),
+	// at most maxReadPaths of them.
+	read map[string]struct{}
 }
+
+// maxReadPaths bounds the distinct read paths remembered for BaseReadPaths.
+const maxReadPaths = 4096
 
 // attachment is one AttachBase registration; users counts OpenBase
 // callers that have not released it yet.
@@ -61,6 +68,31 @@ func (m *baseMemo) addRef(id ID, r BaseRef) {
 // BaseReads returns how many times this process opened a base file's
 // content from its base directory (a test hook proving reads are lazy).
 func (s *Store) BaseReads() int64 { return s.baseReads.Load() }
+
+// BaseReadPaths returns the distinct base paths (relative to their base
+// directory) whose content this process opened, sorted; at most the first
+// 4096 are remembered.
+func (s *Store) BaseReadPaths() []string {
+	s.bases.mu.Lock()
+	defer s.bases.mu.Unlock()
+	out := make([]string, 0, len(s.bases.read))
+	for p := range s.bases.read {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (m *baseMemo) noteRead(p string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.read == nil {
+		m.read = make(map[string]struct{})
+	}
+	if len(m.read) < maxReadPaths {
+		m.read[p] = struct{}{}
+	}
+}
 
 // CreateBase registers dir, an absolute path to an existing directory, as
 // the base of an in-place workspace, and returns the new base ID and the
@@ -414,6 +446,7 @@ func (s *Store) openRefFile(id ID, r BaseRef) (*os.File, error) {
 		return nil, refOpenError(id, r, err)
 	}
 	s.baseReads.Add(1)
+	s.bases.noteRead(r.Path)
 	if err := checkRefFile(f, id, r); err != nil {
 		f.Close()
 		return nil, err

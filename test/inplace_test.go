@@ -15,20 +15,29 @@ import (
 // docs/inplace.md): a workspace over a real directory, read lazily, mounted
 // over that directory, materialized back into it at reconciliation.
 
-// baseReads is the daemon's count of in-place files whose content it read.
+// baseReads is the daemon's count of in-place file opens for content.
 func (e *env) baseReads() int64 {
+	e.t.Helper()
+	n, _ := e.baseReadInfo()
+	return n
+}
+
+// baseReadInfo is the daemon's count of in-place file opens for content
+// and the distinct paths opened.
+func (e *env) baseReadInfo() (int64, []string) {
 	e.t.Helper()
 	r := e.run("--json", "status")
 	if r.code != 0 {
 		e.t.Fatalf("status --json: %s", r)
 	}
 	var s struct {
-		BaseReads int64 `json:"base_reads"`
+		BaseReads     int64    `json:"base_reads"`
+		BaseReadPaths []string `json:"base_read_paths"`
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &s); err != nil {
 		e.t.Fatalf("status --json: %v\n%s", err, r.stdout)
 	}
-	return s.BaseReads
+	return s.BaseReads, s.BaseReadPaths
 }
 
 // copyTree copies src to dst natively (cp -a), for a reference copy that
@@ -107,8 +116,8 @@ func TestInPlaceMountEditUnmount(t *testing.T) {
 	if want := "604\none\nthree\n"; r.stdout != want {
 		t.Fatalf("through the mount: got %q, want %q", r.stdout, want)
 	}
-	if n := e.baseReads(); n != 2 {
-		t.Fatalf("listing every file and reading two read %d files' content, want 2", n)
+	if n, paths := e.baseReadInfo(); n != 2 || strings.Join(paths, " ") != "a/f1 b/c/f3" {
+		t.Fatalf("listing every file and reading two opened %d files (%v), want a/f1 and b/c/f3 once each", n, paths)
 	}
 	if _, r = e.execOK(dir, "readlink link"); r.stdout != "a/f1\n" {
 		t.Fatalf("readlink link = %q", r.stdout)
@@ -362,5 +371,50 @@ func TestInPlaceDaemonKilledMidMaterialization(t *testing.T) {
 	e.unmount(dir)
 	sameTree(t, "the directory after recovery", treeList(t, native), treeList(t, dir))
 	noTemporaries(t, dir)
+	e.fsck()
+}
+
+// TestInPlaceLargeTreeLazy: a 100,000-file directory. create --in-place and
+// mount read no file; a build and git inside work and read only the files
+// they open (the daemon's base-read count), not the tree.
+func TestInPlaceLargeTreeLazy(t *testing.T) {
+	needTool(t, "git", "go")
+	e := newMountEnv(t)
+	dir := filepath.Join(e.dir, "big")
+	const n = 100_000
+	for d := range 100 {
+		sub := filepath.Join(dir, "pkg", fmt.Sprintf("d%03d", d))
+		if err := os.MkdirAll(sub, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for i := range n / 100 {
+			if err := os.WriteFile(filepath.Join(sub, fmt.Sprintf("f%04d.txt", i)), []byte("data\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	writeTree(t, dir, map[string]string{
+		"go.mod":  "module example.com/big\n\ngo 1.22\n",
+		"main.go": "package main\n\nfunc main() { println(\"hi\") }\n",
+	})
+	e.ok("create", "big", "--in-place", dir)
+	e.ok("mount", "big")
+	if r := e.baseReads(); r != 0 {
+		t.Fatalf("create and mount of %d files read %d of them", n, r)
+	}
+	gocache := filepath.Join(e.dir, "gocache")
+	git := "git -c user.name=t -c user.email=t@e -c init.defaultBranch=main"
+	_, r := e.execOK(dir, "GOCACHE="+gocache+" GOFLAGS=-mod=mod go build -o "+filepath.Join(e.dir, "big.bin")+" . && "+
+		git+" init -q && "+git+" add go.mod main.go && "+git+" status --porcelain | wc -l")
+	if got := strings.TrimSpace(r.stdout); got != "3" { // two added files, one untracked directory
+		t.Fatalf("git status under the mount printed %s lines, want 3\n%s", got, r)
+	}
+	if _, paths := e.baseReadInfo(); strings.Join(paths, " ") != "go.mod main.go" {
+		t.Fatalf("a build and git status read %v of the directory; want only the two sources", paths)
+	}
+	e.unmount(dir)
+	if _, err := os.Stat(filepath.Join(dir, ".git", "HEAD")); err != nil {
+		t.Fatalf("the repository made under the mount is not in the directory: %v", err)
+	}
 	e.fsck()
 }

@@ -46,6 +46,8 @@ type statusReport struct {
 	// this process (the daemon, when one runs) has read: lazy reads show
 	// as a small number.
 	BaseReads int64 `json:"base_reads"`
+	// BaseReadPaths are the distinct paths behind BaseReads (first 4096).
+	BaseReadPaths []string `json:"base_read_paths"`
 }
 
 func (a *app) cmdStatus() *cobra.Command {
@@ -82,6 +84,7 @@ func (a *app) cmdStatus() *cobra.Command {
 			}
 			rep.Recovery = append(rep.Recovery, work...)
 			rep.BaseReads = m.Store().BaseReads()
+			rep.BaseReadPaths = m.Store().BaseReadPaths()
 			recs, err := m.MountRecords()
 			if err != nil {
 				return err
