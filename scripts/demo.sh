@@ -55,6 +55,15 @@ run "$B" diff agent-a --stat
 run "$B" land agent-a
 run "$B" export main "$work/out"
 run ls -A "$work/out"
+
+say "in place: a workspace over a real directory, mounted over it; the unmount writes the changes back"
+mkdir -p "$work/proj" && printf 'hello\n' > "$work/proj/notes.txt"
+run "$B" create proj --in-place "$work/proj"
+run "$B" mount proj
+"$B" exec "$work/proj" -- sh -c 'echo "written under the mount" >> notes.txt && echo new > added.txt'
+run "$B" unmount "$work/proj"
+run cat "$work/proj/notes.txt" "$work/proj/added.txt"
+run "$B" log proj -n 2
 run "$B" list
 run "$B" fsck
 echo; echo "demo: OK"

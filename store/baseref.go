@@ -192,15 +192,23 @@ func baseRefFromStat(base ID, path string, st *unix.Stat_t) (BaseRef, bool) {
 }
 
 // matches reports whether st still has r's fingerprint: for files and
-// symlinks kind, size, mtime, ctime, inode and mode; for directories inode,
-// mtime and ctime (adding, removing or renaming an entry moves both).
+// symlinks kind, size, mtime, ctime, inode and mode; for directories inode
+// and mtime — adding, removing or renaming an entry moves the mtime, while
+// the ctime also moves when the directory itself is renamed or chmodded,
+// which leaves its listing as it was.
 func (r BaseRef) matches(st *unix.Stat_t) bool {
 	cur, ok := baseRefFromStat(r.Base, r.Path, st)
 	if !ok {
 		return false
 	}
+	return r.SameAs(cur)
+}
+
+// SameAs reports whether cur, a fresh reference to the same path, still
+// has r's fingerprint (see matches).
+func (r BaseRef) SameAs(cur BaseRef) bool {
 	if r.Kind == KindDir {
-		return cur.Kind == KindDir && cur.Ino == r.Ino && cur.Mtime == r.Mtime && cur.Ctime == r.Ctime
+		return cur.Kind == KindDir && cur.Ino == r.Ino && cur.Mtime == r.Mtime
 	}
 	return cur.Kind == r.Kind && cur.Size == r.Size && cur.Mtime == r.Mtime &&
 		cur.Ctime == r.Ctime && cur.Ino == r.Ino && cur.Mode == r.Mode

@@ -339,6 +339,25 @@ func TestInPlaceBadInput(t *testing.T) {
 	e.fails(2, "create", "ws2", "--in-place", dir) // already in place
 	e.ok("create", "plain")
 	e.fails(2, "mount", "plain") // no mountpoint, not in place
+	// The directory moved away: nothing is taken for "everything deleted".
+	head := e.head("ws")
+	moved := filepath.Join(e.dir, "moved")
+	if err := os.Rename(dir, moved); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.fails(2, "rebase", "ws"); !strings.Contains(r.stderr, "missing") {
+		t.Fatalf("rebase of an in-place workspace whose directory is gone: %s", r)
+	}
+	if got := e.head("ws"); got != head {
+		t.Fatalf("the head moved to %s after a failed sync", got)
+	}
+	if err := os.Rename(moved, dir); err != nil {
+		t.Fatal(err)
+	}
+	e.ok("rebase", "ws")
+	if got := e.head("ws"); got != head {
+		t.Fatalf("the head moved to %s after the directory came back unchanged", got)
+	}
 	e.fsck()
 }
 

@@ -213,6 +213,11 @@ func (m *Manager) SyncInPlace(name string) (Result, error) {
 		return Result{Workspace: name}, err
 	}
 	res := Result{Workspace: name, Outcome: OutcomeCurrent, Head: w.Head, Base: w.Base}
+	// A directory that went away (moved, deleted, replaced by a file) is
+	// not "everything deleted": refuse, and keep every generation as is.
+	if fi, err := os.Lstat(st.Dir); err != nil || !fi.IsDir() {
+		return res, fmt.Errorf("%w: the directory %s of in-place workspace %s is missing or not a directory; restore it (or export the workspace elsewhere)", ErrInvalidInput, st.Dir, name)
+	}
 	mroot, err := m.rootOf(st.Materialized)
 	if err != nil {
 		return res, err
@@ -292,12 +297,7 @@ func (m *Manager) detectExternal(st inPlaceState, mroot store.ID) (store.ID, boo
 	if err != nil || !changed {
 		return mroot, false, err
 	}
-	if ne == nil {
-		// DIR itself is gone: an empty tree (materialization recreates it).
-		id, err := m.st.PutTree(&store.Tree{})
-		return id, true, err
-	}
-	if ne.Kind != store.KindDir {
+	if ne == nil || ne.Kind != store.KindDir {
 		return store.ID{}, false, fmt.Errorf("%w: %s is no longer a directory", ErrInvalidInput, st.Dir)
 	}
 	return ne.ID, true, nil
@@ -354,6 +354,18 @@ func (d detector) entry(p string, e *store.Entry) (*store.Entry, bool, error) {
 	if e.Kind != store.KindDir || (isRef && !resolved) {
 		if cur.ID == e.ID {
 			return e, false, nil
+		}
+		if isRef && e.Kind == store.KindDir {
+			// A directory renamed or chmodded keeps its listing.
+			old, _, err := d.m.st.BaseRefOf(e.ID)
+			if err != nil {
+				return nil, false, err
+			}
+			if now, _, err := d.m.st.BaseRefOf(cur.ID); err != nil {
+				return nil, false, err
+			} else if old.SameAs(now) {
+				return e, false, nil
+			}
 		}
 		// What acyclicfs itself last wrote (or restored) at p.
 		if p != "" && !d.st.Shadow.IsZero() {
