@@ -417,7 +417,8 @@ func syncEditDirs(d *dirfd.Dir, edits []matEdit) error {
 		dirs[p] = true
 	}
 	for p := range dirs {
-		if err := d.SyncDir(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		// A directory an edit removed (or replaced by a file) is gone.
+		if err := d.SyncDir(p); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.ENOTDIR) {
 			return fmt.Errorf("sync %s: %w", p, err)
 		}
 	}

@@ -1,0 +1,152 @@
+package workspace
+
+import (
+	"maps"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+// drawTree draws a small tree of files: paths over a tiny alphabet so that
+// before and after often share, replace and retype paths (file ↔ dir).
+func drawTree(rt *rapid.T, label string) map[string]string {
+	files := rapid.MapOfN(rapid.StringMatching(`[a-c]{1,2}(/[a-c]{1,2}){0,2}`), rapid.StringMatching(`[xy]{0,3}`), 0, 10).Draw(rt, label)
+	keys := make([]string, 0, len(files))
+	for k := range files {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	clean := map[string]string{}
+	for _, k := range keys {
+		ok := true
+		for _, o := range keys {
+			if o != k && (strings.HasPrefix(o, k+"/") || strings.HasPrefix(k, o+"/")) {
+				ok = false
+			}
+		}
+		if ok {
+			clean[k] = files[k]
+		}
+	}
+	return clean
+}
+
+// TestInPlaceMaterializeMatchesTarget: for random before/after trees, a
+// fork's commit landed into an in-place workspace leaves the directory
+// exactly equal to the fork's tree (removals, retyped paths, new and
+// emptied directories included); a second sync finds nothing external;
+// and the first generation still exports as the directory was before
+// (its references were resolved to preimages).
+func TestInPlaceMaterializeMatchesTarget(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		m := openTest(t)
+		dir := filepath.Join(t.TempDir(), "work")
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			rt.Fatal(err)
+		}
+		before := drawTree(rt, "before")
+		write(t, dir, before)
+		wantBefore := snapshot(t, dir)
+		first, err := m.CreateInPlace("ws", dir)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		if _, err := m.Fork("ws", "agent", ""); err != nil {
+			rt.Fatal(err)
+		}
+		edit := filepath.Join(t.TempDir(), "edit")
+		if err := os.Mkdir(edit, 0o755); err != nil {
+			rt.Fatal(err)
+		}
+		write(t, edit, drawTree(rt, "after"))
+		if _, _, err := m.Commit("agent", edit); err != nil {
+			rt.Fatal(err)
+		}
+		if _, err := m.Land("agent", RebaseOptions{}); err != nil {
+			rt.Fatal(err)
+		}
+		if got, want := snapshot(t, dir), snapshot(t, edit); !maps.Equal(got, want) {
+			rt.Fatalf("directory after land:\n got %v\nwant %v", got, want)
+		}
+		w, _ := m.Get("ws")
+		res, err := m.SyncInPlace("ws")
+		if err != nil {
+			rt.Fatal(err)
+		}
+		if w2, _ := m.Get("ws"); res.Outcome != OutcomeCurrent || w2.Head != w.Head {
+			rt.Fatalf("a second sync found external changes: %+v", res)
+		}
+		old := filepath.Join(t.TempDir(), "old")
+		if _, err := m.Export(first, old, false); err != nil {
+			rt.Fatal(err)
+		}
+		if got := snapshot(t, old); !maps.Equal(got, wantBefore) {
+			rt.Fatalf("the first generation after materialization:\n got %v\nwant %v", got, wantBefore)
+		}
+	})
+}
+
+// TestInPlaceExternalEditsMergeWithLanding: another program edits files
+// the fork left alone, and adds new ones, while the fork's commit waits to
+// land. After the land the directory holds both sides' changes, nothing
+// of either is lost, and no conflict is reported.
+func TestInPlaceExternalEditsMergeWithLanding(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		m := openTest(t)
+		dir := filepath.Join(t.TempDir(), "work")
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			rt.Fatal(err)
+		}
+		before := drawTree(rt, "before")
+		write(t, dir, before)
+		if _, err := m.CreateInPlace("ws", dir); err != nil {
+			rt.Fatal(err)
+		}
+		if _, err := m.Fork("ws", "agent", ""); err != nil {
+			rt.Fatal(err)
+		}
+		after := drawTree(rt, "after")
+		edit := filepath.Join(t.TempDir(), "edit")
+		if err := os.Mkdir(edit, 0o755); err != nil {
+			rt.Fatal(err)
+		}
+		write(t, edit, after)
+		if _, _, err := m.Commit("agent", edit); err != nil {
+			rt.Fatal(err)
+		}
+		// The other program: rewrite files both trees have unchanged, and
+		// add files under a name neither tree uses.
+		want := maps.Clone(after)
+		for p, c := range before {
+			if ac, ok := after[p]; ok && ac == c && rapid.Bool().Draw(rt, "edit "+p) {
+				if err := os.WriteFile(filepath.Join(dir, p), []byte(c+"-ext"), 0o644); err != nil {
+					rt.Fatal(err)
+				}
+				want[p] = c + "-ext"
+			}
+		}
+		if rapid.Bool().Draw(rt, "add") {
+			write(t, dir, map[string]string{"zz/new": "ext"})
+			want["zz/new"] = "ext"
+		}
+		res, err := m.Land("agent", RebaseOptions{})
+		if err != nil {
+			rt.Fatal(err)
+		}
+		if cs, _ := m.Conflicts("ws"); len(cs) > 0 {
+			rt.Fatalf("conflicts for disjoint edits: %v (land %+v)", cs, res)
+		}
+		wantDir := filepath.Join(t.TempDir(), "want")
+		if err := os.Mkdir(wantDir, 0o755); err != nil {
+			rt.Fatal(err)
+		}
+		write(t, wantDir, want)
+		if got, w := snapshot(t, dir), snapshot(t, wantDir); !maps.Equal(got, w) {
+			rt.Fatalf("directory after land:\n got %v\nwant %v", got, w)
+		}
+	})
+}
