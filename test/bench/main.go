@@ -9,6 +9,7 @@
 //	go run ./test/bench -runs 3          # fewer runs
 //	go run ./test/bench -quick           # 1 run, 128 MiB file, 10,000-file fork tree
 //	go run ./test/bench -profile         # also count FUSE requests per workload (--debug)
+//	go run ./test/bench -no-inplace      # skip the in-place workspace measurements
 //
 // Every system gets the same lower tree: the Go distribution's src directory
 // laid out as a GOROOT (src, VERSION, go.env and a symlink to the real pkg
@@ -56,6 +57,7 @@ type config struct {
 	png        string
 	profile    bool
 	noForks    bool
+	noInPlace  bool
 	acyclicfs  string
 	loopback   string
 	repo       string
@@ -91,6 +93,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&cfg.seqMiB, "seq-mib", 1024, "size of the sequential write/read file in MiB")
 	fs.StringVar(&forkSizes, "fork-sizes", "1000,100000", "tree sizes (files) for the acyclicfs-only fork and capture measurements")
 	fs.BoolVar(&cfg.noForks, "no-forks", false, "skip the acyclicfs-only fork and capture measurements")
+	fs.BoolVar(&cfg.noInPlace, "no-inplace", false, "skip the acyclicfs-only in-place workspace measurements (1,000/10,000/100,000 files; -quick: up to 10,000)")
 	fs.StringVar(&cfg.dir, "dir", "", "work directory (default: a fresh directory under $TMPDIR)")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the work directory")
 	fs.StringVar(&cfg.out, "out", "docs/benchmarks.md", "markdown report to write (empty: stdout only)")
@@ -204,6 +207,11 @@ func run(ctx context.Context, cfg *config) (err error) {
 	}
 	if !cfg.noForks && contains(cfg.systems, sysAcyclicfs) {
 		if err := runForks(ctx, env, res); err != nil {
+			return err
+		}
+	}
+	if !cfg.noInPlace && contains(cfg.systems, sysAcyclicfs) {
+		if err := runInPlace(ctx, env, res); err != nil {
 			return err
 		}
 	}

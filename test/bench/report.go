@@ -20,6 +20,7 @@ type results struct {
 	samples  map[string]map[string][]sample // workload -> system -> per run
 	unmount  map[string][]time.Duration     // system -> per run
 	forks    []*forkResult
+	inplace  *inplaceResult
 	profile  map[string]map[string]*profileResult // workload -> system
 }
 
@@ -171,6 +172,9 @@ func (r *results) markdown() string {
 
 	if len(r.forks) > 0 {
 		r.forkMarkdown(&b)
+	}
+	if r.inplace != nil {
+		r.inplaceMarkdown(&b)
 	}
 	if len(r.profile) > 0 {
 		r.profileMarkdown(&b)
