@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+	"sync/atomic"
 	"syscall"
 	"testing"
 )
@@ -122,6 +124,33 @@ func BenchmarkSeqRead(b *testing.B) {
 	}
 }
 
+// BenchmarkCleanReadDaemon reads a 64 MiB clean file through the daemon:
+// the kernel's cached pages are dropped before every pass.
+func BenchmarkCleanReadDaemon(b *testing.B) {
+	const size = 64 << 20
+	objs := newFakeObjects(b)
+	m, mnt := mountT(b, objs, objs.build(b, spec{"f": string(bytes.Repeat([]byte("0123456789abcdef"), size/16))}), nil)
+	p := filepath.Join(mnt, "f")
+	rbuf := make([]byte, 1<<20)
+	mustRead(b, p)
+	b.SetBytes(size)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if errno := m.rootNode.GetChild("f").NotifyContent(0, 0); errno != 0 {
+			b.Fatal(errno)
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n, err := io.CopyBuffer(io.Discard, struct{ io.Reader }{f}, rbuf)
+		f.Close()
+		if err != nil || n != size {
+			b.Fatal(n, err)
+		}
+	}
+}
+
 // BenchmarkStatTree stats every entry of a 1000-file lower tree (warm).
 func BenchmarkStatTree(b *testing.B) {
 	s := spec{}
@@ -171,6 +200,33 @@ func BenchmarkCreateUnlink(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkCreateParallel creates (and closes) new files from several
+// goroutines at once, each in a directory of its own.
+func BenchmarkCreateParallel(b *testing.B) {
+	for _, tg := range benchTargets() {
+		b.Run(tg.name, func(b *testing.B) {
+			dir := tg.dir(b)
+			var next atomic.Int64
+			b.SetParallelism(4)
+			b.RunParallel(func(pb *testing.PB) {
+				d := filepath.Join(dir, fmt.Sprintf("g%d", next.Add(1)))
+				if err := os.Mkdir(d, 0o755); err != nil {
+					b.Error(err)
+					return
+				}
+				for i := 0; pb.Next(); i++ {
+					fd, err := syscall.Open(filepath.Join(d, strconv.Itoa(i)), syscall.O_CREAT|syscall.O_WRONLY|syscall.O_EXCL, 0o644)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					syscall.Close(fd)
+				}
+			})
 		})
 	}
 }

@@ -8,16 +8,19 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
-// dirHandle is an open directory. It exists so that opendir can ask the
-// kernel to cache the listing (FOPEN_CACHE_DIR): the kernel drops that
-// cache itself when it changes the directory through this mount, and a
-// view switch drops it for every directory whose names changed.
+// dirHandle is one listing of a directory. The kernel never opens
+// directories here (dirsFS answers OPENDIR with ENOSYS, so it caches every
+// listing itself); dirsFS opens a dirHandle through the bridge for each
+// uncached pass and keeps it between the pass's chunks. The kernel drops
+// its cached listing when it changes the directory through this mount, and
+// a view switch drops it for every directory whose names changed.
 type dirHandle struct {
 	m  *Mount
 	ds fs.DirStream
 }
 
-// OpendirHandle lists the directory and lets the kernel cache the listing.
+// OpendirHandle snapshots the listing (the flags are not seen by the
+// kernel; see dirsFS).
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	ds, e := n.Readdir(ctx)
 	if e != 0 {

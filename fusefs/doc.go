@@ -46,6 +46,13 @@
 // passthrough writes ~0.93 GB/s and reads ~2-2.7 GB/s, as native ext4
 // (0.86-0.89 / 2-3.5 GB/s); without passthrough 0.39-0.49 and 1.5-1.9 GB/s.
 //
+// Round trips: OPENDIR and FLUSH are answered with ENOSYS once, after
+// which the kernel sends neither (no_opendir, no_flush): every directory
+// listing is cached by the kernel (FOPEN_CACHE_DIR, rawdirs.go), so a warm
+// walk (find, git status) sends no request for listings, and a close sends
+// only RELEASE. Clean reads the daemon serves are spliced from the blob
+// file (BenchmarkCleanReadDaemon: ~1.45 GB/s against ~1.27 with pread).
+//
 // Extended attributes are off by default (Config.EnableXattrs): with them
 // on, the kernel sends GETXATTR security.capability before every write,
 // passthrough writes included — 4 KiB passthrough writes took 26 µs

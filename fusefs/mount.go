@@ -84,6 +84,7 @@ type Mount struct {
 	mountpoint string
 	server     *fuse.Server
 	rootNode   *node
+	dirs       *dirsFS // the raw layer that serves listings without OPENDIR
 
 	clean, dirty time.Duration // kernel cache timeouts
 
@@ -135,6 +136,7 @@ func MountAt(mountpoint string, cfg Config) (*Mount, error) {
 		clean: cfg.AttrTimeout, dirty: cfg.DirtyTimeout,
 		notifyC: make(chan struct{}, 1), doneC: make(chan struct{})}
 	m.readOnly.Store(cfg.ReadOnly)
+	ov.pool = startUpperPool(ov.upperDir())
 	m.rootNode = &node{m: m, in: ov.root}
 	entryT := cfg.EntryTimeout
 	attrT := cfg.AttrTimeout
@@ -163,13 +165,22 @@ func MountAt(mountpoint string, cfg Config) (*Mount, error) {
 			Options:     []string{"default_permissions"},
 		},
 	}
-	server, err := fs.Mount(mountpoint, m.rootNode, opts)
+	m.dirs = newDirsFS(fs.NewNodeFS(m.rootNode, opts))
+	server, err := fuse.NewServer(m.dirs, mountpoint, &opts.MountOptions)
 	if err != nil {
+		ov.pool.close()
+		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
+	}
+	go server.Serve()
+	if err := server.WaitMount(); err != nil {
+		// As fs.Mount: the serve loop ends by itself when the mount failed.
+		ov.pool.close()
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
 	m.server = server
 	go func() {
 		server.Wait()
+		ov.pool.close()
 		close(m.doneC)
 	}()
 	go m.notifier()
@@ -234,6 +245,9 @@ func (m *Mount) Dirty() bool {
 // after that.
 func (m *Mount) Unmount() error {
 	m.unmountOnce.Do(func() {
+		// No pool file may appear in the state directory after Unmount
+		// returns (the daemon may reset it); late creates make their own.
+		m.ov.pool.close()
 		serr := m.writeSnapshot()
 		err := m.server.Unmount()
 		if err != nil {

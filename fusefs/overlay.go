@@ -124,6 +124,10 @@ type overlay struct {
 	openHandles int        // open file handles in the whole mount (protected by mu)
 	released    *sync.Cond // on mu; broadcast when a handle is released
 
+	// pool supplies empty upper files for creates (nil offline); set
+	// before the overlay is shared.
+	pool *upperPool
+
 	// uppers lists upper files a replayed snapshot refers to; only used
 	// while opening, before the overlay is shared.
 	uppers map[uint64]bool

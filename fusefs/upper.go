@@ -97,12 +97,26 @@ func cloneOrCopy(dst, src *os.File) error {
 }
 
 // createUpper makes an empty upper file for a new inode and keeps it open
-// as the inode's backing file, for the open that follows a create. Caller
-// holds mu.
+// as the inode's backing file, for the open that follows a create. It
+// takes a file from the pool when there is one (a rename), else creates
+// one. Caller holds mu.
 func (o *overlay) createUpper(in *inode) error {
-	f, err := os.OpenFile(o.upperPath(in.num), os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o600)
-	if err != nil {
-		return fmt.Errorf("create upper file: %w", err)
+	path := o.upperPath(in.num)
+	f := o.pool.take(path)
+	if f != nil {
+		// A pool file has the times of its creation: give it the inode's.
+		ts := []unix.Timespec{unix.NsecToTimespec(in.atime), unix.NsecToTimespec(in.mtime)}
+		if err := unix.UtimesNanoAt(unix.AT_FDCWD, path, ts, 0); err != nil {
+			f.Close()
+			f = nil
+		}
+	}
+	if f == nil {
+		var err error
+		f, err = os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o600)
+		if err != nil {
+			return fmt.Errorf("create upper file: %w", err)
+		}
 	}
 	in.upperFile = f
 	in.upper = true
