@@ -72,6 +72,11 @@ type Config struct {
 	// (4 KiB passthrough writes measured 26 µs instead of 4.1 µs); off, it
 	// gets ENOSYS once and never asks again (see doc.go).
 	EnableXattrs bool
+	// BaseInodes reports the real inode numbers of an in-place
+	// directory's files that the view still names by base reference
+	// (Objects must implement BaseInoer), and the overlay's own numbers
+	// with bit 62 set. Off: every inode number is the overlay's own.
+	BaseInodes bool
 	// ReadOnly mounts the view read-only from the start (see
 	// Mount.SetReadOnly): every change fails with EROFS.
 	ReadOnly bool
@@ -84,7 +89,8 @@ type Mount struct {
 	mountpoint string
 	server     *fuse.Server
 	rootNode   *node
-	dirs       *dirsFS // the raw layer that serves listings without OPENDIR
+	dirs       *dirsFS  // the raw layer that serves listings without OPENDIR
+	baseInos   baseInos // Config.BaseInodes: lower ID → real inode number
 
 	clean, dirty time.Duration // kernel cache timeouts
 

@@ -7,6 +7,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/acyclicfs/acyclicfs/store"
 )
 
 // node is the go-fuse face of an overlay inode. go-fuse deduplicates
@@ -44,6 +46,7 @@ func callerOwner(ctx context.Context, ov *overlay) (uid, gid uint32) {
 // of an upper file happens outside it.
 type attrSnapshot struct {
 	num                   uint64
+	lowerID               store.ID // the pinned view's object here (zero if new)
 	mode, uid, gid, nlink uint32
 	size                  int64
 	atime, mtime, ctime   int64
@@ -53,7 +56,7 @@ type attrSnapshot struct {
 
 // snapAttr copies in's attributes. Caller holds mu.
 func snapAttr(in *inode) attrSnapshot {
-	a := attrSnapshot{num: in.num, mode: in.mode, uid: in.uid, gid: in.gid, nlink: in.nlink(),
+	a := attrSnapshot{num: in.num, lowerID: in.lowerIDOrZero(), mode: in.mode, uid: in.uid, gid: in.gid, nlink: in.nlink(),
 		atime: in.atime, mtime: in.mtime, ctime: in.ctime, upper: in.upper}
 	switch {
 	case in.isDir():
@@ -76,12 +79,20 @@ func snapAttr(in *inode) attrSnapshot {
 // fill writes a into out, taking size and times of an upper file from the
 // file itself: passthrough writes never reach the daemon.
 func (m *Mount) fill(a *attrSnapshot, out *fuse.Attr) {
-	out.Ino = a.num
+	out.Ino = m.reportedIno(a.num, a.lowerID)
 	out.Mode = a.mode
 	out.Nlink = a.nlink
 	out.Owner = fuse.Owner{Uid: a.uid, Gid: a.gid}
 	out.Size = uint64(a.size)
-	setTimes(out, a.atime, a.mtime, a.ctime)
+	ctime := a.ctime
+	if a.clean && !a.upper {
+		// An unchanged file of an in-place directory shows its real
+		// ctime, as git's index recorded it.
+		if b := m.baseStat(a.lowerID); b.ino != 0 {
+			ctime = b.ctime
+		}
+	}
+	setTimes(out, a.atime, a.mtime, ctime)
 	if a.upper {
 		var st syscall.Stat_t
 		if err := syscall.Stat(m.ov.upperPath(a.num), &st); err == nil {
@@ -118,9 +129,9 @@ func (n *node) child(ctx context.Context, name string, in *inode, a *attrSnapsho
 	out.SetAttrTimeout(t)
 	if name != "" {
 		// Known to go-fuse already: skip allocating a node it would discard.
-		if ch := n.GetChild(name); ch != nil && ch.StableAttr().Ino == in.num {
+		if ch := n.GetChild(name); ch != nil && m.sameNode(ch.StableAttr(), in.num) {
 			return ch
 		}
 	}
-	return n.NewInode(ctx, &node{m: m, in: in}, fs.StableAttr{Mode: a.mode & syscall.S_IFMT, Ino: in.num})
+	return n.NewInode(ctx, &node{m: m, in: in}, m.stableAttr(a))
 }

@@ -46,19 +46,25 @@ func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 	}
 	ov := n.m.ov
 	var list []fuse.DirEntry
+	var lowers []store.ID
 	err := ov.update(func() error {
 		ch, err := ov.children(n.in)
 		if err != nil {
 			return err
 		}
 		list = make([]fuse.DirEntry, 0, len(ch))
+		lowers = make([]store.ID, 0, len(ch))
 		for name, c := range ch {
 			list = append(list, fuse.DirEntry{Name: name, Mode: c.mode & syscall.S_IFMT, Ino: c.num})
+			lowers = append(lowers, c.lowerIDOrZero())
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, toErrno(err)
+	}
+	for i := range list { // outside the lock: may ask the store
+		list[i].Ino = n.m.reportedIno(list[i].Ino, lowers[i])
 	}
 	sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
 	return fs.NewListDirStream(list), 0

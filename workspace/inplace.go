@@ -467,8 +467,10 @@ func joinRel(dir, name string) string {
 	return dir + "/" + name
 }
 
-// derivesFromInPlace reports whether ws or one of its ancestors is an
+// DerivesFromInPlace reports whether ws or one of its ancestors is an
 // in-place workspace, so that its trees may name base references.
+func (m *Manager) DerivesFromInPlace(ws string) bool { return m.derivesFromInPlace(ws) }
+
 func (m *Manager) derivesFromInPlace(ws string) bool {
 	for i := 0; ws != "" && i < 1024; i++ {
 		w, err := m.st.GetWorkspace(ws)

@@ -221,7 +221,7 @@ func (d *daemon) mountWorkspace(ws, mp string, opt mountOptions) (*served, []str
 		return nil, notes, err
 	}
 	mnt, err := fusefs.MountAt(mp, fusefs.Config{Objects: storeObjects{m.Store()}, Root: root, StateDir: stateDir,
-		Admitter: tr, AllowOther: opt.allowOther, Debug: opt.debug, FsName: "acyclicfs:" + ws, Passthrough: true, EnableXattrs: opt.xattrs,
+		Admitter: tr, AllowOther: opt.allowOther, BaseInodes: m.DerivesFromInPlace(ws), Debug: opt.debug, FsName: "acyclicfs:" + ws, Passthrough: true, EnableXattrs: opt.xattrs,
 		ReadOnly: s.readOnly.Load()})
 	if err != nil {
 		tr.Close()
@@ -795,7 +795,17 @@ type storeObjects struct{ *store.Store }
 // NewBatch implements fusefs.Batcher.
 func (s storeObjects) NewBatch() fusefs.Batch { return s.NewBlobBatch() }
 
+// BaseIno is the real inode number and ctime behind a base reference.
+func (s storeObjects) BaseIno(id store.ID) (uint64, int64, bool) {
+	r, ok, err := s.BaseRefOf(id)
+	if err != nil || !ok {
+		return 0, 0, false
+	}
+	return r.Ino, r.Ctime, true
+}
+
 var (
 	_ fusefs.Batcher        = storeObjects{}
 	_ fusefs.BlobFileOpener = storeObjects{}
+	_ fusefs.BaseInoer      = storeObjects{}
 )
