@@ -411,3 +411,23 @@ func TestDaemonExitAfterLastUnmountRace(t *testing.T) {
 		}
 	}
 }
+
+// TestMountRightAfterLastUnmount: a mount sent the moment the last unmount
+// returns must end up served — not accepted by the daemon that is exiting
+// and then torn down with it.
+func TestMountRightAfterLastUnmount(t *testing.T) {
+	t.Parallel()
+	e := newMountEnv(t)
+	e.ok("create", "w")
+	mp := filepath.Join(e.dir, "mnt")
+	os.Mkdir(mp, 0o755)
+	e.ok("mount", "w", mp)
+	for i := 0; i < 15; i++ {
+		e.ok("unmount", mp)
+		e.ok("mount", "w", mp)
+		if r := e.run("exec", mp, "--", "true"); r.code != 0 {
+			t.Fatalf("round %d: exec right after unmount+mount: %s", i, r)
+		}
+	}
+	e.ok("unmount", mp)
+}

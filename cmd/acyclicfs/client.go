@@ -88,11 +88,20 @@ func (a *app) forward(args []string) (int, bool) {
 			return 0, false
 		}
 	}
-	resp, err := c.run(runRequest{Args: args, Cwd: a.cwd, StderrTTY: a.stderrTTY, ClientPID: os.Getpid()})
-	if err != nil && isGone(err) && cmd != "mount" {
-		// The daemon exited between the ping and the call (it stops after
-		// its last unmount): the store is ours again.
-		return 0, false
+	req := runRequest{Args: args, Cwd: a.cwd, StderrTTY: a.stderrTTY, ClientPID: os.Getpid()}
+	resp, err := c.run(req)
+	if err != nil && (isGone(err) || errors.Is(err, errDaemonExiting)) {
+		// The daemon exited, or is exiting, between the ping and the call
+		// (it stops after its last unmount): the store is ours again, or
+		// the next daemon's.
+		if !startsDaemon(args) {
+			return 0, false
+		}
+		if err := startDaemon(dir); err != nil {
+			reportError(a.stderr, fmt.Errorf("%s: start daemon: %w", cmd, err))
+			return exitError, true
+		}
+		resp, err = c.run(req)
 	}
 	if err != nil {
 		reportError(a.stderr, fmt.Errorf("%s: daemon unreachable: %w", cmd, err))
@@ -114,6 +123,9 @@ func hasFlag(args []string, flag string) bool {
 	}
 	return false
 }
+
+// errDaemonExiting: the daemon refused the command because it is exiting.
+var errDaemonExiting = errors.New("daemon is exiting")
 
 type client struct {
 	dir  string
@@ -169,6 +181,9 @@ func (c *client) call(path string, in, out any) error {
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return err
+	}
+	if resp.StatusCode == http.StatusServiceUnavailable {
+		return errDaemonExiting
 	}
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("daemon: %s: %s", resp.Status, bytes.TrimSpace(b))

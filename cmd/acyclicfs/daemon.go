@@ -59,6 +59,22 @@ func runDaemon(storeDir string, ready io.WriteCloser, exitWhenIdle bool) error {
 		}
 		return err
 	}
+	// One daemon per store: the lock is held for the daemon's lifetime and
+	// released by the kernel if it dies, so a crashed daemon never blocks
+	// the next one (a stale socket file alone would not tell). A daemon
+	// that is exiting (its socket already gone) still holds it for a
+	// moment: wait for it, bounded.
+	if err := os.MkdirAll(storeDir, 0o700); err != nil {
+		return fail(err)
+	}
+	lock := flock.New(filepath.Join(storeDir, lockName))
+	lctx, lcancel := context.WithTimeout(context.Background(), daemonLockWait)
+	got, err := lock.TryLockContext(lctx, 20*time.Millisecond)
+	lcancel()
+	if err != nil || !got {
+		return fail(fmt.Errorf("another daemon already serves %s", storeDir))
+	}
+	defer lock.Unlock()
 	m, err := openManagerPatiently(storeDir, logger)
 	if err != nil {
 		return fail(err)
@@ -68,18 +84,6 @@ func runDaemon(storeDir string, ready io.WriteCloser, exitWhenIdle bool) error {
 	m.SetHooks(workspace.Hooks{ParentAdvanced: d.parentAdvanced})
 
 	sock := filepath.Join(d.dir, socketName)
-	// One daemon per store: the lock is held for the daemon's lifetime and
-	// released by the kernel if it dies, so a crashed daemon never blocks
-	// the next one (a stale socket file alone would not tell).
-	lock := flock.New(filepath.Join(d.dir, lockName))
-	if got, err := lock.TryLock(); err != nil || !got {
-		m.Close()
-		if err == nil {
-			err = fmt.Errorf("another daemon already serves %s", d.dir)
-		}
-		return fail(err)
-	}
-	defer lock.Unlock()
 	_ = os.Remove(sock)
 	old := unix.Umask(0o077)
 	ln, err := net.Listen("unix", sock)
@@ -149,6 +153,10 @@ func runDaemon(storeDir string, ready io.WriteCloser, exitWhenIdle bool) error {
 	return m.Close()
 }
 
+// daemonLockWait bounds how long a starting daemon waits for an exiting
+// one to release the store's daemon lock.
+const daemonLockWait = 10 * time.Second
+
 // drainWindow is how long an exiting daemon keeps answering connections
 // that were queued before its socket was unlinked.
 const drainWindow = 200 * time.Millisecond
@@ -215,6 +223,15 @@ func (d *daemon) handleRun(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	d.mu.Lock()
+	stopping := d.stopping
+	d.mu.Unlock()
+	if stopping {
+		// Exiting: the client runs the command itself (or starts the next
+		// daemon) once this one has released the store.
+		http.Error(w, "daemon is exiting", http.StatusServiceUnavailable)
+		return
+	}
 	var out, errb bytes.Buffer
 	a := &app{stdout: &out, stderr: &errb, stdin: bytes.NewReader(nil), cwd: req.Cwd,
 		stderrTTY: false, mgr: d.m, inDaemon: true, d: d}
@@ -230,21 +247,28 @@ func (d *daemon) handleRun(w http.ResponseWriter, r *http.Request) {
 	} else {
 		d.gcMu.RUnlock()
 	}
+	// A daemon started on demand leaves once nothing is mounted: after the
+	// last unmount, or after the mount that started it failed. It decides
+	// before answering, and stops taking commands (its socket unlinked,
+	// later requests refused) at once: a mount the client sends right
+	// after this answer must reach the next daemon, not this exiting one
+	// — which would unmount it again on its way out.
+	exiting := false
+	if (cmd == "unmount" || cmd == "mount" || cmd == "context") && d.exitWhenIdle {
+		d.mu.Lock()
+		if len(d.mounts) == 0 && !d.stopping {
+			d.stopping, exiting = true, true
+		}
+		d.mu.Unlock()
+		if exiting {
+			_ = os.Remove(filepath.Join(d.dir, socketName))
+		}
+	}
 	resp := runResponse{Stdout: out.Bytes(), Stderr: errb.Bytes(), Code: code}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(resp)
-	if cmd == "shutdown" {
+	if cmd == "shutdown" || exiting {
 		d.stop()
-	}
-	// A daemon started on demand leaves once nothing is mounted: after the
-	// last unmount, or after the mount that started it failed.
-	if (cmd == "unmount" || cmd == "mount" || cmd == "context") && d.exitWhenIdle {
-		d.mu.Lock()
-		idle := len(d.mounts) == 0
-		d.mu.Unlock()
-		if idle {
-			d.stop()
-		}
 	}
 }
 
