@@ -21,12 +21,14 @@ type note struct {
 
 // SwitchView pins a new generation. Overlay state that the new root
 // already contains is dropped; anything changed after the last Capture
-// stays dirty on top of the new view. Inode numbers stay stable for paths
-// that survive. Only changed entries are invalidated in the kernel, from
-// the notifier goroutine; SwitchView then writes the overlay snapshot and
-// waits until the invalidations have been sent. It must not be called from
-// inside a request handler, nor while holding a lock that request
-// admission waits for (use SwitchViewQueued there).
+// stays dirty on top of the new view, and so does an upper file still open
+// (it is its handles' backing file; the kernel sends RELEASE only after
+// close returns, so a file just closed may count as open). Inode numbers
+// stay stable for paths that survive. Only changed entries are invalidated
+// in the kernel, from the notifier goroutine; SwitchView then writes the
+// overlay snapshot and waits until the invalidations have been sent. It
+// must not be called from inside a request handler, nor while holding a
+// lock that request admission waits for (use SwitchViewQueued there).
 func (m *Mount) SwitchView(root store.ID) error {
 	var notes []note
 	if _, err := m.ov.switchView(root, &notes); err != nil {
