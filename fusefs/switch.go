@@ -2,7 +2,10 @@ package fusefs
 
 import (
 	"fmt"
+	"io"
+	"os"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 
@@ -244,6 +247,18 @@ func lastName(path []string) string {
 func (o *overlay) reconcileLeaf(c *inode, ne store.Entry, dir []string, name string, notes *[]note) bool {
 	ne.Name = ""
 	upperOpen := c.upper && c.upperOpens > 0
+	if upperOpen && len(c.links) <= 1 && c.isReg() && ne.Kind.IsRegular() && !o.changedSinceCapture(c) && c.capID != ne.ID {
+		// Unchanged since the capture, still open (often only a RELEASE
+		// not yet arrived), and the new view has other content — a merged
+		// parent change. Keeping the old upper file would show, and later
+		// publish, the pre-merge content: replace it with the new content
+		// (atomically; open handles keep reading what they opened).
+		c.lower, c.hasLower = ne, true
+		if err := o.replaceOpenUpper(c, ne); err == nil {
+			addNote(notes, dir, name, true)
+		}
+		return true
+	}
 	if len(c.links) > 1 || upperOpen || o.changedSinceCapture(c) {
 		c.lower, c.hasLower = ne, true
 		return true
@@ -274,6 +289,70 @@ func (o *overlay) reconcileLeaf(c *inode, ne store.Entry, dir []string, name str
 		addNote(notes, dir, name, true)
 	}
 	return false
+}
+
+// replaceOpenUpper puts ne's content into c's upper file and records it
+// as captured (so the file is clean as soon as its last handle is
+// released). While handles share the upper file (kernel passthrough
+// requires every open of the inode to use that one backing file), the
+// file is rewritten in place, so every handle sees the merged content;
+// if that fails half-way the captured content is written back. Otherwise
+// a new file is renamed over it. Caller holds mu.
+func (o *overlay) replaceOpenUpper(c *inode, ne store.Entry) error {
+	path := o.upperPath(c.num)
+	if f := c.upperFile; f != nil {
+		if err := rewriteFile(o.objects, f, ne.ID); err != nil {
+			if rerr := rewriteFile(o.objects, f, c.capID); rerr != nil {
+				o.touch(c) // torn: let the next capture see it rather than trust capStat
+			}
+			return err
+		}
+	} else {
+		tmp, err := os.CreateTemp(o.upperDir(), "switch-*")
+		if err != nil {
+			return err
+		}
+		defer func() {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}()
+		if err := rewriteFile(o.objects, tmp, ne.ID); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp.Name(), path); err != nil {
+			return err
+		}
+	}
+	mt := time.Unix(0, ne.Mtime)
+	if err := os.Chtimes(path, mt, mt); err != nil {
+		return err
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return err
+	}
+	if c.kind() != ne.Kind {
+		c.mode = modeForKind(ne.Kind)
+	}
+	c.mtime, c.ctime = ne.Mtime, ne.Mtime
+	c.capStat, c.capID, c.capRacy = statOf(&st), ne.ID, true
+	return nil
+}
+
+// rewriteFile replaces f's whole content with blob id and syncs it.
+func rewriteFile(objects Objects, f *os.File, id store.ID) error {
+	src, err := openBlob(objects, id)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	if err := f.Truncate(0); err != nil {
+		return err
+	}
+	if _, err := io.Copy(io.NewOffsetWriter(f, 0), src); err != nil {
+		return err
+	}
+	return f.Sync()
 }
 
 // unlinkQuiet removes d/name without recording a change. Caller holds mu.
