@@ -443,6 +443,10 @@ func (m *Manager) afterLanding(pub Publication) {
 	}
 	for _, r := range pub.Roots {
 		if !r.NewHead.IsZero() {
+			// An in-place parent root gets the landing in its directory now
+			// (or at its mount's next reconciliation); a failure leaves the
+			// directory as it was and is retried by the next sync.
+			_ = m.afterInPlaceMoved(r.ParentWorkspace)
 			m.propagate(r.ParentWorkspace, true)
 		}
 	}

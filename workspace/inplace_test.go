@@ -150,3 +150,32 @@ func TestInPlaceExternalEditsMergeWithLanding(t *testing.T) {
 		}
 	})
 }
+
+// TestContextLandingReachesInPlaceRoot: a context whose root is an
+// in-place workspace; the landing of a forked context writes the fork's
+// change into the directory.
+func TestContextLandingReachesInPlaceRoot(t *testing.T) {
+	m := openTest(t)
+	dir := filepath.Join(t.TempDir(), "work")
+	write(t, dir, map[string]string{"a": "old", "keep": "k"})
+	if _, err := m.CreateInPlace("ws", dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.CreateContext("p", []ContextRoot{{Workspace: "ws"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.ForkContext("p", "c"); err != nil {
+		t.Fatal(err)
+	}
+	edit := filepath.Join(t.TempDir(), "edit")
+	write(t, edit, map[string]string{"a": "new", "keep": "k"})
+	if _, _, err := m.Commit("c.ws", edit); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.LandContext("c"); err != nil {
+		t.Fatal(err)
+	}
+	if got := snapshot(t, dir); !maps.Equal(got, map[string]string{"a": "new", "keep": "k"}) {
+		t.Fatalf("directory after the context landing: %v", got)
+	}
+}
