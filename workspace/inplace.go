@@ -246,6 +246,9 @@ func (m *Manager) SyncInPlace(name string) (Result, error) {
 				return res, fmt.Errorf("merge changes made in %s into %s: %w", st.Dir, name, err)
 			}
 			markers = toInfos(mr.Resolved)
+			if mr.Tree.IsZero() {
+				mr.Tree = store.EmptyTreeID() // both sides emptied the directory
+			}
 			if newHead, err = m.st.PutGeneration(&store.Generation{Root: mr.Tree, Parents: []store.ID{w.Head, egen}, Workspace: name, Kind: store.GenRebase, Operation: op, Time: m.now()}); err != nil {
 				return res, fmt.Errorf("store generation: %w", err)
 			}
