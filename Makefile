@@ -51,7 +51,7 @@ bench:
 # Side by side against a native directory, go-fuse loopback and
 # fuse-overlayfs (root; apt-get install fuse-overlayfs). Writes docs/benchmarks.md.
 bench-fs:
-	$(GO) run ./test/bench -runs 3 -profile
+	$(GO) run ./test/bench -runs 2 -profile
 
 clean:
 	rm -rf bin
