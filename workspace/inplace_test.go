@@ -4,8 +4,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"sort"
-	"strings"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -14,25 +12,7 @@ import (
 // drawTree draws a small tree of files: paths over a tiny alphabet so that
 // before and after often share, replace and retype paths (file ↔ dir).
 func drawTree(rt *rapid.T, label string) map[string]string {
-	files := rapid.MapOfN(rapid.StringMatching(`[a-c]{1,2}(/[a-c]{1,2}){0,2}`), rapid.StringMatching(`[xy]{0,3}`), 0, 10).Draw(rt, label)
-	keys := make([]string, 0, len(files))
-	for k := range files {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	clean := map[string]string{}
-	for _, k := range keys {
-		ok := true
-		for _, o := range keys {
-			if o != k && (strings.HasPrefix(o, k+"/") || strings.HasPrefix(k, o+"/")) {
-				ok = false
-			}
-		}
-		if ok {
-			clean[k] = files[k]
-		}
-	}
-	return clean
+	return disjointPaths(rapid.MapOfN(rapid.StringMatching(`[a-c]{1,2}(/[a-c]{1,2}){0,2}`), rapid.StringMatching(`[xy]{0,3}`), 0, 10).Draw(rt, label))
 }
 
 // TestInPlaceMaterializeMatchesTarget: for random before/after trees, a

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 
@@ -69,29 +68,31 @@ func snapshot(t testing.TB, root string) map[string]string {
 	return out
 }
 
+// disjointPaths drops the paths that are a prefix directory of another
+// (a file cannot also be a directory).
+func disjointPaths(files map[string]string) map[string]string {
+	clean := map[string]string{}
+	for k, v := range files {
+		ok := true
+		for o := range files {
+			if o != k && (strings.HasPrefix(o, k+"/") || strings.HasPrefix(k, o+"/")) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			clean[k] = v
+		}
+	}
+	return clean
+}
+
 func TestImportExportRoundTrip(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		m := openTest(t)
 		src := t.TempDir()
 		files := rapid.MapOfN(rapid.StringMatching(`[a-c]{1,2}(/[a-c]{1,2}){0,2}`), rapid.String(), 0, 12).Draw(rt, "files")
-		// Drop paths that are prefixes of others (a file cannot be a dir).
-		var keys []string
-		for k := range files {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		clean := map[string]string{}
-		for _, k := range keys {
-			conflict := false
-			for _, o := range keys {
-				if o != k && (strings.HasPrefix(o, k+"/") || strings.HasPrefix(k, o+"/")) {
-					conflict = true
-				}
-			}
-			if !conflict {
-				clean[k] = files[k]
-			}
-		}
+		clean := disjointPaths(files)
 		write(t, src, clean)
 		name := fmt.Sprintf("w%d", rapid.IntRange(0, 1<<30).Draw(rt, "n"))
 		gen, _, err := m.Create(name, src)

@@ -718,13 +718,21 @@ func (s *served) unmount() (res workspace.Result, err error) {
 	if err := s.captureAndPublish(nil); err != nil {
 		return res, err
 	}
+	// The final close EndAll triggered already synced an in-place directory;
+	// sync again only if nothing did, or the capture above moved the head.
 	if s.inPlace {
-		r, err := s.syncInPlace()
+		info, _, err := s.d.m.InPlace(s.ws)
 		if err != nil {
 			return res, err
 		}
-		if res.Outcome == workspace.OutcomeCurrent {
-			res = r
+		if w, err := s.d.m.Get(s.ws); err != nil || s.last.Outcome == "" || w.Head != info.Materialized {
+			r, err := s.syncInPlace()
+			if err != nil {
+				return res, err
+			}
+			if res.Outcome == workspace.OutcomeCurrent {
+				res = r
+			}
 		}
 	}
 	if err := s.mnt.Unmount(); err != nil {
