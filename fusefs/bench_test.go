@@ -337,3 +337,45 @@ func TestPassthroughWriterWhileCleanReaderOpen(t *testing.T) {
 		t.Fatalf("after closing all: %q", got)
 	}
 }
+
+// TestPassthroughAfterPlainHandles orders RELEASEs the way a loaded
+// machine can: a plain (uncached) handle opened while a cached reader was
+// open is released after a passthrough open of the same inode. go-fuse
+// drops its per-inode backing-ID count at every RELEASE, so the daemon
+// must not hand out passthrough while plain handles are open; before it
+// did, the next open here failed with EIO (the kernel refused a second
+// backing file for the inode).
+func TestPassthroughAfterPlainHandles(t *testing.T) {
+	objs := newFakeObjects(t)
+	m, mnt := mountT(t, objs, objs.build(t, spec{"f": "old content"}), &mountOpts{passthrough: true})
+	p := filepath.Join(mnt, "f")
+	r, err := os.Open(p) // cached reader of the blob
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := os.OpenFile(p, os.O_RDWR, 0) // copies up; uncached while r is open
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteAt([]byte("NEW"), 0); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	waitOpenHandles(m, 1)
+	x, err := os.Open(p) // w is still open
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	w.Close()
+	waitOpenHandles(m, 1)
+	for i := range 3 {
+		if got := mustRead(t, p); got != "NEW content" {
+			t.Fatalf("open %d after the plain handles closed: %q", i, got)
+		}
+	}
+	buf := make([]byte, 11)
+	if _, err := x.ReadAt(buf, 0); err != nil || string(buf) != "NEW content" {
+		t.Fatalf("handle opened while w was open: %q %v", buf, err)
+	}
+}

@@ -19,6 +19,7 @@ type handle struct {
 	fd   int
 	blob bool     // fd is the read-only blob file of a clean inode
 	own  *os.File // a private backing file (not the inode's shared one)
+	pt   bool     // given to the kernel for passthrough (a *ptHandle)
 
 	lockMu   sync.Mutex // protects lockFile
 	lockFile *os.File   // private descriptor of the inode's lock file (locks.go)
@@ -93,6 +94,9 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	defer ov.mu.Unlock()
 	in := h.in
 	in.opens--
+	if !h.pt {
+		in.plainOpens--
+	}
 	ov.openHandles--
 	ov.released.Broadcast()
 	if h.own != nil {

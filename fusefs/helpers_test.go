@@ -352,9 +352,13 @@ var _ = syscall.Sync
 
 // waitReleased blocks until the kernel has released every open handle
 // (RELEASE is sent asynchronously after close returns).
-func waitReleased(m *Mount) {
+func waitReleased(m *Mount) { waitOpenHandles(m, 0) }
+
+// waitOpenHandles blocks until at most n handles of m are open as the
+// daemon sees them.
+func waitOpenHandles(m *Mount, n int) {
 	m.ov.mu.Lock()
-	for m.ov.openHandles > 0 {
+	for m.ov.openHandles > n {
 		m.ov.released.Wait()
 	}
 	m.ov.mu.Unlock()

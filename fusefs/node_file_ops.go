@@ -330,12 +330,12 @@ func (m *Mount) open(in *inode, flags uint32) (fs.FileHandle, uint32, syscall.Er
 			h.fd, h.own, h.blob = int(f.Fd()), f, true
 			in.opens++
 			ov.openHandles++
-			if m.cfg.Passthrough && m.cfg.PassthroughClean {
+			if m.cfg.Passthrough && m.cfg.PassthroughClean && in.plainOpens == 0 {
 				// The kernel keeps serving the old blob registered for the
 				// readers still open (documented caveat).
-				return &ptHandle{h}, 0, 0
+				return in.passthrough(h), 0, 0
 			}
-			return h, fuse.FOPEN_DIRECT_IO, 0
+			return in.plain(h), fuse.FOPEN_DIRECT_IO, 0
 		}
 		if in.blobFile == nil {
 			f, err := openBlob(ov.objects, in.lower.ID)
@@ -353,20 +353,36 @@ func (m *Mount) open(in *inode, flags uint32) (fs.FileHandle, uint32, syscall.Er
 	// The kernel's rules (fs/fuse/iomode.c): while an inode has a
 	// passthrough open, every open must be passthrough with the same
 	// backing file, else open fails with EIO; while it has a cached open,
-	// a passthrough open fails; FOPEN_DIRECT_IO opens are always allowed.
+	// a passthrough open fails with EIO. go-fuse adds one more: a plain
+	// handle must not be open when a passthrough one is given out
+	// (inode.plainOpens).
 	switch {
 	case !m.cfg.Passthrough:
-		return h, fuse.FOPEN_KEEP_CACHE, 0
+		return in.plain(h), fuse.FOPEN_KEEP_CACHE, 0
 	case h.blob && !m.cfg.PassthroughClean:
 		// Clean readers use the page cache (kept across opens), so a
 		// writer can still copy the file up and open it.
-		return h, fuse.FOPEN_KEEP_CACHE, 0
-	case !h.blob && in.blobOpens > 0:
-		// Cached readers of the blob are open: this open of the upper file
-		// goes through the daemon, uncached.
-		return h, fuse.FOPEN_DIRECT_IO, 0
+		return in.plain(h), fuse.FOPEN_KEEP_CACHE, 0
+	case in.plainOpens > 0:
+		// Cached readers of the blob, or handles opened while they were,
+		// are open (as far as the daemon has seen their RELEASE): this
+		// open goes through the daemon, uncached.
+		return in.plain(h), fuse.FOPEN_DIRECT_IO, 0
 	}
-	return &ptHandle{h}, 0, 0
+	return in.passthrough(h), 0, 0
+}
+
+// plain records h as a handle served without passthrough. Caller holds mu.
+func (in *inode) plain(h *handle) fs.FileHandle {
+	in.plainOpens++
+	return h
+}
+
+// passthrough returns h for the kernel to serve by passthrough. Caller
+// holds mu.
+func (in *inode) passthrough(h *handle) fs.FileHandle {
+	h.pt = true
+	return &ptHandle{h}
 }
 
 // releaseWait bounds how long a writer waits for readers' RELEASE.

@@ -70,6 +70,13 @@ type inode struct {
 	blobID     store.ID // the blob blobFile holds
 	blobOpens  int      // handles using blobFile
 	upperOpens int      // handles using upperFile
+	// plainOpens counts handles given to the kernel without passthrough.
+	// While any is open no passthrough handle is given out: go-fuse keeps
+	// one backing-ID refcount per inode and drops it at every RELEASE of
+	// the inode, passthrough or not, so a plain handle released after a
+	// passthrough open would unregister the backing file the kernel is
+	// about to look up (the open fails with EIO).
+	plainOpens int
 }
 
 // upperStat identifies a version of an upper file's content.
