@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/acyclicfs/acyclicfs/internal/fusectl"
 )
 
 // Helpers shared by the mount_* end-to-end tests: mounting, running tools
@@ -537,7 +539,7 @@ func abortFuse(mp string) {
 			continue
 		}
 		if _, minor, ok := strings.Cut(f[2], ":"); ok {
-			os.WriteFile("/sys/fs/fuse/connections/"+minor+"/abort", []byte("1"), 0o200)
+			_ = fusectl.Abort(minor)
 		}
 	}
 	syscall.Unmount(mp, syscall.MNT_DETACH)

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/acyclicfs/acyclicfs/internal/fusectl"
 )
 
 // Helpers of the reliability_* tests (issue 6): trees read through a mount
@@ -296,5 +298,5 @@ func relAbortFuse(conn string) error {
 	if conn == "" {
 		return errors.New("no FUSE connection known")
 	}
-	return os.WriteFile(filepath.Join("/sys/fs/fuse/connections", conn, "abort"), []byte("1"), 0o200)
+	return fusectl.Abort(conn)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/acyclicfs/acyclicfs/fusefs/sessions"
 	"github.com/acyclicfs/acyclicfs/internal/dirfd"
 	"github.com/acyclicfs/acyclicfs/internal/failpoint"
+	"github.com/acyclicfs/acyclicfs/internal/fusectl"
 	"github.com/acyclicfs/acyclicfs/store"
 	"github.com/acyclicfs/acyclicfs/window"
 	"github.com/acyclicfs/acyclicfs/workspace"
@@ -792,7 +793,7 @@ func abortFuse(mp string) {
 	if !found || !strings.HasPrefix(fstype, "fuse") || minor == "" {
 		return
 	}
-	_ = os.WriteFile("/sys/fs/fuse/connections/"+minor+"/abort", []byte("1"), 0o200)
+	_ = fusectl.Abort(minor)
 }
 
 // storeObjects is what a mount reads and writes: the store, with batched
