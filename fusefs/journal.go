@@ -219,6 +219,12 @@ func (s *snapshot) build(objects Objects, stateDir string) (*overlay, error) {
 	for num, in := range byNum {
 		if in.upper {
 			o.uppers[num] = true
+			if in.seq == 0 {
+				// Retained when the snapshot was written: it may have been
+				// opened for writing since (that open's touch need not be
+				// durable), so the next capture looks at it again.
+				o.touch(in)
+			}
 		}
 	}
 	return o, nil

@@ -77,6 +77,14 @@ type Config struct {
 	// (Objects must implement BaseInoer), and the overlay's own numbers
 	// with bit 62 set. Off: every inode number is the overlay's own.
 	BaseInodes bool
+	// RetainUpperBytes bounds the upper files kept after a capture whose
+	// view switch found them unchanged (default 4 GiB; negative: none).
+	// A kept file stays its clean inode's backing file, so reading what a
+	// tool wrote stays passthrough (native speed) after the lease ends,
+	// and the next write needs no copy-up; the price is the disk space of
+	// a second copy (the store holds the blob) until the file changes or
+	// the mount's state is reset.
+	RetainUpperBytes int64
 	// ReadOnly mounts the view read-only from the start (see
 	// Mount.SetReadOnly): every change fails with EROFS.
 	ReadOnly bool
@@ -134,6 +142,9 @@ func MountAt(mountpoint string, cfg Config) (*Mount, error) {
 	if cfg.FsName == "" {
 		cfg.FsName = "acyclicfs"
 	}
+	if cfg.RetainUpperBytes == 0 {
+		cfg.RetainUpperBytes = 4 << 30
+	}
 	ov, err := openOverlay(cfg.StateDir, cfg.Objects, cfg.Root)
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
@@ -142,6 +153,7 @@ func MountAt(mountpoint string, cfg Config) (*Mount, error) {
 		clean: cfg.AttrTimeout, dirty: cfg.DirtyTimeout,
 		notifyC: make(chan struct{}, 1), doneC: make(chan struct{})}
 	m.readOnly.Store(cfg.ReadOnly)
+	ov.retainLimit = max(cfg.RetainUpperBytes, 0)
 	ov.pool = startUpperPool(ov.upperDir())
 	m.rootNode = &node{m: m, in: ov.root}
 	entryT := cfg.EntryTimeout

@@ -26,20 +26,26 @@ type link struct {
 type inode struct {
 	num uint64
 
-	mode       uint32 // S_IFMT | permission bits
-	uid, gid   uint32
-	atime      int64 // ns since epoch
-	mtime      int64
-	ctime      int64
-	lower      store.Entry // what the pinned view has here; zero ID if new
-	hasLower   bool        // lower is meaningful (the inode came from the pinned tree)
-	upper      bool        // file data lives in overlay.upperPath(num)
-	tmpfile    bool        // created by O_TMPFILE and not linked yet
-	target     []byte      // symlink target of a new symlink (lower ones read lazily)
-	xattrs     map[string][]byte
-	links      []link
-	children   map[string]*inode // directories: nil until loaded from lower
-	nlinkExtra int               // directories: number of subdirectories (when loaded)
+	mode     uint32 // S_IFMT | permission bits
+	uid, gid uint32
+	atime    int64 // ns since epoch
+	mtime    int64
+	ctime    int64
+	lower    store.Entry // what the pinned view has here; zero ID if new
+	hasLower bool        // lower is meaningful (the inode came from the pinned tree)
+	upper    bool        // file data lives in overlay.upperPath(num)
+	// retained: the upper file is kept after a view switch found it equal
+	// to the new lower entry (seq is 0), so opens keep using it as their
+	// backing file — passthrough at native speed, and no copy-up at the
+	// next write. Counted in overlay.retainedBytes.
+	retained     bool
+	retainedSize int64
+	tmpfile      bool   // created by O_TMPFILE and not linked yet
+	target       []byte // symlink target of a new symlink (lower ones read lazily)
+	xattrs       map[string][]byte
+	links        []link
+	children     map[string]*inode // directories: nil until loaded from lower
+	nlinkExtra   int               // directories: number of subdirectories (when loaded)
 
 	// seq is the overlay sequence number of the last change to this
 	// inode's own state (attrs, data through the daemon, names for a
@@ -130,6 +136,10 @@ type overlay struct {
 
 	openHandles int        // open file handles in the whole mount (protected by mu)
 	released    *sync.Cond // on mu; broadcast when a handle is released
+
+	// retainLimit bounds the bytes of retained upper files (0: none kept);
+	// retainedBytes is what they hold now. Both guarded by mu.
+	retainLimit, retainedBytes int64
 
 	// pool supplies empty upper files for creates (nil offline); set
 	// before the overlay is shared.
@@ -288,6 +298,7 @@ func (o *overlay) children(d *inode) (map[string]*inode, error) {
 // touch records a change of in's own state and propagates subSeq to the
 // root along every link. Caller holds mu.
 func (o *overlay) touch(in *inode) {
+	o.unretain(in)
 	o.unsnapped = true
 	o.seq++
 	in.seq = o.seq
@@ -358,8 +369,38 @@ func detachName(d *inode, name string, c *inode) {
 // no open handles. Caller holds mu.
 func (o *overlay) maybeDropUpper(c *inode) {
 	if len(c.links) == 0 && c.opens == 0 && c.upper {
-		o.trashUpper(c.num)
-		c.upper = false
+		o.dropUpper(c)
+	}
+}
+
+// dropUpper retires c's upper file; c shows its lower entry again.
+// Caller holds mu.
+func (o *overlay) dropUpper(c *inode) {
+	o.unretain(c)
+	o.trashUpper(c.num)
+	c.upper = false
+	c.capStat, c.capID = upperStat{}, store.ID{}
+}
+
+// retain keeps c's upper file, whose content a view switch found equal to
+// c's new lower entry, as a clean inode's backing file if the budget
+// allows; it reports whether it did. Caller holds mu.
+func (o *overlay) retain(c *inode, size int64) bool {
+	if size > o.retainLimit-o.retainedBytes+c.retainedSize {
+		o.unretain(c)
+		return false
+	}
+	o.retainedBytes += size - c.retainedSize
+	c.retained, c.retainedSize = true, size
+	return true
+}
+
+// unretain makes a retained upper file an ordinary one (about to change,
+// or be dropped). Caller holds mu.
+func (o *overlay) unretain(c *inode) {
+	if c.retained {
+		o.retainedBytes -= c.retainedSize
+		c.retained, c.retainedSize = false, 0
 	}
 }
 
@@ -389,7 +430,7 @@ func (in *inode) nlink() uint32 {
 }
 
 // clean reports whether in (a non-directory) equals its lower entry.
-func (in *inode) clean() bool { return in.seq == 0 && !in.upper }
+func (in *inode) clean() bool { return in.seq == 0 && (!in.upper || in.retained) }
 
 // kind is the store kind the inode captures as.
 func (in *inode) kind() store.Kind {

@@ -111,8 +111,16 @@ func (o *overlay) changedSinceCapture(c *inode) bool {
 			return true
 		}
 		if c.capRacy {
+			start := time.Now().UnixNano()
 			id, err := hashFile(o.upperPath(c.num))
-			return err != nil || id != c.capID
+			if err != nil || id != c.capID {
+				return true
+			}
+			if start-c.capStat.ctime > racyWindow.Nanoseconds() {
+				// Hashed after the last change's timestamp tick: a later
+				// write shows in the stat, so the memo is trusted again.
+				c.capRacy = false
+			}
 		}
 	}
 	return false
@@ -275,9 +283,13 @@ func (o *overlay) reconcileLeaf(c *inode, ne store.Entry, dir []string, name str
 	changed := oldContent != ne.ID || c.kind() != ne.Kind || c.mtime != ne.Mtime
 	c.lower, c.hasLower = ne, true
 	if c.upper {
-		o.trashUpper(c.num)
-		c.upper = false
-		c.capStat, c.capID = upperStat{}, store.ID{}
+		// Unchanged since the capture (checked above): if the new view
+		// has the captured bytes and times, the upper file stays as the
+		// clean inode's backing file; otherwise it goes.
+		same := c.isReg() && ne.Kind.IsRegular() && c.capID == ne.ID && c.capStat.mtime == ne.Mtime
+		if !same || !o.retain(c, c.capStat.size) {
+			o.dropUpper(c)
+		}
 	}
 	c.target = nil
 	if c.kind() != ne.Kind {

@@ -17,6 +17,9 @@ import (
 func (o *overlay) copyUp(in *inode, trunc bool) error {
 	o.mu.Lock()
 	if in.upper {
+		if in.retained {
+			o.touch(in) // about to be written: dirty again
+		}
 		o.mu.Unlock()
 		if trunc {
 			return os.Truncate(o.upperPath(in.num), 0)
