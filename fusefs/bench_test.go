@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestPassthroughEngages checks that with Config.Passthrough the kernel
@@ -179,6 +181,31 @@ func BenchmarkStatTree(b *testing.B) {
 					if err := syscall.Lstat(p, &st); err != nil {
 						b.Fatal(err)
 					}
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkGetattrRoundTrip is the floor of every FUSE request: statx
+// with AT_STATX_FORCE_SYNC makes the kernel send GETATTR each time (a
+// native directory answers from the inode). Request counts times this
+// cost bound what a workload can gain from the daemon's own speed.
+func BenchmarkGetattrRoundTrip(b *testing.B) {
+	for _, tg := range benchTargets() {
+		if tg.name == "mount" {
+			continue // passthrough does not matter for GETATTR
+		}
+		b.Run(tg.name, func(b *testing.B) {
+			p := filepath.Join(tg.dir(b), "f")
+			if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+				b.Fatal(err)
+			}
+			var stx unix.Statx_t
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := unix.Statx(unix.AT_FDCWD, p, unix.AT_STATX_FORCE_SYNC, unix.STATX_BASIC_STATS, &stx); err != nil {
+					b.Fatal(err)
 				}
 			}
 		})

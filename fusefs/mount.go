@@ -52,7 +52,11 @@ type Config struct {
 	FsName     string
 	// AttrTimeout and EntryTimeout apply to clean entries (the view is
 	// pinned, so they can be long; default 1h). Dirty entries use
-	// DirtyTimeout (default 1s).
+	// DirtyTimeout (default: AttrTimeout). Every change of a dirty entry
+	// goes through the kernel, which updates or invalidates what it
+	// cached (a passthrough write invalidates size and times), and the
+	// view switch invalidates what it changes; a short timeout only made
+	// the kernel ask again (a LOOKUP per file for rm after touch).
 	AttrTimeout, EntryTimeout time.Duration
 	DirtyTimeout              time.Duration
 	// Passthrough lets the kernel do reads and writes of open files
@@ -137,7 +141,7 @@ func MountAt(mountpoint string, cfg Config) (*Mount, error) {
 		cfg.EntryTimeout = time.Hour
 	}
 	if cfg.DirtyTimeout == 0 {
-		cfg.DirtyTimeout = time.Second
+		cfg.DirtyTimeout = cfg.AttrTimeout
 	}
 	if cfg.FsName == "" {
 		cfg.FsName = "acyclicfs"
