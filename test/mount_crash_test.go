@@ -88,15 +88,15 @@ func crashSetup(t *testing.T, flags ...string) (e *env, mp string, want map[stri
 	return e, mp, crashWant(payload)
 }
 
-// waitDead waits until the dead mount answers ENOTCONN to stat. The kernel
-// answers a stat of the mount root from its attribute cache until that
-// expires (1s for a dirty root), and `mount` only detaches a dead mount it
-// recognises by ENOTCONN: see TestCrashRemountWhileRootAttrsCached.
+// waitDead waits until the dead mount answers ENOTCONN to statfs. A stat
+// of the mount root may be answered from the kernel's attribute cache for
+// as long as it lasts (see TestCrashRemountWhileRootAttrsCached); statfs
+// always reaches the connection.
 func waitDead(t *testing.T, mp string) {
 	t.Helper()
 	waitFor(t, 5*time.Second, "the dead mount to answer ENOTCONN", func() bool {
-		var st syscall.Stat_t
-		return errors.Is(syscall.Stat(mp, &st), syscall.ENOTCONN)
+		var st syscall.Statfs_t
+		return errors.Is(syscall.Statfs(mp, &st), syscall.ENOTCONN)
 	})
 }
 

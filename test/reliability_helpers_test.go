@@ -219,8 +219,8 @@ func relDetach(mp string) {
 func relWaitDead(mp string, limit time.Duration) bool {
 	deadline := time.Now().Add(limit)
 	for {
-		var st syscall.Stat_t
-		if !relMountedHere(mp) || errors.Is(syscall.Stat(mp, &st), syscall.ENOTCONN) {
+		var st syscall.Statfs_t // statfs always reaches the connection; stat may be cached
+		if !relMountedHere(mp) || errors.Is(syscall.Statfs(mp, &st), syscall.ENOTCONN) {
 			return true
 		}
 		if time.Now().After(deadline) {

@@ -243,10 +243,18 @@ func (d *daemon) mountWorkspace(ws, mp string, opt mountOptions) (*served, []str
 }
 
 // checkMountpoint requires an existing directory; a dead FUSE mount left
-// by a crashed daemon is detached first.
+// by a crashed daemon is detached first. A stat of its root may still be
+// answered from the kernel's attribute cache; statfs reaches the
+// connection.
 func checkMountpoint(mp string) error {
 	var st unix.Stat_t
 	err := unix.Stat(mp, &st)
+	if err == nil {
+		var sf unix.Statfs_t
+		if serr := unix.Statfs(mp, &sf); serr != nil {
+			err = serr
+		}
+	}
 	if errors.Is(err, unix.ENOTCONN) || errors.Is(err, unix.EIO) {
 		abortFuse(mp)
 		if uerr := unix.Unmount(mp, unix.MNT_DETACH); uerr != nil {
