@@ -8,6 +8,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -246,8 +247,34 @@ func (m *Manager) applyEdits(j *matJournal) error {
 		return fmt.Errorf("open %s: %w", j.Dir, err)
 	}
 	defer release()
+	// The plan puts writes last. Their contents are written and synced
+	// under temporary names all at once (concurrent fsyncs share the file
+	// system's journal commits), after the removals and directories they
+	// may need, then renamed into place in plan order.
+	writes := len(j.Edits)
+	for writes > 0 && j.Edits[writes-1].Op == "write" {
+		writes--
+	}
+	var temps []string
+	defer func() {
+		for _, t := range temps {
+			if t != "" {
+				_ = d.Remove(t)
+			}
+		}
+	}()
 	for i := range j.Edits {
-		err := m.applyEdit(d, j, i)
+		if i == writes {
+			temps, err = m.prepareWrites(d, j, writes)
+		}
+		if err == nil {
+			if i >= writes {
+				err = placeTemp(d, j.Edits[i].Path, temps[i-writes])
+				temps[i-writes] = ""
+			} else {
+				err = m.applyEdit(d, j, i)
+			}
+		}
 		if err == nil && i == 0 {
 			failpoint.Hit("materialize.after-first")
 			err = failpoint.Fail("materialize.apply")
@@ -265,6 +292,38 @@ func (m *Manager) applyEdits(j *matJournal) error {
 	}
 	failpoint.Hit("materialize.after-apply")
 	return nil
+}
+
+// prepareWrites writes the contents of edits [from:] (all writes) under
+// temporary names, synced, a few at a time; it returns their names in
+// order. On error the temporaries already written are removed.
+func (m *Manager) prepareWrites(d *dirfd.Dir, j *matJournal, from int) ([]string, error) {
+	n := len(j.Edits) - from
+	temps := make([]string, n)
+	errs := make([]error, n)
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for k := range n {
+		i := from + k
+		e := &j.Edits[i]
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			temps[k], errs[k] = m.writeTemp(d, e.Path, e.Kind, e.ID, e.Mtime, fmt.Sprintf("%s%s-%d", matTempPrefix, j.Op[:8], i))
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, t := range temps {
+			if t != "" {
+				_ = d.Remove(t)
+			}
+		}
+		return nil, err
+	}
+	return temps, nil
 }
 
 func (m *Manager) applyEdit(d *dirfd.Dir, j *matJournal, i int) error {
@@ -293,20 +352,30 @@ func (m *Manager) applyEdit(d *dirfd.Dir, j *matJournal, i int) error {
 // writeEntry places a file or symlink at p: written in full under a
 // temporary name in the same directory, synced, then renamed over p.
 func (m *Manager) writeEntry(d *dirfd.Dir, p string, kind store.Kind, id store.ID, mtime int64, tempName string) error {
+	tmp, err := m.writeTemp(d, p, kind, id, mtime, tempName)
+	if err != nil {
+		return err
+	}
+	return placeTemp(d, p, tmp)
+}
+
+// writeTemp writes p's new content under tempName in p's directory,
+// synced, with its mode and mtime, and returns the temporary's path.
+func (m *Manager) writeTemp(d *dirfd.Dir, p string, kind store.Kind, id store.ID, mtime int64, tempName string) (string, error) {
 	tmp := joinRel(path.Dir(p), tempName)
 	if path.Dir(p) == "." {
 		tmp = tempName
 	}
 	if err := d.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("remove stale %s: %w", tmp, err)
+		return "", fmt.Errorf("remove stale %s: %w", tmp, err)
 	}
 	if kind == store.KindSymlink {
 		target, err := m.st.ReadBlob(id)
 		if err != nil {
-			return fmt.Errorf("symlink %s: %w", p, err)
+			return "", fmt.Errorf("symlink %s: %w", p, err)
 		}
 		if err := d.Symlink(string(target), tmp); err != nil {
-			return fmt.Errorf("symlink %s: %w", p, err)
+			return "", fmt.Errorf("symlink %s: %w", p, err)
 		}
 	} else {
 		mode := uint32(0o644)
@@ -315,7 +384,7 @@ func (m *Manager) writeEntry(d *dirfd.Dir, p string, kind store.Kind, id store.I
 		}
 		f, err := d.OpenFile(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, mode)
 		if err != nil {
-			return fmt.Errorf("write %s: %w", p, err)
+			return "", fmt.Errorf("write %s: %w", p, err)
 		}
 		r, err := m.st.OpenBlob(id)
 		if err == nil {
@@ -333,12 +402,17 @@ func (m *Manager) writeEntry(d *dirfd.Dir, p string, kind store.Kind, id store.I
 		}
 		if err != nil {
 			_ = d.Remove(tmp)
-			return fmt.Errorf("write %s: %w", p, err)
+			return "", fmt.Errorf("write %s: %w", p, err)
 		}
 	}
 	if mtime != 0 {
 		_ = d.SetMtime(tmp, mtime)
 	}
+	return tmp, nil
+}
+
+// placeTemp renames a temporary from writeTemp over p.
+func placeTemp(d *dirfd.Dir, p, tmp string) error {
 	if err := d.Rename(tmp, p); err != nil {
 		_ = d.Remove(tmp)
 		return fmt.Errorf("place %s: %w", p, err)
@@ -538,14 +612,12 @@ func (m *Manager) recoverMaterializations() ([]string, error) {
 }
 
 // deadMount reports whether dir is covered by a FUSE mount whose daemon is
-// gone. A stat may still be answered from the kernel's attribute cache;
-// an open reaches the connection.
+// gone. A stat may still be answered from the kernel's attribute cache,
+// and an open of a directory sends nothing once the mount declined
+// OPENDIR; statfs always reaches the connection.
 func deadMount(dir string) bool {
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err == nil {
-		unix.Close(fd)
-		return false
-	}
+	var sf unix.Statfs_t
+	err := unix.Statfs(dir, &sf)
 	return errors.Is(err, unix.ENOTCONN) || errors.Is(err, unix.EIO) || errors.Is(err, unix.ECONNABORTED)
 }
 
