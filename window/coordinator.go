@@ -140,9 +140,16 @@ func (c *Coordinator) BeginWithLeaseID(ctx context.Context, workspace string, pa
 	var expired bool
 	err := c.mutate(ctx, workspace, "begin lease", func(s *Snapshot) (bool, error) {
 		expired = false
+		prior, hadPrior := s.Phase.Leases[id]
 		if _, ok := expireToReconcile(s, now, Ticket(id)); ok {
 			expired = true
 			return true, nil
+		}
+		if hadPrior && (prior.Owner != owner || prior.ExpiresAtMillis != expiresAtMillis) {
+			// Recorded with another owner or expiry — even if that record
+			// has just expired (a renewal can shorten a lease): reopening
+			// the id would give the recorded lease a second gate.
+			return false, fmt.Errorf("lease %s is bound to owner %q until %d: %w", id, prior.Owner, prior.ExpiresAtMillis, ErrLeaseIdentityConflict)
 		}
 		rec := LeaseRecord{ID: id, Owner: owner, ExpiresAtMillis: expiresAtMillis,
 			Permit: store.Permit{Gate: gateName(workspace, id, s.Revision+1), Epoch: 1}}

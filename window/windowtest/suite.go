@@ -66,6 +66,7 @@ func Run(t *testing.T, newEnv func(t *testing.T) Env) {
 		{"StoreCompareAndSwapContract", storeCASContract},
 		{"WorkspacesAreIndependent", workspacesAreIndependent},
 		{"BeginAfterEveryLeaseExpiredStartsRecovery", beginAfterEveryLeaseExpired},
+		{"ReplayOfARenewalAfterTheRecordedExpiryPassedConflicts", replayOfRenewedExpiredLease},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -632,5 +633,32 @@ func beginAfterEveryLeaseExpired(t *testing.T, env Env) {
 	rc, ok, err := c.ClaimReconcile(ctx, "agent")
 	if err != nil || !ok || rc.Ticket != s.Phase.Ticket || rc.PendingParent != Gen(2) {
 		t.Fatalf("recovery claim: %+v ok=%v err=%v", rc, ok, err)
+	}
+}
+
+// replayOfRenewedExpiredLease: one lease id has two handles, its first
+// expiry and a renewal's later one. In a later window the first handle is
+// replayed; once that expiry passes (a peer keeps the window active) the
+// renewal's handle is replayed. The id is recorded with another expiry:
+// ErrLeaseIdentityConflict, not a second gate for the same lease (the bolt
+// store refused that as incompatible state). Found by the rapid model.
+func replayOfRenewedExpiredLease(t *testing.T, env Env) {
+	ctx := context.Background()
+	c := coord(env)
+	first := must[window.Lease](t, "begin")(c.Begin(ctx, "renewed", Gen(1), "tool", 20*time.Millisecond))
+	renewed := must[window.Lease](t, "renew")(c.Renew(ctx, first, 40*time.Millisecond))
+	rc := wantFinish(t, "close", finish(t, c, renewed, "close"), window.FinishReconcile).Reconcile
+	if _, _, err := c.CompleteReconcile(ctx, "renewed", rc.Ticket); err != nil {
+		t.Fatal(err)
+	}
+	must[window.Lease](t, "replay of the first handle")(c.BeginWithLeaseID(ctx, "renewed", first.PinnedParent, first.Owner, first.ExpiresAtMillis, first.ID))
+	peer := must[window.Lease](t, "peer")(c.Begin(ctx, "renewed", Gen(1), "peer", time.Minute))
+	env.Clock.Advance(25 * time.Millisecond)
+	_, err := c.BeginWithLeaseID(ctx, "renewed", renewed.PinnedParent, renewed.Owner, renewed.ExpiresAtMillis, renewed.ID)
+	wantErr(t, "replay of the renewal after the recorded expiry passed", err, window.ErrLeaseIdentityConflict)
+	// The window is not wedged: the peer closes it and it reconciles.
+	rc = wantFinish(t, "peer close", finish(t, c, peer, "peer close"), window.FinishReconcile).Reconcile
+	if _, _, err := c.CompleteReconcile(ctx, "renewed", rc.Ticket); err != nil {
+		t.Fatal(err)
 	}
 }
