@@ -285,6 +285,22 @@ func (s *Store) CurrentRef(base ID, path string) (BaseRef, ID, error) {
 	return r, id, nil
 }
 
+// RefFromStat is CurrentRef for a path whose lstat the caller already has
+// (from a dirfd listing of its parent, say): the reference naming what the
+// stat describes, memoized in this process. ok is false for a fifo, socket
+// or device, or an invalid path.
+func (s *Store) RefFromStat(base ID, path string, st *unix.Stat_t) (r BaseRef, id ID, ok bool) {
+	if !validRefPath(path) {
+		return BaseRef{}, ID{}, false
+	}
+	if r, ok = baseRefFromStat(base, path, st); !ok {
+		return BaseRef{}, ID{}, false
+	}
+	id = r.ID()
+	s.bases.addRef(id, r)
+	return r, id, true
+}
+
 // isMissing reports whether a dirfd error means "no such path in the tree"
 // (a component missing, not a directory, or a symlink).
 func isMissing(err error) bool {
@@ -333,6 +349,83 @@ func (s *Store) Resolve(ref, target ID) error {
 	return nil
 }
 
+// Resolution pairs a base reference with what it resolves to (Resolve).
+type Resolution struct {
+	Ref, Target ID
+}
+
+// ResolveMany stores trees and records every resolution in one metadata
+// transaction (one sync instead of one per Resolve): what preserving the
+// paths a capture or materialization replaces needs. A resolution's
+// target is a blob that must already be durable (a committed BlobBatch),
+// or a tree stored before or by this call. The trees' entries' refs and
+// the resolved refs are persisted as by PutTrees and Resolve. Hold
+// HoldGC until something reachable names the refs.
+func (s *Store) ResolveMany(trees []*Tree, rs []Resolution) error {
+	if len(trees) == 0 && len(rs) == 0 {
+		return nil
+	}
+	encs := make([][]byte, len(trees))
+	tids := make([]ID, len(trees))
+	for i, t := range trees {
+		enc, err := t.Encode()
+		if err != nil {
+			return fmt.Errorf("resolve: put tree: %w", err)
+		}
+		encs[i], tids[i] = enc, TreeID(enc)
+	}
+	refs, err := s.memoRefsNamed(func(yield func(ID)) {
+		for _, t := range trees {
+			for _, e := range t.Entries {
+				yield(e.ID)
+			}
+		}
+		for _, r := range rs {
+			yield(r.Ref)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("resolve: %w", err)
+	}
+	err = s.update(func(tx *bolt.Tx) error {
+		if err := putRefsTx(tx, refs); err != nil {
+			return err
+		}
+		tb := tx.Bucket(bucketTrees)
+		for i, enc := range encs {
+			if tb.Get(tids[i][:]) == nil {
+				if err := tb.Put(tids[i][:], enc); err != nil {
+					return err
+				}
+			}
+		}
+		for _, r := range rs {
+			ref, found, err := storedRefTx(tx, r.Ref)
+			if err != nil {
+				return err
+			}
+			if !found {
+				return fmt.Errorf("base ref %s: %w", r.Ref.Short(), ErrNotFound)
+			}
+			if ref.Kind == KindDir {
+				if r.Target != emptyTreeID && tb.Get(r.Target[:]) == nil {
+					return fmt.Errorf("target tree %s: %w", r.Target.Short(), ErrNotFound)
+				}
+			} else if _, err := os.Lstat(s.BlobPath(r.Target)); err != nil {
+				return fmt.Errorf("target %w", blobOpenError(r.Target, err))
+			}
+			if err := tx.Bucket(bucketBaseResolved).Put(r.Ref[:], r.Target[:]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("resolve %d base refs: %w", len(rs), err)
+	}
+	return nil
+}
+
 // refState is what a read needs to know about a reference.
 type refState struct {
 	ref      BaseRef
@@ -372,6 +465,30 @@ func (s *Store) Resolution(id ID) (target ID, ok bool, err error) {
 		return ID{}, false, err
 	}
 	return st.target, true, nil
+}
+
+// RefStatus is what RefStatuses reports about one ID.
+type RefStatus struct {
+	IsRef    bool // a base reference (stored or memoized in this process)
+	Resolved bool // resolved to a stored blob or tree (Resolve)
+}
+
+// RefStatuses looks up many IDs in one read transaction: whether each is a
+// base reference and whether it is resolved. Detection of changes in an
+// in-place directory asks this for every directory entry of a listing.
+func (s *Store) RefStatuses(ids []ID) ([]RefStatus, error) {
+	out := make([]RefStatus, len(ids))
+	err := s.view(func(tx *bolt.Tx) error {
+		for i, id := range ids {
+			st, found, err := s.lookupRefTx(tx, id)
+			if err != nil {
+				return err
+			}
+			out[i] = RefStatus{IsRef: found, Resolved: found && st.resolved}
+		}
+		return nil
+	})
+	return out, err
 }
 
 func (s *Store) lookupRef(id ID) (refState, bool, error) {

@@ -476,11 +476,11 @@ func (b *BlobBatch) Commit() error {
 	if useSyncfs {
 		err = s.syncfs()
 	} else if !s.noSync {
+		ds := make([]string, 0, len(dirs))
 		for d := range dirs {
-			if err = syncPath(d); err != nil {
-				break
-			}
+			ds = append(ds, d)
 		}
+		err = syncPathsConcurrently(ds)
 	}
 	if err != nil {
 		return fmt.Errorf("commit blob batch: %w", err)
@@ -493,6 +493,19 @@ func (b *BlobBatch) Commit() error {
 func (s *Store) syncFiles(pending map[ID]string) error {
 	if s.noSync {
 		return nil
+	}
+	ps := make([]string, 0, len(pending))
+	for _, p := range pending {
+		ps = append(ps, p)
+	}
+	return syncPathsConcurrently(ps)
+}
+
+// syncPathsConcurrently fsyncs files or directories by name, a few at a
+// time: concurrent fsyncs share the file system's journal commits.
+func syncPathsConcurrently(pending []string) error {
+	if len(pending) == 1 {
+		return syncPath(pending[0])
 	}
 	paths := make(chan string)
 	errs := make(chan error, 4)

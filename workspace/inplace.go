@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/acyclicfs/acyclicfs/internal/dirfd"
 	"github.com/acyclicfs/acyclicfs/rebase"
 	"github.com/acyclicfs/acyclicfs/store"
 )
@@ -293,10 +296,24 @@ func (m *Manager) SyncInPlace(name string) (Result, error) {
 // it lists. Directories still named by a reference are only compared by
 // their own fingerprint; what is inside them is DIR's, whatever it is. It
 // returns the tree DIR holds now, with references for what changed.
+//
+// Cost: one listing (getdents and one lstat per entry) of each directory
+// the tree lists, and no metadata lookup for a file whose fingerprint is
+// the one the tree names — the common case.
 func (m *Manager) detectExternal(st inPlaceState, mroot store.ID) (store.ID, bool, error) {
 	d := detector{m: m, st: st}
+	bd, release, err := m.st.OpenBase(st.Base)
+	if err != nil {
+		return store.ID{}, false, err
+	}
+	defer release()
+	d.dir = bd
+	cur, err := d.current("", "")
+	if err != nil {
+		return store.ID{}, false, err
+	}
 	e := store.Entry{Kind: store.KindDir, ID: mroot}
-	ne, changed, err := d.entry("", &e)
+	ne, changed, err := d.entry("", &e, cur, nil)
 	if err != nil || !changed {
 		return mroot, false, err
 	}
@@ -307,8 +324,9 @@ func (m *Manager) detectExternal(st inPlaceState, mroot store.ID) (store.ID, boo
 }
 
 type detector struct {
-	m  *Manager
-	st inPlaceState
+	m   *Manager
+	st  inPlaceState
+	dir *dirfd.Dir // DIR (OpenBase)
 }
 
 // current is the entry for DIR/p as it is now, or nil when p is absent or a
@@ -321,35 +339,49 @@ func (d detector) current(p, name string) (*store.Entry, error) {
 	if err != nil {
 		return nil, err
 	}
+	return refEntry(name, ref, id), nil
+}
+
+// listed is current for an entry of a listing, from the lstat the listing
+// made: no further system call.
+func (d detector) listed(p, name string, st *unix.Stat_t) *store.Entry {
+	ref, id, ok := d.m.st.RefFromStat(d.st.Base, p, st)
+	if !ok {
+		return nil
+	}
+	return refEntry(name, ref, id)
+}
+
+func refEntry(name string, ref store.BaseRef, id store.ID) *store.Entry {
 	if !ref.Kind.Valid() {
-		return nil, nil
+		return nil
 	}
 	size := ref.Size
 	if ref.Kind == store.KindDir {
 		size = 0
 	}
-	return &store.Entry{Name: name, Kind: ref.Kind, Size: size, Mtime: ref.Mtime, ID: id}, nil
+	return &store.Entry{Name: name, Kind: ref.Kind, Size: size, Mtime: ref.Mtime, ID: id}
 }
 
-// entry checks one entry of the materialized tree at path p against DIR.
-func (d detector) entry(p string, e *store.Entry) (*store.Entry, bool, error) {
-	cur, err := d.current(p, e.Name)
-	if err != nil {
-		return nil, false, err
-	}
+// entry checks one entry e of the materialized tree at path p against cur,
+// what DIR holds there now (nil: nothing). rs is e's reference status when
+// the caller looked it up already (directories of a listing), else nil.
+func (d detector) entry(p string, e, cur *store.Entry, rs *store.RefStatus) (*store.Entry, bool, error) {
 	if cur == nil {
 		return nil, true, nil
 	}
-	_, isRef, err := d.m.st.BaseRefOf(e.ID)
-	if err != nil {
-		return nil, false, err
+	// A file or symlink with the fingerprint the tree names is unchanged.
+	if e.Kind != store.KindDir && cur.ID == e.ID {
+		return e, false, nil
 	}
-	resolved := false
-	if isRef {
-		if _, resolved, err = d.m.st.Resolution(e.ID); err != nil {
+	if rs == nil {
+		st, err := d.m.st.RefStatuses([]store.ID{e.ID})
+		if err != nil {
 			return nil, false, err
 		}
+		rs = &st[0]
 	}
+	isRef, resolved := rs.IsRef, rs.Resolved
 	// Leaves: files, symlinks, and directory references nobody resolved
 	// (those hold no opinion about their contents: only their own
 	// fingerprint is compared). A resolved directory reference pins a
@@ -392,27 +424,41 @@ func (d detector) entry(p string, e *store.Entry) (*store.Entry, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	bd, release, err := d.m.st.OpenBase(d.st.Base)
-	if err != nil {
-		return nil, false, err
-	}
-	names, err := bd.ReadDir(p)
-	release()
+	names, err := d.dir.ReadDir(p)
 	if err != nil {
 		return nil, false, fmt.Errorf("list %s: %w", filepath.Join(d.st.Dir, p), err)
 	}
-	inDir := make(map[string]bool, len(names))
-	for _, n := range names {
-		if !isMaterializeTemp(n.Name) && store.ValidName(n.Name) {
-			inDir[n.Name] = true
+	stats := make(map[string]*unix.Stat_t, len(names))
+	for i := range names {
+		stats[names[i].Name] = &names[i].Stat
+	}
+	// The reference status of every directory entry, in one transaction.
+	var dirIDs []store.ID
+	for i := range t.Entries {
+		if t.Entries[i].Kind == store.KindDir {
+			dirIDs = append(dirIDs, t.Entries[i].ID)
 		}
+	}
+	statuses, err := d.m.st.RefStatuses(dirIDs)
+	if err != nil {
+		return nil, false, err
 	}
 	changed := false
 	out := &store.Tree{Entries: make([]store.Entry, 0, len(t.Entries))}
 	for i := range t.Entries {
 		old := &t.Entries[i]
-		delete(inDir, old.Name)
-		ne, ch, err := d.entry(joinRel(p, old.Name), old)
+		cp := joinRel(p, old.Name)
+		var c *store.Entry
+		if st, ok := stats[old.Name]; ok {
+			c = d.listed(cp, old.Name, st)
+			delete(stats, old.Name)
+		}
+		var rs *store.RefStatus
+		if old.Kind == store.KindDir {
+			rs = &statuses[0]
+			statuses = statuses[1:]
+		}
+		ne, ch, err := d.entry(cp, old, c, rs)
 		if err != nil {
 			return nil, false, err
 		}
@@ -423,12 +469,11 @@ func (d detector) entry(p string, e *store.Entry) (*store.Entry, bool, error) {
 			out.Entries = append(out.Entries, c)
 		}
 	}
-	for name := range inDir {
-		ne, err := d.current(joinRel(p, name), name)
-		if err != nil {
-			return nil, false, err
+	for name, st := range stats {
+		if isMaterializeTemp(name) || !store.ValidName(name) {
+			continue
 		}
-		if ne != nil {
+		if ne := d.listed(joinRel(p, name), name, st); ne != nil {
 			out.Entries = append(out.Entries, *ne)
 			changed = true
 		}
@@ -493,23 +538,71 @@ func (m *Manager) derivesFromInPlace(ws string) bool {
 // listing) and resolves the reference to it. A capture calls it before
 // publishing: the generation it leaves behind stays readable (diff, undo,
 // a 3-way merge's base) even after a program edits DIR. Cost: the paths
-// that changed.
+// that changed, made durable together: the file contents in one blob
+// batch, then the listings and every resolution in one metadata
+// transaction. References resolved already are skipped.
 func (m *Manager) preserveReplaced(oldRoot, newRoot store.ID) error {
 	if oldRoot == newRoot {
 		return nil
 	}
-	if _, isRef, err := m.st.BaseRefOf(oldRoot); err != nil {
+	p := m.newPreserver()
+	defer p.batch.Abort()
+	if err := p.replaced(oldRoot, newRoot); err != nil {
 		return err
-	} else if isRef {
-		if err := m.preserveDir(oldRoot); err != nil {
-			return err
-		}
 	}
-	ot, err := m.st.GetTree(oldRoot)
+	return p.flush()
+}
+
+// preserver gathers what preserveReplaced stores, for flush to make
+// durable at once.
+type preserver struct {
+	m     *Manager
+	batch *store.BlobBatch
+	trees []*store.Tree
+	res   []store.Resolution
+	seen  map[store.ID]bool
+}
+
+func (m *Manager) newPreserver() *preserver {
+	return &preserver{m: m, batch: m.st.NewBlobBatch(), seen: map[store.ID]bool{}}
+}
+
+// flush makes the gathered contents durable, then stores the listings and
+// records every resolution: a resolution never names a blob a crash could
+// lose.
+func (p *preserver) flush() error {
+	if err := p.batch.Commit(); err != nil {
+		return err
+	}
+	return p.m.st.ResolveMany(p.trees, p.res)
+}
+
+// unresolved reports whether id is a base reference nobody resolved yet
+// (and not already gathered).
+func (p *preserver) unresolved(id store.ID) (bool, error) {
+	if p.seen[id] {
+		return false, nil
+	}
+	p.seen[id] = true
+	st, err := p.m.st.RefStatuses([]store.ID{id})
+	if err != nil {
+		return false, err
+	}
+	return st[0].IsRef && !st[0].Resolved, nil
+}
+
+func (p *preserver) replaced(oldRoot, newRoot store.ID) error {
+	if oldRoot == newRoot {
+		return nil
+	}
+	if err := p.dir(oldRoot); err != nil {
+		return err
+	}
+	ot, err := p.m.st.GetTree(oldRoot)
 	if err != nil {
 		return err
 	}
-	nt, err := m.st.GetTree(newRoot)
+	nt, err := p.m.st.GetTree(newRoot)
 	if err != nil {
 		return err
 	}
@@ -521,17 +614,17 @@ func (m *Manager) preserveReplaced(oldRoot, newRoot store.ID) error {
 		}
 		if o.Kind == store.KindDir {
 			if ok && n.Kind == store.KindDir {
-				if err := m.preserveReplaced(o.ID, n.ID); err != nil {
+				if err := p.replaced(o.ID, n.ID); err != nil {
 					return err
 				}
 				continue
 			}
-			if err := m.preserveTree(o.ID); err != nil {
+			if err := p.tree(o.ID); err != nil {
 				return err
 			}
 			continue
 		}
-		if _, err := m.preserve(o); err != nil && !errors.Is(err, store.ErrBaseChanged) {
+		if err := p.file(o); err != nil && !errors.Is(err, store.ErrBaseChanged) {
 			// A reference already stale was lost to a program editing DIR;
 			// the capture itself is still good.
 			return fmt.Errorf("preserve %s: %w", o.Name, err)
@@ -540,42 +633,61 @@ func (m *Manager) preserveReplaced(oldRoot, newRoot store.ID) error {
 	return nil
 }
 
-// preserveDir resolves a directory reference to a stored tree of its
-// listing (as this process has seen it).
-func (m *Manager) preserveDir(ref store.ID) error {
-	t, err := m.st.GetTree(ref)
+// dir gathers the listing of an unresolved directory reference (as this
+// process has seen it) as a tree to resolve it to.
+func (p *preserver) dir(ref store.ID) error {
+	if need, err := p.unresolved(ref); err != nil || !need {
+		return err
+	}
+	t, err := p.m.st.GetTree(ref)
 	if err != nil {
 		return err
 	}
-	id, err := m.st.PutTree(t)
+	enc, err := t.Encode()
 	if err != nil {
 		return err
 	}
-	return m.st.Resolve(ref, id)
+	p.trees = append(p.trees, t)
+	p.res = append(p.res, store.Resolution{Ref: ref, Target: store.TreeID(enc)})
+	return nil
 }
 
-// preserveTree preserves a whole subtree that was deleted or replaced.
-func (m *Manager) preserveTree(id store.ID) error {
-	if _, isRef, err := m.st.BaseRefOf(id); err != nil {
+// file gathers the content of an unresolved file or symlink reference.
+func (p *preserver) file(e *store.Entry) error {
+	if need, err := p.unresolved(e.ID); err != nil || !need {
 		return err
-	} else if isRef {
-		if err := m.preserveDir(id); err != nil {
-			return err
-		}
 	}
-	t, err := m.st.GetTree(id)
+	r, err := p.m.st.OpenBlob(e.ID)
+	if err != nil {
+		return err
+	}
+	id, _, err := p.batch.WriteBlob(r)
+	r.Close()
+	if err != nil {
+		return err
+	}
+	p.res = append(p.res, store.Resolution{Ref: e.ID, Target: id})
+	return nil
+}
+
+// tree gathers a whole subtree that was deleted or replaced.
+func (p *preserver) tree(id store.ID) error {
+	if err := p.dir(id); err != nil {
+		return err
+	}
+	t, err := p.m.st.GetTree(id)
 	if err != nil {
 		return err
 	}
 	for i := range t.Entries {
 		e := &t.Entries[i]
 		if e.Kind == store.KindDir {
-			if err := m.preserveTree(e.ID); err != nil {
+			if err := p.tree(e.ID); err != nil {
 				return err
 			}
 			continue
 		}
-		if _, err := m.preserve(e); err != nil {
+		if err := p.file(e); err != nil {
 			return err
 		}
 	}

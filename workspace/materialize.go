@@ -225,6 +225,13 @@ func (m *Manager) preserve(e *store.Entry) (store.ID, error) {
 	} else if !isRef {
 		return e.ID, nil
 	}
+	// Resolved already (a capture preserves what it replaces): the blob
+	// is stored and durable.
+	if target, ok, err := m.st.Resolution(e.ID); err != nil {
+		return store.ID{}, err
+	} else if ok {
+		return target, nil
+	}
 	r, err := m.st.OpenBlob(e.ID)
 	if err != nil {
 		return store.ID{}, err
@@ -490,13 +497,27 @@ func syncEditDirs(d *dirfd.Dir, edits []matEdit) error {
 		}
 		dirs[p] = true
 	}
+	// Concurrently: the file system merges concurrent fsyncs into fewer
+	// journal commits.
+	errs := make(chan error, len(dirs))
+	sem := make(chan struct{}, 8)
 	for p := range dirs {
-		// A directory an edit removed (or replaced by a file) is gone.
-		if err := d.SyncDir(p); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.ENOTDIR) {
-			return fmt.Errorf("sync %s: %w", p, err)
-		}
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			// A directory an edit removed (or replaced by a file) is gone.
+			if err := d.SyncDir(p); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.ENOTDIR) {
+				errs <- fmt.Errorf("sync %s: %w", p, err)
+				return
+			}
+			errs <- nil
+		}()
 	}
-	return nil
+	var all []error
+	for range dirs {
+		all = append(all, <-errs)
+	}
+	return errors.Join(all...)
 }
 
 // completeMaterialization records that DIR holds j.To (with the shadow
