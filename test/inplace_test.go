@@ -285,6 +285,7 @@ func TestInPlaceMaterializeCrash(t *testing.T) {
 		{"materialize.after-prepared", true, true},
 		{"materialize.after-first", true, true},
 		{"materialize.after-apply", true, true},
+		{"materialize.after-state", true, true},
 		{"materialize.apply=error", false, false},
 	} {
 		t.Run(tc.point, func(t *testing.T) {
@@ -331,6 +332,45 @@ func TestInPlaceMaterializeCrash(t *testing.T) {
 			e.fsck()
 		})
 	}
+}
+
+// TestInPlaceCompletedJournalLeavesLaterEdits: a crash after the state
+// record says DIR holds the landed generation, but before the journal is
+// removed, leaves a complete journal. Recovery drops it without writing
+// DIR again: an edit another program made in between is kept (and taken
+// in by the next sync, like any external change).
+func TestInPlaceCompletedJournalLeavesLaterEdits(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	dir := filepath.Join(e.dir, "work")
+	writeTree(t, dir, map[string]string{"a": "A\n", "d/b": "B\n"})
+	e.ok("create", "ws", "--in-place", dir)
+	e.ok("fork", "ws", "agent")
+	edit := filepath.Join(e.dir, "edit")
+	e.ok("export", "agent", edit)
+	nativeSh(t, edit, "echo A2 > a && echo B2 > d/b")
+	e.ok("commit", "agent", edit)
+	e.runCrash("materialize.after-state", "land", "agent")
+	// DIR holds the landed tree; a program edits it before anything recovers.
+	sameTree(t, "directory after the crash", treeList(t, edit), treeList(t, dir))
+	nativeSh(t, dir, "echo mine > d/b")
+	if st := e.run("status"); strings.Contains(st.stdout, "materialization of") {
+		t.Fatalf("a complete materialization journal is still listed: %s", st.stdout)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "d", "b")); err != nil || string(b) != "mine\n" {
+		t.Fatalf("recovery wrote over a later edit: d/b holds %q (%v)", b, err)
+	}
+	noTemporaries(t, dir)
+	e.ok("rebase", "ws")
+	out := filepath.Join(e.dir, "out")
+	e.ok("export", "ws", out)
+	if b, err := os.ReadFile(filepath.Join(out, "d", "b")); err != nil || string(b) != "mine\n" {
+		t.Fatalf("the later edit was not taken in: ws d/b = %q (%v)", b, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "a")); string(b) != "A2\n" {
+		t.Fatalf("a holds %q, want the landed A2", b)
+	}
+	e.fsck()
 }
 
 // TestInPlaceBadInput: clear errors, nothing created.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"path"
 	"sort"
 	"strings"
@@ -12,7 +13,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/acyclicfs/acyclicfs/corestate"
 	"github.com/acyclicfs/acyclicfs/internal/dirfd"
 	"github.com/acyclicfs/acyclicfs/internal/failpoint"
 	"github.com/acyclicfs/acyclicfs/rebase"
@@ -31,10 +31,14 @@ import (
 //  2. Phase "prepared": the plan and preimages are durable. From here a
 //     crash rolls forward: every edit is idempotent (write to a temporary
 //     name in the same directory, then rename over the target).
-//  3. Apply. An error (not a crash) while applying rolls back: the edits
-//     done so far are undone from the preimages, phase "rolled-back".
-//  4. One core-state transaction records the new materialized generation
-//     and shadow and deletes the journal.
+//  3. Apply: removals and new directories, then every write's content
+//     under its temporary name, the renames, and one concurrent wave of
+//     fsyncs of the written files and changed directories. An error (not a
+//     crash) while applying rolls back: the edits done so far are undone
+//     from the preimages, phase "rolled-back".
+//  4. The state record is updated (the new materialized generation and
+//     shadow), then the journal deleted. A journal whose target the state
+//     already names is complete: recovery drops it without touching DIR.
 const familyMaterialize = "materialize"
 
 // matTempPrefix names materialization temporaries inside DIR.
@@ -254,25 +258,35 @@ func (m *Manager) applyEdits(j *matJournal) error {
 		return fmt.Errorf("open %s: %w", j.Dir, err)
 	}
 	defer release()
-	// The plan puts writes last. Their contents are written and synced
-	// under temporary names all at once (concurrent fsyncs share the file
-	// system's journal commits), after the removals and directories they
-	// may need, then renamed into place in plan order.
+	// The plan puts writes last. Their contents are written under
+	// temporary names all at once, after the removals and directories they
+	// may need, and renamed into place in plan order. Then one concurrent
+	// wave of fsyncs makes the written files and every changed directory
+	// durable together (the file system merges concurrent fsyncs into few
+	// journal commits). A crash before that wave completes leaves the
+	// journal prepared, and recovery writes every edit again, synced, so
+	// the order of renames and syncs is not what keeps DIR whole.
 	writes := len(j.Edits)
 	for writes > 0 && j.Edits[writes-1].Op == "write" {
 		writes--
 	}
 	var temps []string
+	var files []*os.File
 	defer func() {
 		for _, t := range temps {
 			if t != "" {
 				_ = d.Remove(t)
 			}
 		}
+		for _, f := range files {
+			if f != nil {
+				f.Close()
+			}
+		}
 	}()
 	for i := range j.Edits {
 		if i == writes {
-			temps, err = m.prepareWrites(d, j, writes)
+			temps, files, err = m.prepareWrites(d, j, writes)
 		}
 		if err == nil {
 			if i >= writes {
@@ -294,19 +308,21 @@ func (m *Manager) applyEdits(j *matJournal) error {
 			return fmt.Errorf("materialize into %s: %w (rolled back: %s is as it was)", j.Dir, err, j.Dir)
 		}
 	}
-	if err := syncEditDirs(d, j.Edits); err != nil {
-		return err
+	if err := syncApplied(d, j.Edits, files); err != nil {
+		return err // the journal stays prepared: the next sync rolls forward
 	}
 	failpoint.Hit("materialize.after-apply")
 	return nil
 }
 
 // prepareWrites writes the contents of edits [from:] (all writes) under
-// temporary names, synced, a few at a time; it returns their names in
-// order. On error the temporaries already written are removed.
-func (m *Manager) prepareWrites(d *dirfd.Dir, j *matJournal, from int) ([]string, error) {
+// temporary names, a few at a time, not yet synced; it returns their names
+// and open files (nil for symlinks) in order, for syncApplied. On error
+// the temporaries already written are removed.
+func (m *Manager) prepareWrites(d *dirfd.Dir, j *matJournal, from int) ([]string, []*os.File, error) {
 	n := len(j.Edits) - from
 	temps := make([]string, n)
+	files := make([]*os.File, n)
 	errs := make([]error, n)
 	sem := make(chan struct{}, 8)
 	var wg sync.WaitGroup
@@ -318,19 +334,22 @@ func (m *Manager) prepareWrites(d *dirfd.Dir, j *matJournal, from int) ([]string
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			temps[k], errs[k] = m.writeTemp(d, e.Path, e.Kind, e.ID, e.Mtime, fmt.Sprintf("%s%s-%d", matTempPrefix, j.Op[:8], i))
+			temps[k], files[k], errs[k] = m.writeTemp(d, e.Path, e.Kind, e.ID, e.Mtime, fmt.Sprintf("%s%s-%d", matTempPrefix, j.Op[:8], i), true)
 		}()
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		for _, t := range temps {
+		for k, t := range temps {
+			if files[k] != nil {
+				files[k].Close()
+			}
 			if t != "" {
 				_ = d.Remove(t)
 			}
 		}
-		return nil, err
+		return nil, nil, err
 	}
-	return temps, nil
+	return temps, files, nil
 }
 
 func (m *Manager) applyEdit(d *dirfd.Dir, j *matJournal, i int) error {
@@ -359,30 +378,33 @@ func (m *Manager) applyEdit(d *dirfd.Dir, j *matJournal, i int) error {
 // writeEntry places a file or symlink at p: written in full under a
 // temporary name in the same directory, synced, then renamed over p.
 func (m *Manager) writeEntry(d *dirfd.Dir, p string, kind store.Kind, id store.ID, mtime int64, tempName string) error {
-	tmp, err := m.writeTemp(d, p, kind, id, mtime, tempName)
+	tmp, _, err := m.writeTemp(d, p, kind, id, mtime, tempName, false)
 	if err != nil {
 		return err
 	}
 	return placeTemp(d, p, tmp)
 }
 
-// writeTemp writes p's new content under tempName in p's directory,
-// synced, with its mode and mtime, and returns the temporary's path.
-func (m *Manager) writeTemp(d *dirfd.Dir, p string, kind store.Kind, id store.ID, mtime int64, tempName string) (string, error) {
+// writeTemp writes p's new content under tempName in p's directory, with
+// its mode and mtime, and returns the temporary's path. With keep, a file
+// is left open and unsynced and returned (the caller syncs and closes it);
+// otherwise it is synced and closed.
+func (m *Manager) writeTemp(d *dirfd.Dir, p string, kind store.Kind, id store.ID, mtime int64, tempName string, keep bool) (string, *os.File, error) {
 	tmp := joinRel(path.Dir(p), tempName)
 	if path.Dir(p) == "." {
 		tmp = tempName
 	}
 	if err := d.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("remove stale %s: %w", tmp, err)
+		return "", nil, fmt.Errorf("remove stale %s: %w", tmp, err)
 	}
+	var kept *os.File
 	if kind == store.KindSymlink {
 		target, err := m.st.ReadBlob(id)
 		if err != nil {
-			return "", fmt.Errorf("symlink %s: %w", p, err)
+			return "", nil, fmt.Errorf("symlink %s: %w", p, err)
 		}
 		if err := d.Symlink(string(target), tmp); err != nil {
-			return "", fmt.Errorf("symlink %s: %w", p, err)
+			return "", nil, fmt.Errorf("symlink %s: %w", p, err)
 		}
 	} else {
 		mode := uint32(0o644)
@@ -391,7 +413,7 @@ func (m *Manager) writeTemp(d *dirfd.Dir, p string, kind store.Kind, id store.ID
 		}
 		f, err := d.OpenFile(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, mode)
 		if err != nil {
-			return "", fmt.Errorf("write %s: %w", p, err)
+			return "", nil, fmt.Errorf("write %s: %w", p, err)
 		}
 		r, err := m.st.OpenBlob(id)
 		if err == nil {
@@ -401,21 +423,26 @@ func (m *Manager) writeTemp(d *dirfd.Dir, p string, kind store.Kind, id store.ID
 		if err == nil {
 			err = f.Chmod(fs.FileMode(mode)) // umask may have narrowed it
 		}
-		if err == nil {
+		if err == nil && !keep {
 			err = f.Sync()
 		}
-		if cerr := f.Close(); err == nil {
+		if err == nil && keep {
+			kept = f
+		} else if cerr := f.Close(); err == nil {
 			err = cerr
 		}
 		if err != nil {
+			if kept != nil {
+				kept.Close()
+			}
 			_ = d.Remove(tmp)
-			return "", fmt.Errorf("write %s: %w", p, err)
+			return "", nil, fmt.Errorf("write %s: %w", p, err)
 		}
 	}
 	if mtime != 0 {
 		_ = d.SetMtime(tmp, mtime)
 	}
-	return tmp, nil
+	return tmp, kept, nil
 }
 
 // placeTemp renames a temporary from writeTemp over p.
@@ -489,6 +516,14 @@ func (m *Manager) rollbackEdits(d *dirfd.Dir, j *matJournal, upto int) error {
 
 // syncEditDirs fsyncs every directory an edit changed an entry of.
 func syncEditDirs(d *dirfd.Dir, edits []matEdit) error {
+	return syncApplied(d, edits, nil)
+}
+
+// syncApplied fsyncs files (written, not yet synced; nil entries are
+// skipped) and every directory an edit changed an entry of, all
+// concurrently: the file system merges concurrent fsyncs into fewer
+// journal commits.
+func syncApplied(d *dirfd.Dir, edits []matEdit, files []*os.File) error {
 	dirs := map[string]bool{}
 	for _, e := range edits {
 		p := path.Dir(e.Path)
@@ -497,32 +532,48 @@ func syncEditDirs(d *dirfd.Dir, edits []matEdit) error {
 		}
 		dirs[p] = true
 	}
-	// Concurrently: the file system merges concurrent fsyncs into fewer
-	// journal commits.
-	errs := make(chan error, len(dirs))
-	sem := make(chan struct{}, 8)
+	var syncs []func() error
+	for _, f := range files {
+		if f != nil {
+			syncs = append(syncs, func() error {
+				if err := f.Sync(); err != nil {
+					return fmt.Errorf("sync %s: %w", f.Name(), err)
+				}
+				return nil
+			})
+		}
+	}
 	for p := range dirs {
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem }()
+		syncs = append(syncs, func() error {
 			// A directory an edit removed (or replaced by a file) is gone.
 			if err := d.SyncDir(p); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.ENOTDIR) {
-				errs <- fmt.Errorf("sync %s: %w", p, err)
-				return
+				return fmt.Errorf("sync %s: %w", p, err)
 			}
-			errs <- nil
+			return nil
+		})
+	}
+	errs := make([]error, len(syncs))
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for i, fn := range syncs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			errs[i] = fn()
 		}()
 	}
-	var all []error
-	for range dirs {
-		all = append(all, <-errs)
-	}
-	return errors.Join(all...)
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // completeMaterialization records that DIR holds j.To (with the shadow
-// fingerprints of what was written) and drops the journal, in one
-// core-state transaction.
+// fingerprints of what was written), then drops the journal. Two durable
+// writes, not one transaction: a journal whose workspace's state already
+// says DIR holds its target is complete, and recovery only drops it
+// (finishMaterialization), so a crash between the two never writes DIR
+// again.
 func (m *Manager) completeMaterialization(name string, st inPlaceState, rev uint64, j *matJournal, journaled bool) error {
 	puts := map[string][]byte{}
 	var dels []string
@@ -547,17 +598,14 @@ func (m *Manager) completeMaterialization(name string, st inPlaceState, rev uint
 	}
 	st.Materialized = j.To
 	st.Shadow = shadow
-	writes := []corestate.Write{{Family: familyInPlace, Key: name, ExpectRev: rev, Value: st}}
-	if journaled {
-		jrev, found, err := m.cs.Load(familyMaterialize, name, &matJournal{})
-		if err != nil {
-			return err
-		}
-		if found {
-			writes = append(writes, corestate.Write{Family: familyMaterialize, Key: name, ExpectRev: jrev, Delete: true})
-		}
+	if err := m.putInPlace(name, rev, st, false); err != nil {
+		return fmt.Errorf("complete materialization of %s: %w", name, err)
 	}
-	if err := m.cs.Commit("materialize-"+j.Op, writes); err != nil {
+	if !journaled {
+		return nil
+	}
+	failpoint.Hit("materialize.after-state")
+	if err := m.dropMaterialization(name); err != nil {
 		return fmt.Errorf("complete materialization of %s: %w", name, err)
 	}
 	return nil
@@ -586,7 +634,9 @@ func (m *Manager) finishMaterialization(name string) error {
 	if err != nil {
 		return err
 	}
-	if !found {
+	if !found || st.Materialized == j.To {
+		// Gone, or complete: the state was recorded, only the journal's
+		// removal was lost. DIR may have changed since; leave it be.
 		return m.dropMaterialization(name)
 	}
 	d, release, err := m.st.OpenBase(j.Base)
