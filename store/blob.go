@@ -488,8 +488,8 @@ func (b *BlobBatch) Commit() error {
 	return nil
 }
 
-// syncFiles fsyncs the temp files of a small batch, a few at a time so
-// the filesystem can merge their journal commits.
+// syncFiles fsyncs the temp files of a small batch concurrently, so the
+// file system can merge their journal commits.
 func (s *Store) syncFiles(pending map[ID]string) error {
 	if s.noSync {
 		return nil
@@ -501,16 +501,22 @@ func (s *Store) syncFiles(pending map[ID]string) error {
 	return syncPathsConcurrently(ps)
 }
 
-// syncPathsConcurrently fsyncs files or directories by name, a few at a
-// time: concurrent fsyncs share the file system's journal commits.
+// syncConcurrency bounds the fsyncs of a batch in flight at once. Each
+// waits mostly for the file system's journal commit, which concurrent
+// fsyncs share: a capture of 10 files syncs them in one wave.
+const syncConcurrency = 16
+
+// syncPathsConcurrently fsyncs files or directories by name, up to
+// syncConcurrency at a time.
 func syncPathsConcurrently(pending []string) error {
 	if len(pending) == 1 {
 		return syncPath(pending[0])
 	}
+	workers := min(len(pending), syncConcurrency)
 	paths := make(chan string)
-	errs := make(chan error, 4)
+	errs := make(chan error, workers)
 	var wg sync.WaitGroup
-	for range 4 {
+	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -163,16 +163,18 @@ func (m *Manager) planEdits(fromRoot, toRoot store.ID, changes []rebase.Change) 
 		}
 	}
 	// A directory present in from but absent in to is removed once empty;
-	// one present in to but absent in from is created.
+	// one present in to but absent in from is created. The changed paths
+	// share their ancestors: each tree is loaded (and verified) once.
+	trees := map[store.ID]*store.Tree{}
 	for d := range removedDirs {
-		inTo, err := m.kindAt(toRoot, d)
+		inTo, err := m.kindAt(trees, toRoot, d)
 		if err != nil {
 			return nil, err
 		}
 		if inTo == store.KindDir {
 			continue
 		}
-		inFrom, err := m.kindAt(fromRoot, d)
+		inFrom, err := m.kindAt(trees, fromRoot, d)
 		if err != nil {
 			return nil, err
 		}
@@ -181,7 +183,7 @@ func (m *Manager) planEdits(fromRoot, toRoot store.ID, changes []rebase.Change) 
 		}
 	}
 	for d := range addedDirs {
-		inFrom, err := m.kindAt(fromRoot, d)
+		inFrom, err := m.kindAt(trees, fromRoot, d)
 		if err != nil {
 			return nil, err
 		}
@@ -196,14 +198,19 @@ func (m *Manager) planEdits(fromRoot, toRoot store.ID, changes []rebase.Change) 
 	return append(out, writes...), nil
 }
 
-// kindAt is the kind of the entry at p in root, 0 when absent.
-func (m *Manager) kindAt(root store.ID, p string) (store.Kind, error) {
+// kindAt is the kind of the entry at p in root, 0 when absent. Trees it
+// loads are kept in trees (by ID; never modified).
+func (m *Manager) kindAt(trees map[store.ID]*store.Tree, root store.ID, p string) (store.Kind, error) {
 	id := root
 	parts := strings.Split(p, "/")
 	for i, name := range parts {
-		t, err := m.st.GetTree(id)
-		if err != nil {
-			return 0, err
+		t := trees[id]
+		if t == nil {
+			var err error
+			if t, err = m.st.GetTree(id); err != nil {
+				return 0, err
+			}
+			trees[id] = t
 		}
 		e, ok := t.Lookup(name)
 		if !ok {
