@@ -479,7 +479,18 @@ type RefStatus struct {
 func (s *Store) RefStatuses(ids []ID) ([]RefStatus, error) {
 	out := make([]RefStatus, len(ids))
 	err := s.view(func(tx *bolt.Tx) error {
+		resolved := tx.Bucket(bucketBaseResolved)
 		for i, id := range ids {
+			// A reference this process built (a listing's lstat, say) needs
+			// no decoding and verification of its stored copy.
+			if _, ok := s.bases.ref(id); ok {
+				v := resolved.Get(id[:])
+				if v != nil && len(v) != IDSize {
+					return fmt.Errorf("%w: base ref %s: resolution of %d bytes", ErrCorrupt, id.Short(), len(v))
+				}
+				out[i] = RefStatus{IsRef: true, Resolved: v != nil}
+				continue
+			}
 			st, found, err := s.lookupRefTx(tx, id)
 			if err != nil {
 				return err

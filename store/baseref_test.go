@@ -880,3 +880,75 @@ func BenchmarkReadBlobRef(b *testing.B) {
 		}
 	}
 }
+
+// TestResolveManyAndRefStatuses: ResolveMany stores trees and records
+// every resolution at once (as many Resolve calls would); RefStatuses
+// tells references (stored, or only built by this process) and their
+// resolutions apart from other IDs.
+func TestResolveManyAndRefStatuses(t *testing.T) {
+	dir := baseDir(t)
+	s := openDir(t, t.TempDir(), store.Options{})
+	defer s.Close()
+	base, root, err := s.CreateBase(dir)
+	mustOK(t, err)
+	tr, err := s.GetTree(root)
+	mustOK(t, err)
+	a := entry(t, tr, "a.txt").ID
+	sub := entry(t, tr, "sub").ID
+	var st unix.Stat_t
+	mustOK(t, unix.Lstat(filepath.Join(dir, "bin"), &st))
+	_, bin, ok := s.RefFromStat(base, "bin", &st)
+	if !ok || bin != entry(t, tr, "bin").ID {
+		t.Fatalf("RefFromStat(bin) = %s, %v; the listing named %s", bin.Short(), ok, entry(t, tr, "bin").ID.Short())
+	}
+	if _, _, ok := s.RefFromStat(base, "../x", &st); ok {
+		t.Fatal("RefFromStat accepted an invalid path")
+	}
+	blob, err := s.WriteBlobBytes([]byte("hello"))
+	mustOK(t, err)
+
+	sts, err := s.RefStatuses([]store.ID{a, sub, blob, root})
+	mustOK(t, err)
+	want := []store.RefStatus{{IsRef: true}, {IsRef: true}, {}, {IsRef: true}}
+	for i := range want {
+		if sts[i] != want[i] {
+			t.Fatalf("RefStatuses before resolving: %+v, want %+v", sts, want)
+		}
+	}
+
+	subTree, err := s.GetTree(sub)
+	mustOK(t, err)
+	enc, err := subTree.Encode()
+	mustOK(t, err)
+	mustOK(t, s.ResolveMany([]*store.Tree{subTree}, []store.Resolution{{Ref: a, Target: blob}, {Ref: sub, Target: store.TreeID(enc)}}))
+	sts, err = s.RefStatuses([]store.ID{a, sub, blob, bin})
+	mustOK(t, err)
+	want = []store.RefStatus{{IsRef: true, Resolved: true}, {IsRef: true, Resolved: true}, {}, {IsRef: true}}
+	for i := range want {
+		if sts[i] != want[i] {
+			t.Fatalf("RefStatuses after ResolveMany: %+v, want %+v", sts, want)
+		}
+	}
+	// Reads go to the resolutions, whatever DIR holds now.
+	rewrite(t, filepath.Join(dir, "a.txt"), "HELLO")
+	mustOK(t, os.RemoveAll(filepath.Join(dir, "sub")))
+	if b, err := s.ReadBlob(a); err != nil || string(b) != "hello" {
+		t.Fatalf("resolved ReadBlob = %q, %v", b, err)
+	}
+	if got, err := s.GetTree(sub); err != nil || len(got.Entries) != 1 || got.Entries[0].Name != "deep" {
+		t.Fatalf("resolved sub = %+v, %v", got, err)
+	}
+	// Nothing is recorded when a target is missing.
+	err = s.ResolveMany(nil, []store.Resolution{{Ref: bin, Target: store.TreeID([]byte("never stored"))}})
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("ResolveMany to a missing tree: %v", err)
+	}
+	if err := s.ResolveMany(nil, []store.Resolution{{Ref: store.BlobID([]byte("not a ref")), Target: blob}}); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("ResolveMany of an unknown ref: %v", err)
+	}
+	if sts, err := s.RefStatuses([]store.ID{bin}); err != nil || sts[0].Resolved {
+		t.Fatalf("a failed ResolveMany resolved bin: %+v, %v", sts, err)
+	}
+	mustOK(t, s.ResolveMany(nil, nil))
+	checkClean(t, s)
+}

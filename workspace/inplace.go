@@ -432,11 +432,18 @@ func (d detector) entry(p string, e, cur *store.Entry, rs *store.RefStatus) (*st
 	for i := range names {
 		stats[names[i].Name] = &names[i].Stat
 	}
-	// The reference status of every directory entry, in one transaction.
+	// What DIR holds for each entry (from the listing's lstats), then the
+	// reference status of every directory entry, in one transaction.
+	curs := make([]*store.Entry, len(t.Entries))
 	var dirIDs []store.ID
 	for i := range t.Entries {
-		if t.Entries[i].Kind == store.KindDir {
-			dirIDs = append(dirIDs, t.Entries[i].ID)
+		old := &t.Entries[i]
+		if st, ok := stats[old.Name]; ok {
+			curs[i] = d.listed(joinRel(p, old.Name), old.Name, st)
+			delete(stats, old.Name)
+		}
+		if old.Kind == store.KindDir {
+			dirIDs = append(dirIDs, old.ID)
 		}
 	}
 	statuses, err := d.m.st.RefStatuses(dirIDs)
@@ -448,11 +455,7 @@ func (d detector) entry(p string, e, cur *store.Entry, rs *store.RefStatus) (*st
 	for i := range t.Entries {
 		old := &t.Entries[i]
 		cp := joinRel(p, old.Name)
-		var c *store.Entry
-		if st, ok := stats[old.Name]; ok {
-			c = d.listed(cp, old.Name, st)
-			delete(stats, old.Name)
-		}
+		c := curs[i]
 		var rs *store.RefStatus
 		if old.Kind == store.KindDir {
 			rs = &statuses[0]
