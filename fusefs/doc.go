@@ -94,7 +94,11 @@
 //     Admitter that keys on processes or sessions must map it
 //     (/proc/PID/status Tgid, or getsid).
 //   - Kernel permission checks (default_permissions) use the overlay's
-//     owner and mode; lower entries belong to the daemon's user.
+//     owner and mode; lower entries belong to the daemon's user. A
+//     root-only mount (no allow_other) goes without them: root passes
+//     them anyway, and they cost a directory GETATTR before each create,
+//     unlink or rename. The kernel then sends ACCESS for access(2) and
+//     chdir; Access answers it without admitting the caller.
 //   - Unmount falls back to a lazy unmount (MNT_DETACH) when the mount is
 //     busy: the mountpoint vanishes and open files are served until closed.
 package fusefs

@@ -184,7 +184,7 @@ func MountAt(mountpoint string, cfg Config) (*Mount, error) {
 			EnableSymlinkCaching: true,
 			// Locks are served from lock files (locks.go).
 			EnableLocks: true,
-			Options:     []string{"default_permissions"},
+			Options:     mountOptions(cfg.AllowOther, os.Geteuid()),
 		},
 	}
 	m.dirs = newDirsFS(fs.NewNodeFS(m.rootNode, opts))
@@ -207,6 +207,23 @@ func MountAt(mountpoint string, cfg Config) (*Mount, error) {
 	}()
 	go m.notifier()
 	return m, nil
+}
+
+// mountOptions is the kernel's permission model for a mount. A mount only
+// its owner can reach (no allow_other) by root is served without
+// default_permissions: the kernel's check would ask for the attributes of
+// every directory on a path before each create, unlink or rename (a
+// GETATTR round trip once the cached attributes of a changed directory
+// expire: a third of all requests under git commit), and it would only
+// confirm what root may do anyway. The kernel still refuses to exec a file
+// without an exec bit; ACCESS requests are answered by go-fuse's check,
+// which knows that root passes. Every other mount keeps the kernel's
+// check: another user must not reach files their mode forbids.
+func mountOptions(allowOther bool, euid int) []string {
+	if !allowOther && euid == 0 {
+		return nil
+	}
+	return []string{"default_permissions"}
 }
 
 // openOverlay prepares stateDir and replays its snapshot if there is one.

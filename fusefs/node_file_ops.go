@@ -29,6 +29,52 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	return 0
 }
 
+// Access answers access(2) and the kernel's permission probe for chdir,
+// which only mounts without default_permissions send (mountOptions). It
+// reads the attributes without admitting the caller: a probe reads no
+// content, so it opens no lease. Otherwise a harness that starts a tool with
+// its working directory in the mount would pin the view for the harness's
+// own, long-lived session, and no reconcile would follow the tool's end.
+//
+// The check is the kernel's generic one: root passes, except that exec
+// needs an exec bit on something that is not a directory; others match
+// owner, group, then other bits (without supplementary groups: such
+// callers only reach mounts that keep default_permissions). Asking to
+// write on a read-only mount is EROFS, as on a read-only native mount.
+func (n *node) Access(ctx context.Context, mask uint32) syscall.Errno {
+	const rBit, wBit, xBit = 4, 2, 1
+	mask &= rBit | wBit | xBit
+	if mask&wBit != 0 {
+		if e := n.m.refuseChange(); e != 0 {
+			return e
+		}
+	}
+	n.m.ov.mu.Lock()
+	mode, uid, gid := n.in.mode, n.in.uid, n.in.gid
+	dir := n.in.isDir()
+	n.m.ov.mu.Unlock()
+	c, _ := fuse.FromContext(ctx)
+	if !accessAllowed(c, mode, uid, gid, dir, mask) {
+		return syscall.EACCES
+	}
+	return 0
+}
+
+// accessAllowed is generic_permission's answer for caller c (nil: root).
+func accessAllowed(c *fuse.Caller, mode, uid, gid uint32, dir bool, mask uint32) bool {
+	if c == nil || c.Uid == 0 {
+		return mask&1 == 0 || dir || mode&0o111 != 0
+	}
+	bits := mode
+	switch {
+	case c.Uid == uid:
+		bits = mode >> 6
+	case c.Gid == gid:
+		bits = mode >> 3
+	}
+	return bits&mask == mask
+}
+
 // Setattr handles truncate, chmod, chown and utimens. Truncating a clean
 // file copies it up (or starts an empty upper file when truncating to 0).
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {

@@ -38,8 +38,11 @@ func TestOverlayCrashRecovery(t *testing.T) {
 			pid := e.daemonPID()
 			// One session writes and fsyncs a file, then ends: its fsync
 			// writes the snapshot; its end captures and switches the view.
-			tool := exec.Command("setsid", "-w", "sh", "-c", `printf 'payload\n' > f.txt && sync f.txt`)
-			tool.Dir = mp
+			// The tool enters the mount itself, inside its own session:
+			// with cmd.Dir, os/exec would stat mp from this test's process,
+			// and that request would open a lease for the test's session,
+			// which outlives the tool.
+			tool := exec.Command("setsid", "-w", "sh", "-c", `cd "$1" && printf 'payload\n' > f.txt && sync f.txt`, "sh", mp)
 			toolErr := tool.Run()
 			if err := waitGone(pid, 20*time.Second); err != nil {
 				t.Fatalf("daemon did not die at %s: %v", c.point, err)
