@@ -183,8 +183,9 @@ func MountAt(mountpoint string, cfg Config) (*Mount, error) {
 			// invalidates changed ones with the inode's content.
 			EnableSymlinkCaching: true,
 			// Locks are served from lock files (locks.go).
-			EnableLocks: true,
-			Options:     mountOptions(cfg.AllowOther, os.Geteuid()),
+			EnableLocks:       true,
+			Options:           mountOptions(cfg.AllowOther, os.Geteuid()),
+			ExtraCapabilities: killprivCaps(cfg.AllowOther, os.Geteuid()),
 		},
 	}
 	m.dirs = newDirsFS(fs.NewNodeFS(m.rootNode, opts))
@@ -224,6 +225,23 @@ func mountOptions(allowOther bool, euid int) []string {
 		return nil
 	}
 	return []string{"default_permissions"}
+}
+
+// killprivCaps is the INIT capability that makes the daemon, not the
+// kernel, clear set-uid and set-gid bits, for root-only mounts. Without
+// it the kernel fetches the attributes before every chown of a file
+// (GETATTR, to recompute the mode from fresh bits): under tar -x as root,
+// which chowns every file it writes, that was one request in eight. With
+// it a chown carries FATTR_KILL_SUIDGID and Setattr clears the bits.
+// Writes and truncations by root (CAP_FSETID) keep the bits natively, so
+// the kernel's per-write kill flags, which go-fuse's node API does not
+// pass on, never apply to a root-only mount's callers; other mounts keep
+// the kernel's handling (a passthrough write never reaches the daemon).
+func killprivCaps(allowOther bool, euid int) uint64 {
+	if mountOptions(allowOther, euid) == nil {
+		return fuse.CAP_HANDLE_KILLPRIV_V2
+	}
+	return 0
 }
 
 // openOverlay prepares stateDir and replays its snapshot if there is one.

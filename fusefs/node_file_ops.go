@@ -121,6 +121,19 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		ino.gid = gid
 		changed = true
 	}
+	if in.Valid&fuse.FATTR_KILL_SUIDGID != 0 && !ino.isDir() {
+		// A chown of a file (killpriv, see killprivCaps): drop set-uid,
+		// and set-gid where it means set-gid (group exec on), as
+		// notify_change does on a native file.
+		kill := uint32(syscall.S_ISUID)
+		if ino.mode&0o010 != 0 {
+			kill |= syscall.S_ISGID
+		}
+		if ino.mode&kill != 0 {
+			ino.mode &^= kill
+			changed = true
+		}
+	}
 	if mok || aok {
 		if mok {
 			ino.mtime = mtime.UnixNano()

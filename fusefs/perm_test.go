@@ -163,3 +163,66 @@ func TestRootMountPermissions(t *testing.T) {
 		t.Errorf("access and chdir admitted %d requests", got)
 	}
 }
+
+// TestChownDropsSetID: a root-only mount clears set-id bits itself
+// (killprivCaps), so a chown asks nothing first, and the bits end as a
+// chown leaves them on a native directory.
+func TestChownDropsSetID(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: chown")
+	}
+	objs := newFakeObjects(t)
+	m, mnt := mountT(t, objs, objs.build(t, lowerSpec), nil)
+	native := t.TempDir()
+	modes := []os.FileMode{
+		0o755 | os.ModeSetuid,
+		0o755 | os.ModeSetgid,
+		0o644 | os.ModeSetgid, // no group exec: not set-gid, kept
+		0o755 | os.ModeSetuid | os.ModeSetgid | os.ModeSticky,
+	}
+	chownAll := func(root string) []os.FileMode {
+		var got []os.FileMode
+		for i, mode := range modes {
+			p := filepath.Join(root, fmt.Sprintf("f%d", i))
+			mustWrite(t, p, "x")
+			if err := os.Chmod(p, mode); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chown(p, 0, 0); err != nil {
+				t.Fatal(err)
+			}
+			st, err := os.Stat(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, st.Mode())
+		}
+		d := filepath.Join(root, "d")
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, 0o755|os.ModeSetgid); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(d, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		st, err := os.Stat(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return append(got, st.Mode())
+	}
+	g := m.daemonGetattrs.Load()
+	got := chownAll(mnt)
+	if n := m.daemonGetattrs.Load() - g; n > 1 {
+		t.Errorf("%d chowns sent %d GETATTRs", len(modes)+1, n)
+	}
+	want := chownAll(native)
+	if !slices.Equal(got, want) {
+		t.Errorf("modes after chown: mount %v, native %v", got, want)
+	}
+	if want[0]&os.ModeSetuid != 0 {
+		t.Fatalf("native chown kept set-uid (%v): the comparison proves nothing", want[0])
+	}
+}
