@@ -75,3 +75,29 @@ func TestKeptAnalysis(t *testing.T) {
 		t.Errorf("got %q, want %q", got, want)
 	}
 }
+
+func TestPeerRuns(t *testing.T) {
+	cfg, err := parseFlags([]string{"-runs", "3", "-peer-runs", "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.runSystems(0); strings.Join(got, ",") != strings.Join(allSystems, ",") {
+		t.Errorf("run 1 systems = %v, want all", got)
+	}
+	for r := 1; r < 3; r++ {
+		if got := cfg.runSystems(r); strings.Join(got, ",") != sysNative+","+sysAcyclicfs {
+			t.Errorf("run %d systems = %v, want native and acyclicfs", r+1, got)
+		}
+	}
+	if cfg, err := parseFlags([]string{"-runs", "2"}); err != nil || cfg.peerRuns != 2 {
+		t.Errorf("default peer runs = %d (%v), want -runs", cfg.peerRuns, err)
+	}
+	for _, bad := range [][]string{{"-runs", "2", "-peer-runs", "3"}, {"-peer-runs", "-1"}, {"-profile-systems", "native"}} {
+		if _, err := parseFlags(bad); err == nil {
+			t.Errorf("parseFlags(%q) accepted", bad)
+		}
+	}
+	if cfg, err := parseFlags([]string{"-profile-systems", "acyclicfs"}); err != nil || strings.Join(cfg.profSys, ",") != sysAcyclicfs {
+		t.Errorf("-profile-systems acyclicfs: %v %v", cfg, err)
+	}
+}

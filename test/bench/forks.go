@@ -60,26 +60,31 @@ func runForks(ctx context.Context, e *benchEnv, res *results) error {
 			}
 			fr.fork = append(fr.fork, r.wall)
 
-			dst := filepath.Join(e.work, "copy")
-			r, err = runCmd(ctx, "/", nil, "cp", "-a", src, dst)
-			if err != nil {
-				return err
-			}
-			fr.cp = append(fr.cp, r.wall)
-			if err := os.RemoveAll(dst); err != nil {
-				return err
-			}
+			cmp := "" // cp -a and git worktree add run only in the first peerRuns runs
+			if i < e.cfg.peerRuns {
+				dst := filepath.Join(e.work, "copy")
+				r, err = runCmd(ctx, "/", nil, "cp", "-a", src, dst)
+				if err != nil {
+					return err
+				}
+				fr.cp = append(fr.cp, r.wall)
+				if err := os.RemoveAll(dst); err != nil {
+					return err
+				}
 
-			r, err = runCmd(ctx, repo, nil, "git", "worktree", "add", "-q", "--detach", dst)
-			if err != nil {
-				return err
-			}
-			fr.worktree = append(fr.worktree, r.wall)
-			if err := os.RemoveAll(dst); err != nil {
-				return err
-			}
-			if _, err := runCmd(ctx, repo, nil, "git", "worktree", "prune"); err != nil {
-				return err
+				r, err = runCmd(ctx, repo, nil, "git", "worktree", "add", "-q", "--detach", dst)
+				if err != nil {
+					return err
+				}
+				fr.worktree = append(fr.worktree, r.wall)
+				if err := os.RemoveAll(dst); err != nil {
+					return err
+				}
+				if _, err := runCmd(ctx, repo, nil, "git", "worktree", "prune"); err != nil {
+					return err
+				}
+
+				cmp = fmt.Sprintf(", cp -a %v, worktree %v", fr.cp[i].Round(time.Millisecond), fr.worktree[i].Round(time.Millisecond))
 			}
 
 			over, um, err := e.captureOnce(ctx, ws, i, "")
@@ -99,9 +104,8 @@ func runForks(ctx context.Context, e *benchEnv, res *results) error {
 					fr.rebUnmount = append(fr.rebUnmount, um)
 				}
 			}
-			logf("forks: %d files run %d: fork %v, cp -a %v, worktree %v, capture %v (+unmount %v)",
-				n, i+1, fr.fork[i].Round(time.Millisecond), fr.cp[i].Round(time.Millisecond),
-				fr.worktree[i].Round(time.Millisecond), over.Round(time.Millisecond), um.Round(time.Millisecond))
+			logf("forks: %d files run %d: fork %v%s, capture %v (+unmount %v)",
+				n, i+1, fr.fork[i].Round(time.Millisecond), cmp, over.Round(time.Millisecond), um.Round(time.Millisecond))
 		}
 		if err := os.RemoveAll(repo); err != nil {
 			return err

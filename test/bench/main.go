@@ -46,6 +46,7 @@ import (
 // config is the parsed command line.
 type config struct {
 	runs       int
+	peerRuns   int // runs of the peers (loopback, fuse-overlayfs) and of cp -a / git worktree; <= runs
 	quick      bool
 	systems    []string
 	workloads  []string
@@ -56,6 +57,7 @@ type config struct {
 	out        string
 	png        string
 	profile    bool
+	profSys    []string // systems the census covers
 	noForks    bool
 	noInPlace  bool
 	acyclicfs  string
@@ -85,8 +87,9 @@ func main() {
 func parseFlags(args []string) (*config, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	cfg := &config{}
-	var systems, workloads, forkSizes string
+	var systems, workloads, forkSizes, profSys string
 	fs.IntVar(&cfg.runs, "runs", 5, "runs per system and workload")
+	fs.IntVar(&cfg.peerRuns, "peer-runs", 0, "runs of the systems acyclicfs is compared with besides native (loopback, fuse-overlayfs) and of cp -a / git worktree add in the fork table; 0: as many as -runs")
 	fs.BoolVar(&cfg.quick, "quick", false, "1 run, 128 MiB sequential file, fork sizes 1000,10000")
 	fs.StringVar(&systems, "systems", strings.Join(allSystems, ","), "comma-separated systems to measure")
 	fs.StringVar(&workloads, "workloads", strings.Join(workloadNames(), ","), "comma-separated workloads to run")
@@ -99,6 +102,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&cfg.out, "out", "docs/benchmarks.md", "markdown report to write (empty: stdout only)")
 	fs.StringVar(&cfg.png, "png", "docs/benchmarks.png", "PNG chart of ratios to write (empty: none)")
 	fs.BoolVar(&cfg.profile, "profile", false, "after the timed runs, count FUSE requests per workload with --debug mounts")
+	fs.StringVar(&profSys, "profile-systems", strings.Join(profiledSystems, ","), "comma-separated systems the -profile census covers (of "+strings.Join(profiledSystems, ", ")+")")
 	fs.StringVar(&cfg.acyclicfs, "acyclicfs", "", "acyclicfs binary (default: build ./cmd/acyclicfs)")
 	fs.StringVar(&cfg.loopback, "loopback", "", "go-fuse loopback binary (default: build github.com/hanwen/go-fuse/v2/example/loopback)")
 	fs.StringVar(&cfg.buildPkg, "build-pkg", "cmd/gofmt", "package built by the go-build workload (with GOROOT inside the mount)")
@@ -126,6 +130,18 @@ func parseFlags(args []string) (*config, error) {
 	}
 	if cfg.seqMiB < 1 {
 		return nil, fmt.Errorf("-seq-mib must be at least 1")
+	}
+	if cfg.peerRuns == 0 {
+		cfg.peerRuns = cfg.runs
+	}
+	if cfg.peerRuns < 1 || cfg.peerRuns > cfg.runs {
+		return nil, fmt.Errorf("-peer-runs must be between 1 and -runs (%d)", cfg.runs)
+	}
+	cfg.profSys = splitList(profSys)
+	for _, s := range cfg.profSys {
+		if !contains(profiledSystems, s) {
+			return nil, fmt.Errorf("-profile-systems: cannot count requests of %q (have %s)", s, strings.Join(profiledSystems, ", "))
+		}
 	}
 	cfg.systems = splitList(systems)
 	for _, s := range cfg.systems {

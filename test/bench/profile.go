@@ -33,7 +33,7 @@ var profiledSystems = []string{sysLoopback, sysAcyclicfs}
 func runProfile(ctx context.Context, e *benchEnv, res *results) error {
 	res.profile = map[string]map[string]*profileResult{}
 	for _, s := range profiledSystems {
-		if !contains(e.cfg.systems, s) {
+		if !contains(e.cfg.systems, s) || !contains(e.cfg.profSys, s) {
 			continue
 		}
 		logf("profile: %s with request logging", s)

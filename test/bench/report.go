@@ -107,6 +107,9 @@ func (r *results) markdown() string {
 	b.WriteString(r.machine)
 	b.WriteString("\n## Method\n\n")
 	fmt.Fprintf(&b, "- %d run(s) per system and workload. In each run every system is mounted at once and each workload runs on every system back to back, in an order rotated per run; ratios to native are computed pair by pair within a run, then the median (and range) is taken.\n", cfg.runs)
+	if cfg.peerRuns < cfg.runs {
+		fmt.Fprintf(&b, "- The peers (loopback, fuse-overlayfs), and `cp -a` and `git worktree add` in the fork table, run in the first %d run(s) only (`-peer-runs`), to keep the whole harness short; their ratios pair with native's samples of those runs.\n", cfg.peerRuns)
+	}
 	b.WriteString("- Same tree everywhere: `$(go env GOROOT)/src` laid out as a GOROOT (`src/`, `VERSION`, `go.env`, `pkg` → the real toolchain). **native**: a fresh `cp -a` copy per run. **loopback**: go-fuse v2.12.1's `example/loopback` over a fresh copy. **fuse-overlayfs**: a fresh upper directory over the shared pristine tree. **acyclicfs**: `fork` of a workspace imported once from the tree, mounted; every workload runs as `acyclicfs exec MOUNTPOINT -- …` (one explicit lease per workload).\n")
 	b.WriteString("- The time is that of the workload process only (a wrapper inside the mount times `sh -c SCRIPT`). For acyclicfs, *lease overhead* is the rest of the `exec` wall time: binding the lease, and at its end capture, publish and reconcile. *daemon CPU* is the acyclicfs daemon's user+system CPU over the whole `exec` (workload and lease end), from /proc/PID/stat.\n")
 	fmt.Fprintf(&b, "- Sequential file: %d MiB. Work directory on `%s`.\n", cfg.seqMiB, r.env.fsDescription())
@@ -241,7 +244,7 @@ func (r *results) profileMarkdown(b *strings.Builder) {
 	b.WriteString("Counted from go-fuse's debug log (`rx N: OPCODE` lines): loopback with `-debug`, acyclicfs mounted with `--debug` (the log is `STORE/daemon.log`). Logging slows every request, so these runs are not timed for the table above. For acyclicfs the counts include the lease end after the workload. *daemon CPU* is the serving process's user+system CPU time during the workload.\n\n")
 	var syss []string
 	for _, s := range profiledSystems {
-		if contains(r.cfg.systems, s) {
+		if contains(r.cfg.systems, s) && contains(r.cfg.profSys, s) {
 			syss = append(syss, s)
 		}
 	}

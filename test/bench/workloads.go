@@ -156,7 +156,7 @@ func runMatrix(ctx context.Context, e *benchEnv, res *results) error {
 		res.samples[w] = map[string][]sample{}
 	}
 	for r := 0; r < e.cfg.runs; r++ {
-		order := rotate(e.cfg.systems, r)
+		order := rotate(e.cfg.runSystems(r), r)
 		logf("run %d/%d: systems in order %v", r+1, e.cfg.runs, order)
 		insts := map[string]instance{}
 		for _, s := range order {
@@ -204,6 +204,26 @@ func runMatrix(ctx context.Context, e *benchEnv, res *results) error {
 		}
 	}
 	return nil
+}
+
+// isPeer reports whether s is one of the systems acyclicfs is compared
+// with besides native.
+func isPeer(s string) bool { return s == sysLoopback || s == sysOverlay }
+
+// runSystems is the systems measured in run r (0-based): the peers only in
+// the first peerRuns runs. Ratios pair samples by run index, so a peer's
+// samples stay aligned with native's.
+func (c *config) runSystems(r int) []string {
+	if r < c.peerRuns {
+		return c.systems
+	}
+	var out []string
+	for _, s := range c.systems {
+		if !isPeer(s) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 func (e *benchEnv) params(in instance, sys string, run int) params {
