@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -90,7 +91,7 @@ func (a *app) forward(args []string) (int, bool) {
 	}
 	req := runRequest{Args: args, Cwd: a.cwd, StderrTTY: a.stderrTTY, ClientPID: os.Getpid()}
 	resp, err := c.run(req)
-	if err != nil && (isGone(err) || errors.Is(err, errDaemonExiting)) {
+	if err != nil && (isGone(err) || errors.Is(err, errDaemonExiting) || (isReset(err) && c.socketGone())) {
 		// The daemon exited, or is exiting, between the ping and the call
 		// (it stops after its last unmount): the store is ours again, or
 		// the next daemon's.
@@ -175,7 +176,7 @@ func (c *client) call(path string, in, out any) error {
 	}
 	resp, err := c.http.Post("http://acyclicfs"+path, "application/json", bytes.NewReader(body))
 	if err != nil {
-		return err
+		return &noResponseError{err}
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
@@ -242,6 +243,29 @@ func startDaemon(storeDir string) error {
 		msg = "it exited"
 	}
 	return fmt.Errorf("daemon failed to start: %s (see %s)", msg, filepath.Join(storeDir, logName))
+}
+
+// noResponseError: a call failed before any response arrived (connect,
+// send, or the connection closed before a status line).
+type noResponseError struct{ err error }
+
+func (e *noResponseError) Error() string { return e.err.Error() }
+func (e *noResponseError) Unwrap() error { return e.err }
+
+// isReset reports whether err means no response came for the call.
+func isReset(err error) bool {
+	var nr *noResponseError
+	return errors.As(err, &nr)
+}
+
+// socketGone reports whether the daemon's socket file is gone: the daemon
+// unlinked it to exit. An exiting daemon refuses every command (503) and
+// resets only connections it never accepted, so a reset command then did
+// not run, and running it again is safe. A daemon killed mid-command
+// leaves its socket behind: that error is reported.
+func (c *client) socketGone() bool {
+	_, err := os.Stat(filepath.Join(c.dir, socketName))
+	return errors.Is(err, fs.ErrNotExist)
 }
 
 // isGone reports whether err means nobody listens on the socket anymore.

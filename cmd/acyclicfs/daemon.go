@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -129,8 +130,9 @@ func runDaemon(storeDir string, ready io.WriteCloser, exitWhenIdle bool) error {
 		return fail(fmt.Errorf("write %s: %w", pidPath, err))
 	}
 	srv := &http.Server{Handler: d.routes(), ConnContext: peerContext}
+	acc := &acceptClock{Listener: ln}
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(acc); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Printf("serve: %v", err)
 			d.stop()
 		}
@@ -153,10 +155,12 @@ func runDaemon(storeDir string, ready io.WriteCloser, exitWhenIdle bool) error {
 	d.mu.Unlock()
 	// Stop taking commands: unlink the socket so that new clients find no
 	// daemon (and run their command themselves once we release the store),
-	// then keep serving briefly, so that connections already queued in the
-	// listen backlog are answered instead of reset by closing the listener.
+	// then keep serving until the accept loop has been idle briefly, so
+	// that connections already queued in the listen backlog are answered
+	// (503: run it yourself) instead of reset by closing the listener. A
+	// client whose connection is reset anyway retries the same way.
 	_ = os.Remove(sock)
-	time.Sleep(drainWindow)
+	acc.drain(time.Now(), drainQuiet, drainWindow)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	srv.Shutdown(ctx)
 	cancel()
@@ -182,9 +186,49 @@ func runDaemon(storeDir string, ready io.WriteCloser, exitWhenIdle bool) error {
 // one to release the store's daemon lock.
 const daemonLockWait = 10 * time.Second
 
-// drainWindow is how long an exiting daemon keeps answering connections
-// that were queued before its socket was unlinked.
-const drainWindow = 200 * time.Millisecond
+// An exiting daemon keeps answering connections that were queued before
+// its socket was unlinked until none was accepted for drainQuiet, at most
+// drainWindow. No connection can join the backlog once the socket is
+// gone, and the accept loop empties it in microseconds, so the quiet
+// period is the usual wait: the next command, which needs the store lock
+// the exiting daemon holds, waited the whole 200 ms before (a fork right
+// after an unmount took 210 ms instead of 12).
+const (
+	drainQuiet  = 10 * time.Millisecond
+	drainWindow = 200 * time.Millisecond
+)
+
+// acceptClock is the daemon's listener; it records its latest accept.
+type acceptClock struct {
+	net.Listener
+	last atomic.Int64 // UnixNano of the latest accepted connection
+}
+
+func (l *acceptClock) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.last.Store(time.Now().UnixNano())
+	}
+	return c, err
+}
+
+// drain returns once quiet has passed with no accept since from, or at
+// from+limit.
+func (l *acceptClock) drain(from time.Time, quiet, limit time.Duration) {
+	deadline := from.Add(limit)
+	for {
+		last := time.Unix(0, l.last.Load())
+		if last.Before(from) {
+			last = from
+		}
+		now := time.Now()
+		wake := last.Add(quiet)
+		if !wake.After(now) || !now.Before(deadline) {
+			return
+		}
+		time.Sleep(min(wake.Sub(now), deadline.Sub(now))) // a clock deadline: absence of accepts has no event
+	}
+}
 
 // openManagerPatiently opens the store, waiting for a CLI command that
 // holds it to finish.
