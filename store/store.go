@@ -143,6 +143,11 @@ func Open(dir string, opt Options) (*Store, error) {
 	if timeout == 0 {
 		timeout = 2 * time.Second
 	}
+	// bbolt retries its lock every 50 ms; poll finer first, so that a
+	// command right after an exiting daemon released the store does not
+	// sleep most of that out (the first command after an unmount took
+	// 61 ms instead of 10). bbolt still takes the lock itself.
+	waitLockFree(metaPath, opt.ReadOnly, timeout)
 	db, err := openBolt(metaPath, &bolt.Options{
 		Timeout:  timeout,
 		ReadOnly: opt.ReadOnly,
@@ -171,6 +176,34 @@ func Open(dir string, opt Options) (*Store, error) {
 		}
 	}
 	return s, nil
+}
+
+// waitLockFree polls, every 2 ms and for at most timeout, until path's
+// flock could be taken (shared for a read-only open), and releases it at
+// once. It only shortens the wait: whoever takes the lock in between
+// makes bbolt wait as before, and any error leaves the wait to bbolt.
+func waitLockFree(path string, shared bool, timeout time.Duration) {
+	f, err := os.Open(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	how := syscall.LOCK_EX
+	if shared {
+		how = syscall.LOCK_SH
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
+		if err == nil {
+			_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+			return
+		}
+		if err != syscall.EWOULDBLOCK || !time.Now().Before(deadline) {
+			return
+		}
+		time.Sleep(2 * time.Millisecond) // a lock held by another process has no event to wait on
+	}
 }
 
 // openBolt is bolt.Open with its panics on damaged pages (it reads the

@@ -458,6 +458,30 @@ func TestLockedStore(t *testing.T) {
 	}
 }
 
+// TestOpenWaitsForRelease: an Open that finds the store locked gets it
+// once the holder closes, within its timeout; the early poll neither
+// steals the lock nor keeps it.
+func TestOpenWaitsForRelease(t *testing.T) {
+	dir := t.TempDir()
+	s := openDir(t, dir, store.Options{})
+	closed := make(chan error, 1)
+	go func() {
+		time.Sleep(30 * time.Millisecond) // the holder works a while
+		closed <- s.Close()
+	}()
+	s2, err := store.Open(dir, store.Options{LockTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("open after the holder closed: %v", err)
+	}
+	mustOK(t, <-closed)
+	// The second opener holds the lock now.
+	_, err = store.Open(dir, store.Options{LockTimeout: 50 * time.Millisecond})
+	wantIs(t, err, store.ErrLocked)
+	mustOK(t, s2.Close())
+	s3 := openDir(t, dir, store.Options{})
+	mustOK(t, s3.Close())
+}
+
 func TestFailedBlobWriteLeavesNothing(t *testing.T) {
 	for _, step := range []string{"blob.before-fsync", "blob.before-rename"} {
 		t.Run(step, func(t *testing.T) {
