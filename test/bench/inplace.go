@@ -57,6 +57,9 @@ type inplaceResult struct {
 }
 
 // inplaceSizes are the generated tree sizes: flat time across them is O(1).
+// noopLeases is how many no-op leases each in-place run times.
+const noopLeases = 3
+
 func (c *config) inplaceSizes() []int {
 	if c.quick {
 		return []int{1000, 10000}
@@ -137,13 +140,22 @@ func (e *benchEnv) inplaceOnce(ctx context.Context, sz *inplaceSize, dir, name s
 	}
 	sz.reads = append(sz.reads, reads)
 	prefix := []string{e.acy, "--store", e.store, "exec", dir, "--"}
-	work, wall, err := e.timeWrapper(ctx, prefix, "", "true")
-	if err != nil {
-		return err
+	// The no-op lease is the baseline the 10-change lease is compared
+	// with: the least of three, so that one stall of the machine does not
+	// make the difference negative (or flatter than it is).
+	var noop time.Duration
+	for k := 0; k < noopLeases; k++ {
+		work, wall, err := e.timeWrapper(ctx, prefix, "", "true")
+		if err != nil {
+			return err
+		}
+		if d := wall - work; k == 0 || d < noop {
+			noop = d
+		}
 	}
-	sz.noop = append(sz.noop, wall-work)
+	sz.noop = append(sz.noop, noop)
 	tag := fmt.Sprintf("run %d", i)
-	work, wall, err = e.timeWrapper(ctx, prefix, "", tenSpread(dir, sz.files, tag))
+	work, wall, err := e.timeWrapper(ctx, prefix, "", tenSpread(dir, sz.files, tag))
 	if err != nil {
 		return err
 	}
@@ -353,7 +365,7 @@ func intStatI(xs []int) string {
 func (r *results) inplaceMarkdown(b *strings.Builder) {
 	ir := r.inplace
 	b.WriteString("\n## acyclicfs only: in-place workspaces\n\n")
-	fmt.Fprintf(b, "%d run(s), median (min–max). Synthetic trees of small distinct files, 100 per directory. *create* is `acyclicfs create NAME --in-place DIR`, *mount* `acyclicfs mount NAME` over DIR (starting the daemon), both end to end; *base reads* is `base_reads` of `acyclicfs --json status` right after the mount (files of DIR read for content). *lease end* is the overhead of `acyclicfs exec DIR -- …` beyond the workload: for `true` (nothing to capture) and for appending to 10 files in 10 directories (the lease end captures, then materializes the 10 files into DIR). *unmount* follows; the harness then checks DIR natively for the 10 changes.\n\n", ir.runs)
+	fmt.Fprintf(b, "%d run(s), median (min–max). Synthetic trees of small distinct files, 100 per directory. *create* is `acyclicfs create NAME --in-place DIR`, *mount* `acyclicfs mount NAME` over DIR (starting the daemon), both end to end; *base reads* is `base_reads` of `acyclicfs --json status` right after the mount (files of DIR read for content). *lease end* is the overhead of `acyclicfs exec DIR -- …` beyond the workload: for `true` (nothing to capture; the least of three) and for appending to 10 files in 10 directories (the lease end captures, then materializes the 10 files into DIR). *unmount* follows; the harness then checks DIR natively for the 10 changes.\n\n", ir.runs)
 	hdr := []string{"files", "create --in-place", "mount", "base reads after mount", "lease end, no change", "lease end, 10 changes (capture + materialize)", "unmount"}
 	writeRow(b, hdr)
 	writeSep(b, len(hdr))
@@ -380,9 +392,15 @@ func (r *results) inplaceMarkdown(b *strings.Builder) {
 	}
 	for _, s := range ir.sizes {
 		mat := summarize(diffs(s.ten, s.noop))
-		if mat.n > 0 {
-			fmt.Fprintf(b, "- capture + materialization of 10 files at %d files (lease end with 10 changes − lease end without, per run): %s — ≤ 50 ms: %s\n",
-				s.files, fmtSec(mat.med), metStr(mat.med <= 0.05))
+		switch {
+		case mat.n == 0:
+		case mat.med <= 0:
+			// A no-op lease that outlasts the 10-change one measured the
+			// machine, not acyclicfs: no verdict.
+			fmt.Fprintf(b, "- capture + materialization of 10 files at %d files: %s — inconclusive (the no-op lease took longer)\n", s.files, fmtSec(mat.med))
+		default:
+			fmt.Fprintf(b, "- capture + materialization of 10 files at %d files (lease end with 10 changes − least of %d no-op lease ends, per run): %s — ≤ 50 ms: %s\n",
+				s.files, noopLeases, fmtSec(mat.med), metStr(mat.med <= 0.05))
 		}
 	}
 	if g := ir.git; g != nil {
