@@ -215,18 +215,23 @@ func (l *acceptClock) Accept() (net.Conn, error) {
 // drain returns once quiet has passed with no accept since from, or at
 // from+limit.
 func (l *acceptClock) drain(from time.Time, quiet, limit time.Duration) {
+	l.drainWith(from, quiet, limit, time.Now, time.Sleep) // a clock deadline: absence of accepts has no event
+}
+
+// drainWith is drain on the clock now and sleep.
+func (l *acceptClock) drainWith(from time.Time, quiet, limit time.Duration, now func() time.Time, sleep func(time.Duration)) {
 	deadline := from.Add(limit)
 	for {
 		last := time.Unix(0, l.last.Load())
 		if last.Before(from) {
 			last = from
 		}
-		now := time.Now()
+		t := now()
 		wake := last.Add(quiet)
-		if !wake.After(now) || !now.Before(deadline) {
+		if !wake.After(t) || !t.Before(deadline) {
 			return
 		}
-		time.Sleep(min(wake.Sub(now), deadline.Sub(now))) // a clock deadline: absence of accepts has no event
+		sleep(min(wake.Sub(t), deadline.Sub(t)))
 	}
 }
 
