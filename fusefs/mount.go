@@ -215,11 +215,12 @@ func MountAt(mountpoint string, cfg Config) (*Mount, error) {
 // default_permissions: the kernel's check would ask for the attributes of
 // every directory on a path before each create, unlink or rename (a
 // GETATTR round trip once the cached attributes of a changed directory
-// expire: a third of all requests under git commit), and it would only
-// confirm what root may do anyway. The kernel still refuses to exec a file
-// without an exec bit; ACCESS requests are answered by go-fuse's check,
-// which knows that root passes. Every other mount keeps the kernel's
-// check: another user must not reach files their mode forbids.
+// expire: a fifth of all requests under git add and commit), and it would
+// only confirm what root may do anyway. The kernel still refuses to exec a
+// file without an exec bit; the ACCESS requests it sends instead are
+// answered by node.Access with the kernel's rule for root. Every other
+// mount keeps the kernel's check: another user must not reach files their
+// mode forbids.
 func mountOptions(allowOther bool, euid int) []string {
 	if !allowOther && euid == 0 {
 		return nil
