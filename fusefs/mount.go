@@ -222,11 +222,14 @@ func MountAt(mountpoint string, cfg Config) (*Mount, error) {
 // mount keeps the kernel's check: another user must not reach files their
 // mode forbids.
 func mountOptions(allowOther bool, euid int) []string {
-	if !allowOther && euid == 0 {
+	if rootOnly(allowOther, euid) {
 		return nil
 	}
 	return []string{"default_permissions"}
 }
+
+// rootOnly reports whether only root can reach the mount.
+func rootOnly(allowOther bool, euid int) bool { return !allowOther && euid == 0 }
 
 // killprivCaps is the INIT capability that makes the daemon, not the
 // kernel, clear set-uid and set-gid bits, for root-only mounts. Without
@@ -239,7 +242,7 @@ func mountOptions(allowOther bool, euid int) []string {
 // pass on, never apply to a root-only mount's callers; other mounts keep
 // the kernel's handling (a passthrough write never reaches the daemon).
 func killprivCaps(allowOther bool, euid int) uint64 {
-	if mountOptions(allowOther, euid) == nil {
+	if rootOnly(allowOther, euid) {
 		return fuse.CAP_HANDLE_KILLPRIV_V2
 	}
 	return 0

@@ -180,38 +180,33 @@ func TestChownDropsSetID(t *testing.T) {
 		0o644 | os.ModeSetgid, // no group exec: not set-gid, kept
 		0o755 | os.ModeSetuid | os.ModeSetgid | os.ModeSticky,
 	}
+	// chown as root, then the mode it leaves.
+	chown := func(p string, mode os.FileMode) os.FileMode {
+		t.Helper()
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Mode()
+	}
 	chownAll := func(root string) []os.FileMode {
 		var got []os.FileMode
 		for i, mode := range modes {
 			p := filepath.Join(root, fmt.Sprintf("f%d", i))
 			mustWrite(t, p, "x")
-			if err := os.Chmod(p, mode); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Chown(p, 0, 0); err != nil {
-				t.Fatal(err)
-			}
-			st, err := os.Stat(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got = append(got, st.Mode())
+			got = append(got, chown(p, mode))
 		}
 		d := filepath.Join(root, "d")
 		if err := os.Mkdir(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.Chmod(d, 0o755|os.ModeSetgid); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chown(d, 0, 0); err != nil {
-			t.Fatal(err)
-		}
-		st, err := os.Stat(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return append(got, st.Mode())
+		return append(got, chown(d, 0o755|os.ModeSetgid))
 	}
 	g := m.daemonGetattrs.Load()
 	got := chownAll(mnt)

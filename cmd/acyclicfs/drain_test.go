@@ -90,9 +90,10 @@ func TestAcceptClockRecords(t *testing.T) {
 	}
 }
 
-// TestResetCommandRetried: a connection the exiting daemon never accepted
-// is reset; with its socket gone the client knows the command did not run.
-func TestResetCommandRetried(t *testing.T) {
+// TestUnansweredCallAfterSocketGone: a connection the exiting daemon never
+// accepted closes unanswered; the call is classified so, and with the
+// socket gone the client knows the command did not run (forward retries).
+func TestUnansweredCallAfterSocketGone(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, socketName)
 	ln, err := net.Listen("unix", sock)
