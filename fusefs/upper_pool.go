@@ -16,14 +16,17 @@ import (
 // the same directory allocates nothing.
 //
 // Pool files live in the upper directory as pool-N (not a number, so a
-// later open of the state directory deletes any left over as strays) and
-// are kept open; the snapshot's directory sync covers their renames like
-// any other upper file name.
+// later open of the state directory deletes any left over as strays); the
+// snapshot's directory sync covers their renames like any other upper file
+// name. The pool keeps names, not descriptors: opening an existing file
+// allocates nothing, and a mount does not hold 64 descriptors that appear
+// and vanish as the filler runs (go-fuse's posix FdLeak check counts the
+// process's descriptors around a workload and saw the filler's).
 type upperPool struct {
 	dir string
 
 	mu      sync.Mutex
-	files   []*os.File
+	names   []string
 	next    int  // sequence for pool file names
 	stopped bool // stop was called: no new files
 
@@ -68,7 +71,7 @@ func (p *upperPool) run() {
 // fill adds one file; it reports whether more are wanted.
 func (p *upperPool) fill() bool {
 	p.mu.Lock()
-	if p.stopped || len(p.files) >= poolSize {
+	if p.stopped || len(p.names) >= poolSize {
 		p.mu.Unlock()
 		return false
 	}
@@ -79,15 +82,18 @@ func (p *upperPool) fill() bool {
 	if err != nil {
 		return false // the request path creates its own files meanwhile
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.stopped {
-		f.Close()
+	if err := f.Close(); err != nil {
 		os.Remove(name)
 		return false
 	}
-	p.files = append(p.files, f)
-	return len(p.files) < poolSize
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		os.Remove(name)
+		return false
+	}
+	p.names = append(p.names, name)
+	return len(p.names) < poolSize
 }
 
 // take renames a pool file to path and returns it open, or nil if the
@@ -97,21 +103,25 @@ func (p *upperPool) take(path string) *os.File {
 		return nil
 	}
 	p.mu.Lock()
-	n := len(p.files)
+	n := len(p.names)
 	if n == 0 {
 		p.mu.Unlock()
 		p.signal()
 		return nil
 	}
-	f := p.files[n-1]
-	p.files = p.files[:n-1]
+	name := p.names[n-1]
+	p.names = p.names[:n-1]
 	p.mu.Unlock()
 	if n-1 < poolLowWater {
 		p.signal()
 	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		f.Close()
-		os.Remove(f.Name())
+	if err := os.Rename(name, path); err != nil {
+		os.Remove(name)
+		return nil
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		os.Remove(path)
 		return nil
 	}
 	return f
@@ -129,13 +139,12 @@ func (p *upperPool) close() {
 		return
 	}
 	p.stopped = true
-	files := p.files
-	p.files = nil
+	names := p.names
+	p.names = nil
 	p.mu.Unlock()
 	close(p.stop)
 	<-p.done
-	for _, f := range files {
-		f.Close()
-		os.Remove(f.Name())
+	for _, name := range names {
+		os.Remove(name)
 	}
 }

@@ -23,6 +23,23 @@ func poolFiles(t *testing.T, dir string) []string {
 	return names
 }
 
+// openPoolFiles lists this process's descriptors open on pool files.
+func openPoolFiles(t *testing.T) []string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var open []string
+	for _, e := range ents {
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+		if err == nil && strings.HasPrefix(filepath.Base(target), "pool-") {
+			open = append(open, target)
+		}
+	}
+	return open
+}
+
 // TestUpperPoolTakeAndClose: take renames a pool file into place, close
 // deletes what is left.
 func TestUpperPoolTakeAndClose(t *testing.T) {
@@ -32,6 +49,9 @@ func TestUpperPoolTakeAndClose(t *testing.T) {
 	}
 	if n := len(poolFiles(t, dir)); n != poolSize {
 		t.Fatalf("%d pool files, want %d", n, poolSize)
+	}
+	if open := openPoolFiles(t); len(open) != 0 {
+		t.Fatalf("a full pool holds descriptors: %v", open)
 	}
 	f := p.take(filepath.Join(dir, "7"))
 	if f == nil {
@@ -71,8 +91,8 @@ func TestCreateFromPool(t *testing.T) {
 	}
 	old := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 	p.mu.Lock()
-	for _, f := range p.files {
-		if err := os.Chtimes(f.Name(), old, old); err != nil {
+	for _, name := range p.names {
+		if err := os.Chtimes(name, old, old); err != nil {
 			p.mu.Unlock()
 			t.Fatal(err)
 		}
