@@ -268,6 +268,7 @@ type mountOpts struct {
 	xattrs      bool
 	ptClean     bool
 	retain      int64 // Config.RetainUpperBytes
+	warm        int   // Config.WarmEntries
 }
 
 // mountT mounts root under a temp dir and unmounts at cleanup.
@@ -281,7 +282,7 @@ func mountT(t testing.TB, objs *fakeObjects, root store.ID, o *mountOpts) (*Moun
 	}
 	mnt := t.TempDir()
 	m, err := MountAt(mnt, Config{Objects: objs, Root: root, StateDir: o.stateDir,
-		Passthrough: o.passthrough, Admitter: o.admitter, FsName: "fusefs-test", EnableXattrs: o.xattrs, PassthroughClean: o.ptClean, RetainUpperBytes: o.retain, Debug: os.Getenv("FUSEFS_DEBUG") != ""})
+		Passthrough: o.passthrough, Admitter: o.admitter, FsName: "fusefs-test", EnableXattrs: o.xattrs, PassthroughClean: o.ptClean, RetainUpperBytes: o.retain, WarmEntries: o.warm, Debug: os.Getenv("FUSEFS_DEBUG") != ""})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -92,6 +92,10 @@ type Config struct {
 	// ReadOnly mounts the view read-only from the start (see
 	// Mount.SetReadOnly): every change fails with EROFS.
 	ReadOnly bool
+	// WarmEntries, when positive, lists up to that many names of the view
+	// through the mount right after mounting, so that the kernel caches
+	// their entries and attributes before tools ask (warm.go).
+	WarmEntries int
 }
 
 // Mount is a live FUSE mount of an overlay view.
@@ -119,6 +123,11 @@ type Mount struct {
 	daemonLookups, daemonGetattrs              atomic.Int64
 
 	readOnly atomic.Bool // changes fail with EROFS (readonly.go)
+
+	warm warmer // the metadata warm-up (warm.go)
+	// switchStarted counts view switches begun; switchNotified is the
+	// count whose kernel invalidations have all been sent (warm.go).
+	switchStarted, switchNotified atomic.Uint64
 
 	unmountOnce sync.Once
 	unmountErr  error
@@ -207,6 +216,9 @@ func MountAt(mountpoint string, cfg Config) (*Mount, error) {
 		close(m.doneC)
 	}()
 	go m.notifier()
+	if cfg.WarmEntries > 0 {
+		m.startWarm(cfg.WarmEntries)
+	}
 	return m, nil
 }
 
@@ -306,6 +318,7 @@ func (m *Mount) Dirty() bool {
 // after that.
 func (m *Mount) Unmount() error {
 	m.unmountOnce.Do(func() {
+		m.stopWarm()
 		// No pool file may appear in the state directory after Unmount
 		// returns (the daemon may reset it); late creates make their own.
 		m.ov.pool.close()

@@ -26,7 +26,7 @@ func (m *Mount) admit(ctx context.Context) syscall.Errno {
 		return 0
 	}
 	c, ok := fuse.FromContext(ctx)
-	if !ok || c.Pid == 0 {
+	if !ok || c.Pid == 0 || m.isWarmer(c.Pid) {
 		return 0
 	}
 	if err := a.Admit(c.Pid); err != nil {

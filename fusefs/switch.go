@@ -34,13 +34,16 @@ type note struct {
 // lock that request admission waits for (use SwitchViewQueued there).
 func (m *Mount) SwitchView(root store.ID) error {
 	var notes []note
+	seq := m.switchStarted.Add(1)
 	if _, err := m.ov.switchView(root, &notes); err != nil {
+		m.queueNotify([]func(){func() { m.switchNotified.Store(seq) }}) // in order behind earlier switches' notes
 		return err
 	}
-	fns := make([]func(), 0, len(notes))
+	fns := make([]func(), 0, len(notes)+1)
 	for _, nt := range notes {
 		fns = append(fns, func() { m.sendNote(nt) })
 	}
+	fns = append(fns, func() { m.switchNotified.Store(seq) })
 	done := m.queueNotify(fns)
 	// Persist the switched table (the new root, and upper files it no
 	// longer needs can then be deleted).

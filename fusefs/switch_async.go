@@ -20,15 +20,18 @@ import (
 // of inodes the new view now contains: an older snapshot would name them.
 func (m *Mount) SwitchViewQueued(root store.ID) (<-chan struct{}, error) {
 	var notes []note
+	seq := m.switchStarted.Add(1)
 	failpoint.Hit("switch.before")
 	if _, err := m.ov.switchView(root, &notes); err != nil {
+		m.queueNotify([]func(){func() { m.switchNotified.Store(seq) }}) // in order behind earlier switches' notes
 		return nil, err
 	}
 	failpoint.Hit("switch.after-overlay")
-	fns := make([]func(), 0, len(notes))
+	fns := make([]func(), 0, len(notes)+1)
 	for _, nt := range notes {
 		fns = append(fns, func() { m.sendNote(nt) })
 	}
+	fns = append(fns, func() { m.switchNotified.Store(seq) })
 	done := m.queueNotify(fns)
 	if err := m.writeSnapshot(); err != nil {
 		return done, fmt.Errorf("switch view: persist overlay: %w", err)

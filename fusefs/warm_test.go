@@ -1,0 +1,237 @@
+package fusefs
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// warmTree is 8 directories of 25 files each, plus 3 files at the root:
+// 211 names.
+func warmTree() spec {
+	s := spec{}
+	for d := range 8 {
+		for f := range 25 {
+			s[fmt.Sprintf("d%d/f%02d", d, f)] = fmt.Sprintf("%d/%d", d, f)
+		}
+	}
+	for f := range 3 {
+		s[fmt.Sprintf("top%d", f)] = "t"
+	}
+	return s
+}
+
+// waitWarm blocks until the warm-up has ended.
+func waitWarm(t *testing.T, m *Mount) {
+	t.Helper()
+	if m.warm.done == nil {
+		t.Fatal("no warm-up started")
+	}
+	<-m.warm.done
+}
+
+// TestWarmCachesEntries: after the warm-up, stat of every path of the view
+// sends no LOOKUP and no GETATTR, and the warm-up itself was admitted
+// without consulting the Admitter (it opens no lease).
+func TestWarmCachesEntries(t *testing.T) {
+	objs := newFakeObjects(t)
+	adm := &recordingAdmitter{pids: map[uint32]bool{}}
+	m, mnt := mountT(t, objs, objs.build(t, warmTree()), &mountOpts{admitter: adm, warm: 10000})
+	waitWarm(t, m)
+	if n, running := m.Warmed(); n != 211 || running {
+		t.Fatalf("warmed %d names (running %v), want 211", n, running)
+	}
+	adm.mu.Lock()
+	asked := len(adm.pids)
+	adm.mu.Unlock()
+	if asked != 0 {
+		t.Fatalf("the warm-up consulted the admitter for %d pids", asked)
+	}
+	lookups, getattrs := m.daemonLookups.Load(), m.daemonGetattrs.Load()
+	seen := 0
+	for d := range 8 {
+		for f := range 25 {
+			if _, err := os.Lstat(filepath.Join(mnt, fmt.Sprintf("d%d/f%02d", d, f))); err != nil {
+				t.Fatal(err)
+			}
+			seen++
+		}
+	}
+	if seen != 200 {
+		t.Fatal("walked too little")
+	}
+	if dl, dg := m.daemonLookups.Load()-lookups, m.daemonGetattrs.Load()-getattrs; dl != 0 || dg != 0 {
+		t.Fatalf("stat after the warm-up sent %d LOOKUPs and %d GETATTRs, want none", dl, dg)
+	}
+}
+
+// TestWarmColdWithout is the control: without the warm-up the same stats
+// each send a LOOKUP (so the test above can fail).
+func TestWarmColdWithout(t *testing.T) {
+	objs := newFakeObjects(t)
+	m, mnt := mountT(t, objs, objs.build(t, warmTree()), nil)
+	if _, running := m.Warmed(); running {
+		t.Fatal("a warm-up runs although none was asked for")
+	}
+	lookups := m.daemonLookups.Load()
+	for f := range 25 {
+		if _, err := os.Lstat(filepath.Join(mnt, fmt.Sprintf("d3/f%02d", f))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if dl := m.daemonLookups.Load() - lookups; dl < 25 {
+		t.Fatalf("cold stats sent %d LOOKUPs, want at least 25", dl)
+	}
+}
+
+// TestWarmLimit: the warm-up stops once it has listed the limit. It checks
+// before each directory, so it may finish the listings in flight: the root
+// (43 names), then at most one directory (25) per walker.
+func TestWarmLimit(t *testing.T) {
+	objs := newFakeObjects(t)
+	s := spec{}
+	for d := range 40 {
+		for f := range 25 {
+			s[fmt.Sprintf("d%02d/f%02d", d, f)] = "x"
+		}
+	}
+	for f := range 3 {
+		s[fmt.Sprintf("top%d", f)] = "t"
+	}
+	m, _ := mountT(t, objs, objs.build(t, s), &mountOpts{warm: 50})
+	waitWarm(t, m)
+	if n, _ := m.Warmed(); n < 50 || n > 43+warmWalkers*25 {
+		t.Fatalf("warmed %d names, want 50..%d of 1043", n, 43+warmWalkers*25)
+	}
+}
+
+// TestWarmStaysOnItsFilesystem: a filesystem mounted below the mountpoint
+// is not listed.
+func TestWarmStaysOnItsFilesystem(t *testing.T) {
+	objs := newFakeObjects(t)
+	m, mnt := mountT(t, objs, objs.build(t, warmTree()), nil)
+	sub := filepath.Join(mnt, "d5")
+	if err := unix.Mount("tmpfs", sub, "tmpfs", 0, "size=1m"); err != nil {
+		t.Skipf("mount tmpfs: %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(sub, unix.MNT_DETACH) })
+	for i := range 40 {
+		mustWrite(t, filepath.Join(sub, fmt.Sprintf("x%d", i)), "x")
+	}
+	m.startWarm(10000)
+	waitWarm(t, m)
+	if n, _ := m.Warmed(); n != 211-25 {
+		t.Fatalf("warmed %d names, want %d (d5 is another filesystem now)", n, 211-25)
+	}
+}
+
+// TestWarmSwitchOverlap: a view switch during a listing makes the walker
+// invalidate what it listed (after the switch's own invalidations); the
+// view afterwards is the new one.
+func TestWarmSwitchOverlap(t *testing.T) {
+	if !warmOverlap(1, 0, 1) || !warmOverlap(1, 1, 2) || warmOverlap(2, 2, 2) {
+		t.Fatal("warmOverlap misjudges the counters")
+	}
+	objs := newFakeObjects(t)
+	m, mnt := mountT(t, objs, objs.build(t, spec{"d/a": "old", "d/b": "b"}), nil)
+	newRoot := objs.build(t, spec{"d/a": "new, longer", "d/c": "c"})
+	switched := false
+	m.warm.afterList = func() {
+		if !switched {
+			switched = true
+			if err := m.SwitchView(newRoot); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	before := m.switchStarted.Load()
+	m.startWarm(100)
+	waitWarm(t, m)
+	if m.switchStarted.Load() != before+1 || m.switchNotified.Load() != before+1 {
+		t.Fatalf("switch counters %d/%d after one switch from %d", m.switchStarted.Load(), m.switchNotified.Load(), before)
+	}
+	if n := m.warm.reinvalidated.Load(); n != 1 {
+		t.Fatalf("%d listings invalidated again, want 1 (the one the switch overlapped)", n)
+	}
+	got := flattenDir(t, mnt)
+	if _, stale := got["d/b"]; stale || got["d/a"] != "file:new, longer" || got["d/c"] != "file:c" {
+		t.Fatalf("view after switch and warm-up: %v", got)
+	}
+}
+
+// TestWarmUnmountPrompt: unmounting while the warm-up runs ends it.
+func TestWarmUnmountPrompt(t *testing.T) {
+	objs := newFakeObjects(t)
+	s := spec{}
+	for d := range 200 {
+		s[fmt.Sprintf("d%03d/f", d)] = "x"
+	}
+	mnt := t.TempDir()
+	m, err := MountAt(mnt, Config{Objects: objs, Root: objs.build(t, s), StateDir: t.TempDir(), WarmEntries: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Unmount(); err != nil {
+		t.Fatal(err)
+	}
+	m.Wait()
+	waitWarm(t, m)
+	if n, running := m.Warmed(); running || n > 400 {
+		t.Fatalf("after unmount: warmed %d, running %v", n, running)
+	}
+	if n, where := fuseMounts(); n != 0 {
+		t.Fatalf("mount left behind: %s", where)
+	}
+}
+
+// dirent encodes one linux_dirent64 record.
+func dirent(name string, typ uint8) []byte {
+	reclen := (19 + len(name) + 1 + 7) &^ 7
+	b := make([]byte, reclen)
+	binary.NativeEndian.PutUint64(b[0:], 1)
+	binary.NativeEndian.PutUint64(b[8:], 2)
+	binary.NativeEndian.PutUint16(b[16:], uint16(reclen))
+	b[18] = typ
+	copy(b[19:], name)
+	return b
+}
+
+func TestParseDirents(t *testing.T) {
+	var b []byte
+	for _, r := range []struct {
+		name string
+		typ  uint8
+	}{{".", syscall.DT_DIR}, {"..", syscall.DT_DIR}, {"sub", syscall.DT_DIR}, {"file.go", syscall.DT_REG}, {"l", syscall.DT_LNK}} {
+		b = append(b, dirent(r.name, r.typ)...)
+	}
+	got := parseDirents(b, nil)
+	want := []warmEntry{{"sub", true}, {"file.go", false}, {"l", false}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("parsed %v, want %v", got, want)
+	}
+	// A truncated record ends the parse without a panic.
+	if got := parseDirents(b[:len(b)-3], nil); len(got) != 2 {
+		t.Fatalf("truncated: %v", got)
+	}
+}
+
+func FuzzParseDirents(f *testing.F) {
+	f.Add(append(dirent("a", syscall.DT_DIR), dirent("bb", syscall.DT_REG)...))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ents := parseDirents(b, nil)
+		for _, e := range ents {
+			if e.name == "" || e.name == "." || e.name == ".." {
+				t.Fatalf("parsed %q", e.name)
+			}
+		}
+		if len(ents) > len(b)/19 {
+			t.Fatalf("%d entries from %d bytes", len(ents), len(b))
+		}
+	})
+}
