@@ -331,6 +331,8 @@ type statusWS struct {
 		Kind string `json:"kind"`
 	} `json:"conflicts"`
 	LastOutcome string `json:"last_outcome"`
+	Warmed      int64  `json:"warmed"`
+	Warming     bool   `json:"warming"`
 }
 
 type statusJSON struct {

@@ -237,6 +237,9 @@ func (a *app) cmdContextMount() *cobra.Command {
 			if idle < 0 {
 				return usageError{fmt.Errorf("context mount: --idle-close must not be negative")}
 			}
+			if opt.warmEntries < 0 {
+				return usageError{fmt.Errorf("context mount: --warm-entries must not be negative")}
+			}
 			opt.leaseTTL, opt.leaseBy, opt.idleClose = ttl, b, idle
 			m, err := a.contextManager()
 			if err != nil {
@@ -273,6 +276,7 @@ func (a *app) cmdContextMount() *cobra.Command {
 	f.StringVar(&by, "lease-by", "sid", "lease owner key: sid, pgid or pid")
 	f.DurationVar(&idle, "idle-close", 0, "also end a lease after this long with no request, open file or cwd in the mount")
 	f.BoolVar(&opt.xattrs, "xattrs", false, "serve user xattrs")
+	warmFlag(f, &opt)
 	return c
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/acyclicfs/acyclicfs/fusefs/sessions"
 	"github.com/acyclicfs/acyclicfs/window"
@@ -68,6 +69,9 @@ func (a *app) cmdMount() *cobra.Command {
 			if idle < 0 {
 				return usageError{fmt.Errorf("mount: --idle-close must not be negative")}
 			}
+			if opt.warmEntries < 0 {
+				return usageError{fmt.Errorf("mount: --warm-entries must not be negative")}
+			}
 			opt.leaseTTL, opt.leaseBy, opt.idleClose = ttl, b, idle
 			mp := a.mountpath(args[1])
 			if a.d == nil {
@@ -94,7 +98,19 @@ func (a *app) cmdMount() *cobra.Command {
 	f.DurationVar(&idle, "idle-close", 0, "also end a lease after this long with no request, open file or cwd in the mount")
 	f.BoolVar(&opt.debug, "debug", false, "log every FUSE request to the daemon log")
 	f.BoolVar(&opt.xattrs, "xattrs", false, "serve user xattrs (off by default: with them the kernel asks for security.capability before every write)")
+	warmFlag(f, &opt)
 	return c
+}
+
+// defaultWarmEntries bounds the warm-up of a mount: the Go distribution's
+// src tree (13,000 names) and most checkouts fit; the kernel and the daemon
+// keep an inode for each name listed until memory pressure evicts it.
+const defaultWarmEntries = 50000
+
+// warmFlag defines --warm-entries.
+func warmFlag(f *pflag.FlagSet, opt *mountOptions) {
+	f.IntVar(&opt.warmEntries, "warm-entries", defaultWarmEntries,
+		"after mounting, list up to this many names in the background so that the kernel caches them before tools ask (0: off)")
 }
 
 // mountForeground runs a daemon in this process serving one mount.
@@ -130,6 +146,7 @@ func (a *app) mountForeground(ws, mp string, opt mountOptions) error {
 	if opt.xattrs {
 		args = append(args, "--xattrs")
 	}
+	args = append(args, "--warm-entries", strconv.Itoa(opt.warmEntries))
 	resp, err := c.run(runRequest{Args: args, Cwd: a.cwd})
 	if err != nil {
 		return err

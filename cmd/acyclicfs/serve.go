@@ -101,6 +101,8 @@ type mountOptions struct {
 	idleClose  time.Duration
 	debug      bool
 	xattrs     bool
+	// warmEntries bounds the metadata warm-up after mounting (0: none).
+	warmEntries int
 }
 
 // mountWorkspace mounts ws at mp in this daemon, recovering a previous
@@ -223,7 +225,8 @@ func (d *daemon) mountWorkspace(ws, mp string, opt mountOptions) (*served, []str
 	}
 	mnt, err := fusefs.MountAt(mp, fusefs.Config{Objects: storeObjects{m.Store()}, Root: root, StateDir: stateDir,
 		Admitter: tr, AllowOther: opt.allowOther, BaseInodes: m.DerivesFromInPlace(ws), Debug: opt.debug, FsName: "acyclicfs:" + ws, Passthrough: true, EnableXattrs: opt.xattrs,
-		ReadOnly: s.readOnly.Load()})
+		WarmEntries: opt.warmEntries,
+		ReadOnly:    s.readOnly.Load()})
 	if err != nil {
 		tr.Close()
 		s.closeBase()

@@ -37,6 +37,10 @@ type statusRow struct {
 	// materialization is pending).
 	InPlace      string   `json:"in_place,omitempty"`
 	Materialized store.ID `json:"materialized,omitzero"`
+	// Warmed counts the names the mount's metadata warm-up listed so far;
+	// Warming is true while it runs (mount --warm-entries).
+	Warmed  int64 `json:"warmed,omitempty"`
+	Warming bool  `json:"warming,omitempty"`
 }
 
 type statusReport struct {
@@ -126,9 +130,12 @@ func (a *app) statusOf(m *workspace.Manager, w store.Workspace) (statusRow, erro
 		row.InPlace, row.Materialized = info.Dir, info.Materialized
 	}
 	if a.d != nil {
-		if s := a.d.get(w.Name); s != nil && s.acquire(100*time.Millisecond) {
-			row.LastOutcome = string(s.last.Outcome)
-			s.release()
+		if s := a.d.get(w.Name); s != nil {
+			row.Warmed, row.Warming = s.mnt.Warmed()
+			if s.acquire(100 * time.Millisecond) {
+				row.LastOutcome = string(s.last.Outcome)
+				s.release()
+			}
 		}
 	}
 	return row, nil
