@@ -137,10 +137,22 @@ func sameType(c *inode, e store.Entry) bool {
 // capture; it reports whether anything at or below d stays dirty. Caller
 // holds mu.
 func (o *overlay) reconcileDir(d *inode, e store.Entry, path []string, notes *[]note) (bool, error) {
-	old := d.lower
+	old, hadLower := d.lower, d.hasLower
 	nsKept := d.seq > o.capSeq
 	d.lower = store.Entry{Kind: store.KindDir, Mtime: e.Mtime, ID: e.ID}
 	d.hasLower = true
+	if hadLower && old.ID == e.ID && d.subSeq == 0 && d != o.root {
+		// Clean below and the same tree in the new view: nothing below
+		// can differ, so the loaded subtree (a warm-up loads thousands of
+		// directories) is not walked. Only the entry's own mtime may move.
+		if d.mtime != e.Mtime {
+			addNote(notes, path[:max(len(path)-1, 0)], lastName(path), true)
+			d.mtime = e.Mtime
+		}
+		d.seq = 0
+		d.capTree = e.ID
+		return false, nil
+	}
 	if d.children == nil {
 		// Never loaded: the kernel cannot have cached anything below.
 		if !nsKept {

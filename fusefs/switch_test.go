@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/acyclicfs/acyclicfs/store"
 )
 
 func ino(t *testing.T, p string) uint64 {
@@ -257,5 +260,54 @@ func TestSwitchInvalidatesCachedListing(t *testing.T) {
 	}
 	if got := names("d"); got != "[x y]" {
 		t.Fatalf("d listing after switch: %s", got)
+	}
+}
+
+// TestSwitchSameSubtree: a loaded, clean directory whose tree the new view
+// names unchanged is not walked (switch.go), yet its own mtime follows the
+// new entry, and a directory beside it whose tree changed is updated.
+func TestSwitchSameSubtree(t *testing.T) {
+	objs := newFakeObjects(t)
+	root := objs.build(t, spec{"same/sub/f": "f", "same/g": "g", "other/h": "old"})
+	m, mnt := mountT(t, objs, root, nil)
+	_ = flattenDir(t, mnt) // load every directory
+	next := objs.build(t, spec{"same/sub/f": "f", "same/g": "g", "other/h": "new!"})
+	tr, err := objs.GetTree(next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+	var sameID store.ID
+	for i := range tr.Entries {
+		if tr.Entries[i].Name == "same" {
+			tr.Entries[i].Mtime = moved.UnixNano()
+			sameID = tr.Entries[i].ID
+		}
+	}
+	if sameID.IsZero() {
+		t.Fatal("no entry same")
+	}
+	next, err = objs.PutTree(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if old, _ := objs.GetTree(root); old.Entries[1].Name != "same" || old.Entries[1].ID != sameID {
+		t.Fatalf("the test needs same's tree unchanged: %+v", old.Entries)
+	}
+	if err := m.SwitchView(next); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(filepath.Join(mnt, "same"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.ModTime().Equal(moved) {
+		t.Fatalf("same's mtime %v, want %v", st.ModTime(), moved)
+	}
+	if got := mustRead(t, filepath.Join(mnt, "other/h")); got != "new!" {
+		t.Fatalf("other/h = %q after the switch", got)
+	}
+	if got := mustRead(t, filepath.Join(mnt, "same/sub/f")); got != "f" {
+		t.Fatalf("same/sub/f = %q after the switch", got)
 	}
 }
