@@ -128,6 +128,11 @@ func TestInPlaceMountEditUnmount(t *testing.T) {
 		echo deep > n/m/x && chmod +x top && rm -r b && ln -s top link2 && rm bulk/d03/f0003`
 	e.execOK(dir, edits)
 	nativeSh(t, native, edits)
+	// exec returns after its lease's final close: materialized, and the
+	// window idle again (it used to stay reconciling until the next lease).
+	if st := e.statusOf("ws"); st.Window != "idle" {
+		t.Fatalf("after exec's lease: window %s, want idle", st.Window)
+	}
 
 	if o, _ := e.unmount(dir); o != "current" {
 		t.Fatalf("unmount: outcome %s, want current", o)

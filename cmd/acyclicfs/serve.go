@@ -527,21 +527,31 @@ func (s *served) reconcileLast(lease window.Lease) (workspace.Result, error) {
 	if err != nil {
 		return workspace.Result{}, fmt.Errorf("close lease on %s: %w", s.ws, err)
 	}
-	if s.inPlace {
-		return s.syncInPlace()
-	}
-	r := fin.Reconcile
-	if fin.Outcome != window.FinishReconcile {
-		var ok bool
-		r, ok, err = m.Windows().ClaimReconcile(ctx, s.ws)
-		if err != nil {
+	r, ok := fin.Reconcile, fin.Outcome == window.FinishReconcile
+	if !ok {
+		if r, ok, err = m.Windows().ClaimReconcile(ctx, s.ws); err != nil {
 			return workspace.Result{}, err
 		}
-		if !ok {
-			res := s.outcome(workspace.OutcomeCurrent)
-			s.last = res
-			return res, nil
+	}
+	if s.inPlace {
+		res, err := s.syncInPlace()
+		if err != nil {
+			return res, err
 		}
+		// Complete the window's ticket now: left for the next session's
+		// Begin, the window showed reconciling while idle and that Begin
+		// paid the completion and a second view switch.
+		if ok {
+			if _, err := s.d.finishTicket(s.ws, r); err != nil {
+				return res, err
+			}
+		}
+		return res, nil
+	}
+	if !ok {
+		res := s.outcome(workspace.OutcomeCurrent)
+		s.last = res
+		return res, nil
 	}
 	res, err := s.d.finishTicket(s.ws, r)
 	if err != nil {
