@@ -53,6 +53,8 @@ type warmer struct {
 	busy  int        // walkers listing a directory now
 	limit int64
 	dev   uint64 // the mount's device, from the root's listing
+	held  int    // HoldWarm calls not yet released: no new listings
+	waits int    // times a walker waited for work (tests)
 
 	reinvalidated atomic.Int64 // listings invalidated after an overlapping switch
 	afterList     func()       // test hook: runs after each listing
@@ -141,6 +143,28 @@ func (m *Mount) Warmed() (entries int64, running bool) {
 	return w.entries.Load(), running
 }
 
+// HoldWarm pauses the warm-up until release is called (listings already
+// in flight finish). The daemon holds it while it reconciles, so that a
+// lease end does not compete with the walk for the CPU and the overlay.
+func (m *Mount) HoldWarm() (release func()) {
+	w := &m.warm
+	if w.cond == nil {
+		return func() {}
+	}
+	w.mu.Lock()
+	w.held++
+	w.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			w.mu.Lock()
+			w.held--
+			w.cond.Broadcast()
+			w.mu.Unlock()
+		})
+	}
+}
+
 // isWarmer reports whether a request comes from a warm-up thread.
 func (m *Mount) isWarmer(pid uint32) bool {
 	w := &m.warm
@@ -172,15 +196,16 @@ func (w *warmer) next(doneC <-chan struct{}) (dir []string, ok bool) {
 		if w.entries.Load() >= w.limit {
 			return nil, false
 		}
-		if len(w.queue) > 0 {
+		if len(w.queue) > 0 && w.held == 0 {
 			dir = w.queue[0]
 			w.queue = w.queue[1:]
 			w.busy++
 			return dir, true
 		}
-		if w.busy == 0 {
+		if w.busy == 0 && len(w.queue) == 0 {
 			return nil, false
 		}
+		w.waits++
 		w.cond.Wait()
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -234,4 +236,54 @@ func FuzzParseDirents(f *testing.F) {
 			t.Fatalf("%d entries from %d bytes", len(ents), len(b))
 		}
 	})
+}
+
+// TestHoldWarm: while held, a walker with work queued waits instead of
+// taking it; the release lets it go on.
+func TestHoldWarm(t *testing.T) {
+	m := &Mount{doneC: make(chan struct{})}
+	if release := m.HoldWarm(); release == nil {
+		t.Fatal("HoldWarm without a warm-up returned nil")
+	} else {
+		release() // a no-op
+	}
+	w := &m.warm
+	w.stop = make(chan struct{})
+	w.cond = sync.NewCond(&w.mu)
+	w.queue = [][]string{{"a"}}
+	w.limit = 100
+	release := m.HoldWarm()
+	got := make(chan []string, 1)
+	go func() {
+		dir, ok := w.next(m.doneC)
+		if !ok {
+			dir = []string{"<none>"}
+		}
+		got <- dir
+	}()
+	for {
+		w.mu.Lock()
+		waited := w.waits
+		w.mu.Unlock()
+		if waited > 0 {
+			break
+		}
+		select {
+		case d := <-got:
+			t.Fatalf("a held warm-up handed out %v", d)
+		default:
+		}
+		runtime.Gosched()
+	}
+	release()
+	release() // idempotent
+	if d := <-got; len(d) != 1 || d[0] != "a" {
+		t.Fatalf("after the release the walker got %v, want [a]", d)
+	}
+	w.mu.Lock()
+	held := w.held
+	w.mu.Unlock()
+	if held != 0 {
+		t.Fatalf("held = %d after one hold and its release", held)
+	}
 }

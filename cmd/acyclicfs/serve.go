@@ -508,6 +508,7 @@ func (s *served) outcome(o workspace.Outcome) workspace.Result {
 // ticket), rebase onto the pending parent, switch the view, complete.
 // Called with s.lock held.
 func (s *served) reconcileLast(lease window.Lease) (workspace.Result, error) {
+	defer s.mnt.HoldWarm()() // the warm-up waits: it would compete for the CPU and the overlay
 	m := s.d.m
 	ctx := context.Background()
 	permit := lease.Permit
@@ -657,6 +658,7 @@ func (s *served) parentAdvanced(parentHead store.ID) {
 	if s.closing {
 		return
 	}
+	defer s.mnt.HoldWarm()()
 	if err := s.captureAndPublish(nil); err != nil {
 		s.d.logger.Printf("%s: capture before rebase: %v", s.ws, err)
 	}
@@ -685,6 +687,7 @@ func (s *served) refresh() {
 	if err != nil || w.Head == s.pinned {
 		return
 	}
+	defer s.mnt.HoldWarm()()
 	if err := s.captureAndPublish(nil); err != nil {
 		s.d.logger.Printf("%s: capture before refresh: %v", s.ws, err)
 		return
