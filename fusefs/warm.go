@@ -238,32 +238,36 @@ func (m *Mount) walkWarm() {
 		w.mu.Lock()
 		dev := w.dev
 		w.mu.Unlock()
+		budget := int(w.limit - w.entries.Load())
 		started, notified := m.switchStarted.Load(), m.switchNotified.Load()
-		ents, fdev, err := listWarm(filepath.Join(append([]string{m.mountpoint}, dir...)...), dev, buf)
+		ents, fdev, err := listWarm(filepath.Join(append([]string{m.mountpoint}, dir...)...), dev, budget, buf)
 		if err == nil && len(dir) == 0 {
 			w.mu.Lock()
 			w.dev = fdev
 			w.mu.Unlock()
 		}
-		if err != nil && !errors.Is(err, errOtherFS) {
-			w.mu.Lock()
-			select {
-			case <-w.stop:
-			default:
-				close(w.stop)
-			}
-			w.mu.Unlock()
+		if w.afterList != nil {
+			w.afterList()
 		}
-		if err == nil {
-			if w.afterList != nil {
-				w.afterList()
-			}
-			if warmOverlap(started, notified, m.switchStarted.Load()) {
-				w.reinvalidated.Add(1)
-				m.reinvalidate(dir, ents)
-			}
-			w.entries.Add(int64(len(ents)))
+		// What the kernel took in, even from a listing that failed half
+		// way, is invalidated again if a switch overlapped it.
+		if warmOverlap(started, notified, m.switchStarted.Load()) {
+			w.reinvalidated.Add(1)
+			m.reinvalidate(dir, ents)
 		}
+		if err != nil {
+			ents = nil
+			if !warmSkippable(err) {
+				w.mu.Lock()
+				select {
+				case <-w.stop:
+				default:
+					close(w.stop)
+				}
+				w.mu.Unlock()
+			}
+		}
+		w.entries.Add(int64(len(ents)))
 		w.finished(dir, ents)
 	}
 }
@@ -295,10 +299,22 @@ type warmEntry struct {
 	dir  bool
 }
 
+// warmSkippable reports whether a listing's error concerns only that
+// directory (it went away, became something else, is not ours to read, or
+// belongs to another mount): the walk goes on without it. Anything else
+// (the connection gone, EIO) ends the walk.
+func warmSkippable(err error) bool {
+	return errors.Is(err, errOtherFS) || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) ||
+		errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ESTALE)
+}
+
 // listWarm lists the directory at path and reports its device. A
 // directory on another device than dev (a mount below ours) is not
-// listed: errOtherFS. dev 0 accepts any (the root).
-func listWarm(path string, dev uint64, buf []byte) ([]warmEntry, uint64, error) {
+// listed: errOtherFS. dev 0 accepts any (the root). It stops reading once
+// it has budget names (a huge directory does not exceed the warm-up's
+// limit by more than a chunk). On an error it returns what it listed so
+// far.
+func listWarm(path string, dev uint64, budget int, buf []byte) ([]warmEntry, uint64, error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, 0, err
@@ -312,20 +328,21 @@ func listWarm(path string, dev uint64, buf []byte) ([]warmEntry, uint64, error) 
 		return nil, st.Dev, errOtherFS
 	}
 	var ents []warmEntry
-	for {
+	for len(ents) < budget {
 		n, err := unix.Getdents(fd, buf)
 		if err != nil {
-			return nil, st.Dev, err
+			return ents, st.Dev, err
 		}
 		if n <= 0 {
-			// A listing makes the kernel drop the directory's cached atime
-			// (fuse_readdir), so the first stat of it afterwards would be a
-			// GETATTR round trip in the tool's path: take it here.
-			_ = unix.Fstat(fd, &st)
-			return ents, st.Dev, nil
+			break
 		}
 		ents = parseDirents(buf[:n], ents)
 	}
+	// A listing makes the kernel drop the directory's cached atime
+	// (fuse_readdir), so the first stat of it afterwards would be a
+	// GETATTR round trip in the tool's path: take it here.
+	_ = unix.Fstat(fd, &st)
+	return ents, st.Dev, nil
 }
 
 // parseDirents appends the names of the linux_dirent64 records in b to

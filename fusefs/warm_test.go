@@ -287,3 +287,35 @@ func TestHoldWarm(t *testing.T) {
 		t.Fatalf("held = %d after one hold and its release", held)
 	}
 }
+
+// TestWarmSkippable: errors about one directory skip it; others end the
+// walk.
+func TestWarmSkippable(t *testing.T) {
+	for _, err := range []error{errOtherFS, unix.ENOENT, unix.ENOTDIR, unix.EACCES, unix.EPERM, unix.ELOOP, unix.ESTALE,
+		fmt.Errorf("open: %w", unix.ENOENT)} {
+		if !warmSkippable(err) {
+			t.Errorf("%v ends the walk; it concerns one directory", err)
+		}
+	}
+	for _, err := range []error{unix.ENOTCONN, unix.EIO, unix.ENOMEM} {
+		if warmSkippable(err) {
+			t.Errorf("%v is skipped; it must end the walk", err)
+		}
+	}
+}
+
+// TestWarmBudgetInDirectory: one huge directory is not listed far past
+// the limit (listWarm stops between getdents chunks).
+func TestWarmBudgetInDirectory(t *testing.T) {
+	objs := newFakeObjects(t)
+	s := spec{}
+	for f := range 3000 {
+		s[fmt.Sprintf("big/f%05d-with-a-longer-name-to-fill-chunks", f)] = ""
+	}
+	m, _ := mountT(t, objs, objs.build(t, s), &mountOpts{warm: 20})
+	waitWarm(t, m)
+	// root: 1 name; big: chunks of a 128 KiB buffer until past 19 names.
+	if n, _ := m.Warmed(); n < 20 || n >= 3001 {
+		t.Fatalf("warmed %d names, want at least 20 and not all 3001", n)
+	}
+}
