@@ -19,17 +19,19 @@ import (
 // machine, against about 1 µs for a cached native stat), so the first
 // `git status` of an 11,000-file tree paid some 13,000 of them, one at a
 // time, in the tool's own critical path. The warm-up lists the view's
-// directories through the mount itself, right after the mount, from one
-// daemon thread: the kernel asks READDIRPLUS for the first chunk of each
-// listing, and one such request returns hundreds of names with their
-// attributes, which the kernel caches as dentries and inodes for the entry
-// timeout (an hour; the view is pinned). A tool arriving later finds the
-// names cached and sends no request for them.
+// directories through the mount itself, right after the mount, from
+// warmWalkers daemon threads: the kernel asks READDIRPLUS for the first
+// chunk of each listing, and one such request returns hundreds of names
+// with their attributes, which the kernel caches as dentries and inodes
+// for the entry timeout (an hour; the view is pinned). A tool arriving
+// later finds the names cached and sends no request for them.
 //
 // The warm-up is admitted without a lease (the Mount recognises its
-// thread), so it never pins the view or delays a reconcile, and it reads
-// no file contents. It runs breadth first, stops after Config.WarmEntries
-// names, at Unmount, and on any error, and it never crosses into another
+// threads), so it never pins the view or waits for a reconcile, and it
+// reads no file contents. It runs breadth first and stops after about
+// Config.WarmEntries names, at Unmount, or on an error that is not about
+// one directory (warmSkippable); it pauses while the daemon holds it
+// (HoldWarm, during reconciles) and never crosses into another
 // filesystem mounted below the mountpoint.
 //
 // A view switch can overlap a listing: the reply was computed on the old
