@@ -336,6 +336,9 @@ func listWarm(path string, dev uint64, budget int, buf []byte) ([]warmEntry, uin
 			return ents, st.Dev, err
 		}
 		if n <= 0 {
+			// This last, empty getdents costs a READDIRPLUS, but it is
+			// what tells the kernel the listing is complete: only then
+			// does it serve the directory's later listings from its cache.
 			break
 		}
 		ents = parseDirents(buf[:n], ents)
