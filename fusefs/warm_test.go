@@ -13,20 +13,24 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// warmTree is 8 directories of 25 files each, plus 3 files at the root:
-// 211 names.
-func warmTree() spec {
+// gridSpec is dirs directories of files files each (names from the two
+// formats), plus top files at the root.
+func gridSpec(dirs, files, top int, dirFmt, fileFmt string) spec {
 	s := spec{}
-	for d := range 8 {
-		for f := range 25 {
-			s[fmt.Sprintf("d%d/f%02d", d, f)] = fmt.Sprintf("%d/%d", d, f)
+	for d := range dirs {
+		for f := range files {
+			s[fmt.Sprintf(dirFmt, d)+"/"+fmt.Sprintf(fileFmt, f)] = fmt.Sprintf("%d/%d", d, f)
 		}
 	}
-	for f := range 3 {
+	for f := range top {
 		s[fmt.Sprintf("top%d", f)] = "t"
 	}
 	return s
 }
+
+// warmTree is 8 directories of 25 files each, plus 3 files at the root:
+// 211 names.
+func warmTree() spec { return gridSpec(8, 25, 3, "d%d", "f%02d") }
 
 // waitWarm blocks until the warm-up has ended.
 func waitWarm(t *testing.T, m *Mount) {
@@ -96,16 +100,7 @@ func TestWarmColdWithout(t *testing.T) {
 // (43 names), then at most one directory (25) per walker.
 func TestWarmLimit(t *testing.T) {
 	objs := newFakeObjects(t)
-	s := spec{}
-	for d := range 40 {
-		for f := range 25 {
-			s[fmt.Sprintf("d%02d/f%02d", d, f)] = "x"
-		}
-	}
-	for f := range 3 {
-		s[fmt.Sprintf("top%d", f)] = "t"
-	}
-	m, _ := mountT(t, objs, objs.build(t, s), &mountOpts{warm: 50})
+	m, _ := mountT(t, objs, objs.build(t, gridSpec(40, 25, 3, "d%02d", "f%02d")), &mountOpts{warm: 50})
 	waitWarm(t, m)
 	if n, _ := m.Warmed(); n < 50 || n > 43+warmWalkers*25 {
 		t.Fatalf("warmed %d names, want 50..%d of 1043", n, 43+warmWalkers*25)
@@ -169,12 +164,8 @@ func TestWarmSwitchOverlap(t *testing.T) {
 // TestWarmUnmountPrompt: unmounting while the warm-up runs ends it.
 func TestWarmUnmountPrompt(t *testing.T) {
 	objs := newFakeObjects(t)
-	s := spec{}
-	for d := range 200 {
-		s[fmt.Sprintf("d%03d/f", d)] = "x"
-	}
 	mnt := t.TempDir()
-	m, err := MountAt(mnt, Config{Objects: objs, Root: objs.build(t, s), StateDir: t.TempDir(), WarmEntries: 1 << 20})
+	m, err := MountAt(mnt, Config{Objects: objs, Root: objs.build(t, gridSpec(200, 1, 0, "d%03d", "f%d")), StateDir: t.TempDir(), WarmEntries: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,11 +299,8 @@ func TestWarmSkippable(t *testing.T) {
 // the limit (listWarm stops between getdents chunks).
 func TestWarmBudgetInDirectory(t *testing.T) {
 	objs := newFakeObjects(t)
-	s := spec{}
-	for f := range 3000 {
-		s[fmt.Sprintf("big/f%05d-with-a-longer-name-to-fill-chunks", f)] = ""
-	}
-	m, _ := mountT(t, objs, objs.build(t, s), &mountOpts{warm: 20})
+	big := gridSpec(1, 3000, 0, "big%d", "f%05d-with-a-longer-name-to-fill-chunks")
+	m, _ := mountT(t, objs, objs.build(t, big), &mountOpts{warm: 20})
 	waitWarm(t, m)
 	// root: 1 name; big: chunks of a 128 KiB buffer until past 19 names.
 	if n, _ := m.Warmed(); n < 20 || n >= 3001 {
