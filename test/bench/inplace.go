@@ -269,28 +269,6 @@ func (e *benchEnv) inplaceGitStatus(ctx context.Context, runs int) (*inplaceGit,
 		}
 		return r.wall, err
 	}
-	// warmed waits until the mount's warm-up has finished (status --json
-	// polled: the daemon reports no event for it).
-	warmed := func(since time.Time) (time.Duration, error) {
-		for {
-			r, err := e.acyCmd(ctx, "--json", "status", "ipgit")
-			if err != nil {
-				return 0, err
-			}
-			var st struct {
-				Workspaces []struct {
-					Warming bool `json:"warming"`
-				} `json:"workspaces"`
-			}
-			if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
-				return 0, fmt.Errorf("parse status --json: %w", err)
-			}
-			if len(st.Workspaces) == 0 || !st.Workspaces[0].Warming {
-				return time.Since(since), nil
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
 	for i := 0; i < runs; i++ {
 		w, _, err := e.timeWrapper(ctx, nil, "", status)
 		if err != nil {
@@ -306,7 +284,7 @@ func (e *benchEnv) inplaceGitStatus(ctx context.Context, runs int) (*inplaceGit,
 		if _, err := mount(); err != nil {
 			return g, err
 		}
-		wu, err := warmed(start)
+		wu, err := e.waitWarmed(ctx, "ipgit", start)
 		if err != nil {
 			return g, err
 		}

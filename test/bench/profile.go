@@ -42,6 +42,13 @@ func runProfile(ctx context.Context, e *benchEnv, res *results) error {
 			return fmt.Errorf("profile: open %s: %w", s, err)
 		}
 		pid := daemonPID(e, in)
+		// The census counts each workload's own requests: the mount's
+		// warm-up listing would otherwise land in the first workload's.
+		if a, ok := in.(*acyInst); ok {
+			if _, err := e.waitWarmed(ctx, a.name, time.Now()); err != nil {
+				return fmt.Errorf("profile: wait for the warm-up of %s: %w", s, err)
+			}
+		}
 		for _, wn := range e.cfg.workloads {
 			w := findWorkload(wn)
 			p := e.params(in, s, 99)

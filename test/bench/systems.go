@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -344,6 +345,30 @@ func (e *benchEnv) openAcyclicfs(ctx context.Context, tag string, debug bool) (i
 }
 
 func (a *acyInst) root() string { return a.mp }
+
+// waitWarmed waits until the mount of workspace ws reports its metadata
+// warm-up done and returns the time since since. status --json is polled:
+// the daemon reports no event for it.
+func (e *benchEnv) waitWarmed(ctx context.Context, ws string, since time.Time) (time.Duration, error) {
+	for {
+		r, err := e.acyCmd(ctx, "--json", "status", ws)
+		if err != nil {
+			return 0, err
+		}
+		var st struct {
+			Workspaces []struct {
+				Warming bool `json:"warming"`
+			} `json:"workspaces"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+			return 0, fmt.Errorf("parse status --json: %w", err)
+		}
+		if len(st.Workspaces) == 0 || !st.Workspaces[0].Warming {
+			return time.Since(since), nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
 
 func (a *acyInst) debugLog() string {
 	if !a.debug {
