@@ -146,49 +146,94 @@ func (s *Store) HasTree(id ID) (bool, error) {
 // PutGeneration stores g and returns its ID. Its root tree and parents must
 // exist (ErrNotFound otherwise).
 func (s *Store) PutGeneration(g *Generation) (ID, error) {
-	enc, err := g.Encode()
+	pg, err := s.prepareGeneration(g)
 	if err != nil {
 		return ID{}, fmt.Errorf("put generation: %w", err)
 	}
-	id := GenerationID(enc)
+	if err := s.update(pg.putTx); err != nil {
+		return ID{}, fmt.Errorf("put generation: %w", err)
+	}
+	return pg.id, nil
+}
+
+// PublishGeneration stores g and appends it to workspace name's head log
+// (expecting head expect; e.Gen is set to g's ID) in one transaction: one
+// commit instead of two, and no unreferenced generation if the append
+// fails. Errors as PutGeneration and CompareAndAppend.
+func (s *Store) PublishGeneration(g *Generation, name string, expect ID, e HeadEntry, permit *Permit) (ID, Workspace, error) {
+	pg, err := s.prepareGeneration(g)
+	if err != nil {
+		return ID{}, Workspace{}, fmt.Errorf("put generation: %w", err)
+	}
+	e.Gen = pg.id
+	out := make([]Workspace, 1)
+	err = s.update(func(tx *bolt.Tx) error {
+		if err := pg.putTx(tx); err != nil {
+			return fmt.Errorf("put generation: %w", err)
+		}
+		if err := s.appendTx(tx, []Append{{Workspace: name, ExpectHead: expect, Entry: e}}, permit, out); err != nil {
+			return fmt.Errorf("append head: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return ID{}, Workspace{}, err
+	}
+	return pg.id, out[0], nil
+}
+
+// preparedGeneration is a generation encoded, addressed and with the
+// memoized refs its root names, ready to be put in a transaction.
+type preparedGeneration struct {
+	g    *Generation
+	enc  []byte
+	id   ID
+	refs map[ID][]byte
+}
+
+func (s *Store) prepareGeneration(g *Generation) (*preparedGeneration, error) {
+	enc, err := g.Encode()
+	if err != nil {
+		return nil, err
+	}
 	// A root that is a memoized directory ref is persisted with g.
 	refs, err := s.memoRefsNamed(func(yield func(ID)) { yield(g.Root) })
 	if err != nil {
-		return ID{}, fmt.Errorf("put generation: %w", err)
+		return nil, err
 	}
-	err = s.update(func(tx *bolt.Tx) error {
-		if err := putRefsTx(tx, refs); err != nil {
-			return err
-		}
-		if g.Root != emptyTreeID && tx.Bucket(bucketTrees).Get(g.Root[:]) == nil {
-			r, isRef, err := storedRefTx(tx, g.Root)
-			switch {
-			case err != nil:
-				return err
-			case !isRef:
-				return fmt.Errorf("root tree %s: %w", g.Root.Short(), ErrNotFound)
-			case r.Kind != KindDir:
-				return fmt.Errorf("root %s: base ref to a %s, not a directory: %w", g.Root.Short(), r.Kind, ErrNotFound)
-			}
-		}
-		gb := tx.Bucket(bucketGenerations)
-		for _, p := range g.Parents {
-			if gb.Get(p[:]) == nil {
-				return fmt.Errorf("parent generation %s: %w", p.Short(), ErrNotFound)
-			}
-		}
-		if gb.Get(id[:]) != nil {
-			return nil
-		}
-		if err := gb.Put(id[:], enc); err != nil {
-			return err
-		}
-		return fail("generation.put")
-	})
-	if err != nil {
-		return ID{}, fmt.Errorf("put generation: %w", err)
+	return &preparedGeneration{g: g, enc: enc, id: GenerationID(enc), refs: refs}, nil
+}
+
+// putTx stores the generation; its root and parents must exist.
+func (pg *preparedGeneration) putTx(tx *bolt.Tx) error {
+	g, id := pg.g, pg.id
+	if err := putRefsTx(tx, pg.refs); err != nil {
+		return err
 	}
-	return id, nil
+	if g.Root != emptyTreeID && tx.Bucket(bucketTrees).Get(g.Root[:]) == nil {
+		r, isRef, err := storedRefTx(tx, g.Root)
+		switch {
+		case err != nil:
+			return err
+		case !isRef:
+			return fmt.Errorf("root tree %s: %w", g.Root.Short(), ErrNotFound)
+		case r.Kind != KindDir:
+			return fmt.Errorf("root %s: base ref to a %s, not a directory: %w", g.Root.Short(), r.Kind, ErrNotFound)
+		}
+	}
+	gb := tx.Bucket(bucketGenerations)
+	for _, p := range g.Parents {
+		if gb.Get(p[:]) == nil {
+			return fmt.Errorf("parent generation %s: %w", p.Short(), ErrNotFound)
+		}
+	}
+	if gb.Get(id[:]) != nil {
+		return nil
+	}
+	if err := gb.Put(id[:], pg.enc); err != nil {
+		return err
+	}
+	return fail("generation.put")
 }
 
 // GetGeneration returns generation id, verified against its address.

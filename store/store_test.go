@@ -740,3 +740,54 @@ func TestGCConcurrentWithCommits(t *testing.T) {
 		t.Fatalf("problems: %v", ps)
 	}
 }
+
+// TestPublishGenerationIsOneStep: the generation and its head entry commit
+// together; a failed append (a crash before commit, a moved head) leaves
+// neither behind.
+func TestPublishGenerationIsOneStep(t *testing.T) {
+	s := storetest.MustOpen(t)
+	g0 := storetest.PutGen(t, s, "main", store.GenCreate, map[string]string{"a": "0"})
+	storetest.MustCreate(t, s, "main", "", g0, store.ID{})
+	root := storetest.PutFiles(t, s, map[string]string{"a": "1"})
+	gen := &store.Generation{Root: root, Parents: []store.ID{g0}, Workspace: "main", Kind: store.GenCommit, Operation: "op", Time: s.Now()}
+	entry := store.HeadEntry{Kind: store.GenCommit, Operation: "op"}
+
+	crash := errors.New("crash")
+	prev := store.SetFailpoint(func(name string) error {
+		if name == "head.append" {
+			return crash
+		}
+		return nil
+	})
+	_, _, err := s.PublishGeneration(gen, "main", g0, entry, nil)
+	store.SetFailpoint(prev)
+	wantIs(t, err, crash)
+	enc, err := gen.Encode()
+	mustOK(t, err)
+	id := store.GenerationID(enc)
+	w, err := s.GetWorkspace("main")
+	mustOK(t, err)
+	if w.Head != g0 {
+		t.Fatalf("a failed publish moved the head to %s", w.Head.Short())
+	}
+	if ok, err := s.HasGeneration(id); err != nil || ok {
+		t.Fatalf("a failed publish stored its generation (%v, %v)", ok, err)
+	}
+
+	_, _, err = s.PublishGeneration(gen, "main", root, entry, nil) // wrong expected head
+	wantIs(t, err, store.ErrHeadMoved)
+	if ok, err := s.HasGeneration(id); err != nil || ok {
+		t.Fatalf("a publish against a moved head stored its generation (%v, %v)", ok, err)
+	}
+
+	got, w, err := s.PublishGeneration(gen, "main", g0, entry, nil)
+	mustOK(t, err)
+	if got != id || w.Head != id {
+		t.Fatalf("published %s, head %s; want %s", got.Short(), w.Head.Short(), id.Short())
+	}
+	log, err := s.HeadLog("main", 0)
+	mustOK(t, err)
+	if len(log) != 2 || log[0].Gen != id || log[0].Operation != "op" {
+		t.Fatalf("head log after publish: %+v", log)
+	}
+}

@@ -281,41 +281,43 @@ func (s *Store) CompareAndAppend(name string, expectHead ID, e HeadEntry, permit
 // earlier append.
 func (s *Store) CompareAndAppendMany(appends []Append, permit *Permit) ([]Workspace, error) {
 	out := make([]Workspace, len(appends))
-	err := s.update(func(tx *bolt.Tx) error {
-		if permit != nil {
-			if err := CheckPermitTx(tx, *permit, s.Now()); err != nil {
-				return err
-			}
-		}
-		for i, a := range appends {
-			w, err := getWorkspaceTx(tx, a.Workspace)
-			if err != nil {
-				return err
-			}
-			if w.Head != a.ExpectHead {
-				return fmt.Errorf("workspace %q: head is %s, expected %s: %w",
-					a.Workspace, w.Head.Short(), shortOrNone(a.ExpectHead), ErrHeadMoved)
-			}
-			e := a.Entry
-			if err := s.checkEntry(tx, &e); err != nil {
-				return fmt.Errorf("workspace %q: %w", a.Workspace, err)
-			}
-			e.Seq = w.Seq + 1
-			if err := appendEntryTx(tx, a.Workspace, e); err != nil {
-				return err
-			}
-			w.Head, w.Base, w.Seq = e.Gen, e.Base, e.Seq
-			if err := putWorkspaceTx(tx, w); err != nil {
-				return err
-			}
-			out[i] = w
-		}
-		return fail("head.append")
-	})
-	if err != nil {
+	if err := s.update(func(tx *bolt.Tx) error { return s.appendTx(tx, appends, permit, out) }); err != nil {
 		return nil, fmt.Errorf("append head: %w", err)
 	}
 	return out, nil
+}
+
+// appendTx is CompareAndAppendMany inside tx; out receives the workspaces.
+func (s *Store) appendTx(tx *bolt.Tx, appends []Append, permit *Permit, out []Workspace) error {
+	if permit != nil {
+		if err := CheckPermitTx(tx, *permit, s.Now()); err != nil {
+			return err
+		}
+	}
+	for i, a := range appends {
+		w, err := getWorkspaceTx(tx, a.Workspace)
+		if err != nil {
+			return err
+		}
+		if w.Head != a.ExpectHead {
+			return fmt.Errorf("workspace %q: head is %s, expected %s: %w",
+				a.Workspace, w.Head.Short(), shortOrNone(a.ExpectHead), ErrHeadMoved)
+		}
+		e := a.Entry
+		if err := s.checkEntry(tx, &e); err != nil {
+			return fmt.Errorf("workspace %q: %w", a.Workspace, err)
+		}
+		e.Seq = w.Seq + 1
+		if err := appendEntryTx(tx, a.Workspace, e); err != nil {
+			return err
+		}
+		w.Head, w.Base, w.Seq = e.Gen, e.Base, e.Seq
+		if err := putWorkspaceTx(tx, w); err != nil {
+			return err
+		}
+		out[i] = w
+	}
+	return fail("head.append")
 }
 
 func shortOrNone(id ID) string {

@@ -98,11 +98,9 @@ func (m *Manager) PublishCapture(ws string, pinned, root store.ID, permit *store
 	if mr.Tree == headRoot {
 		return w.Head, nil, nil // already published (a recovery replaying a capture that landed)
 	}
-	gen, err := m.st.PutGeneration(&store.Generation{Root: mr.Tree, Parents: []store.ID{w.Head, pinned}, Workspace: ws, Kind: store.GenCapture, Operation: op, Time: m.now()})
+	gen, _, err := m.st.PublishGeneration(&store.Generation{Root: mr.Tree, Parents: []store.ID{w.Head, pinned}, Workspace: ws, Kind: store.GenCapture, Operation: op, Time: m.now()},
+		ws, w.Head, store.HeadEntry{Base: w.Base, Kind: store.GenCapture, Operation: op, Time: m.now()}, permit)
 	if err != nil {
-		return store.ID{}, nil, err
-	}
-	if _, err := m.st.CompareAndAppend(ws, w.Head, store.HeadEntry{Gen: gen, Base: w.Base, Kind: store.GenCapture, Operation: op, Time: m.now()}, permit); err != nil {
 		return store.ID{}, nil, fmt.Errorf("publish capture of %s: %w", ws, err)
 	}
 	infos := toInfos(mr.Resolved)

@@ -125,11 +125,9 @@ func (m *Manager) publish(w store.Workspace, root store.ID, kind store.GenKind, 
 	if headRoot == root {
 		return w.Head, nil
 	}
-	gen, err := m.st.PutGeneration(&store.Generation{Root: root, Parents: []store.ID{w.Head}, Workspace: w.Name, Kind: kind, Operation: op, Time: m.now()})
+	gen, _, err := m.st.PublishGeneration(&store.Generation{Root: root, Parents: []store.ID{w.Head}, Workspace: w.Name, Kind: kind, Operation: op, Time: m.now()},
+		w.Name, w.Head, store.HeadEntry{Base: w.Base, Kind: kind, Operation: op, Time: m.now()}, permit)
 	if err != nil {
-		return store.ID{}, fmt.Errorf("store generation: %w", err)
-	}
-	if _, err := m.st.CompareAndAppend(w.Name, w.Head, store.HeadEntry{Gen: gen, Base: w.Base, Kind: kind, Operation: op, Time: m.now()}, permit); err != nil {
 		return store.ID{}, fmt.Errorf("publish %s: %w", w.Name, err)
 	}
 	m.headChanged(w.Name)
