@@ -226,9 +226,9 @@ func (w *warmer) finished(dir []string, ents []warmEntry) {
 }
 
 // walkWarm lists directories breadth first until the walk is over. An
-// error other than another filesystem stops the whole walk. The root is
-// listed alone (the queue holds nothing else until it is done), and its
-// device is the mount's.
+// error about one directory (warmSkippable) skips it; any other stops the
+// whole walk. The root is listed alone (the queue holds nothing else until
+// it is done), and its device is the mount's.
 func (m *Mount) walkWarm() {
 	w := &m.warm
 	buf := make([]byte, warmBufSize)
