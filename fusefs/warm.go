@@ -49,14 +49,14 @@ type warmer struct {
 	stop    chan struct{}              // closed by Unmount
 	done    chan struct{}              // closed when the walk has ended
 
-	mu    sync.Mutex
-	cond  *sync.Cond // signalled when the queue grows or a walker goes idle
-	queue [][]string // directories still to list, as paths of names
-	busy  int        // walkers listing a directory now
-	limit int64
-	dev   uint64 // the mount's device, from the root's listing
-	held  int    // HoldWarm calls not yet released: no new listings
-	waits int    // times a walker waited for work (tests)
+	mu     sync.Mutex
+	cond   *sync.Cond // signalled when the queue grows or a walker goes idle
+	queue  [][]string // directories still to list, as paths of names
+	busy   int        // walkers listing a directory now
+	limit  int64
+	dev    uint64 // the mount's device, from the root's listing
+	held   int    // HoldWarm calls not yet released: no new listings
+	parked int    // walkers waiting for work now (tests)
 
 	reinvalidated atomic.Int64 // listings invalidated after an overlapping switch
 	afterList     func()       // test hook: runs after each listing
@@ -207,8 +207,9 @@ func (w *warmer) next(doneC <-chan struct{}) (dir []string, ok bool) {
 		if w.busy == 0 && len(w.queue) == 0 {
 			return nil, false
 		}
-		w.waits++
+		w.parked++
 		w.cond.Wait()
+		w.parked--
 	}
 }
 

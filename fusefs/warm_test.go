@@ -254,9 +254,9 @@ func TestHoldWarm(t *testing.T) {
 	}()
 	for {
 		w.mu.Lock()
-		waited := w.waits
+		parked := w.parked
 		w.mu.Unlock()
-		if waited > 0 {
+		if parked > 0 {
 			break
 		}
 		select {
@@ -305,5 +305,32 @@ func TestWarmBudgetInDirectory(t *testing.T) {
 	// root: 1 name; big: chunks of a 128 KiB buffer until past 19 names.
 	if n, _ := m.Warmed(); n < 20 || n >= 3001 {
 		t.Fatalf("warmed %d names, want at least 20 and not all 3001", n)
+	}
+}
+
+// TestWarmStopWhileHeld: walkers parked by a hold end as soon as the
+// warm-up is stopped (stopWarm wakes them), with the mount still up.
+func TestWarmStopWhileHeld(t *testing.T) {
+	objs := newFakeObjects(t)
+	m, _ := mountT(t, objs, objs.build(t, gridSpec(300, 2, 0, "d%03d", "f%d")), nil)
+	held := make(chan func(), 1)
+	var once sync.Once
+	m.warm.afterList = func() { once.Do(func() { held <- m.HoldWarm() }) } // after the root
+	m.startWarm(1 << 20)
+	release := <-held
+	defer release()
+	w := &m.warm
+	for { // every walker parked: nothing in flight will wake them
+		w.mu.Lock()
+		parked, busy := w.parked, w.busy
+		w.mu.Unlock()
+		if parked == warmWalkers && busy == 0 {
+			break
+		}
+		runtime.Gosched()
+	}
+	m.stopWarm()
+	if n, running := m.Warmed(); running {
+		t.Fatalf("the held warm-up still runs after stopWarm (%d names listed)", n)
 	}
 }
