@@ -33,29 +33,14 @@ type note struct {
 // must not be called from inside a request handler, nor while holding a
 // lock that request admission waits for (use SwitchViewQueued there).
 func (m *Mount) SwitchView(root store.ID) error {
-	var notes []note
-	seq := m.switchStarted.Add(1)
-	if _, err := m.ov.switchView(root, &notes); err != nil {
-		m.queueNotify([]func(){func() { m.switchNotified.Store(seq) }}) // in order behind earlier switches' notes
-		return err
+	done, err := m.SwitchViewQueued(root)
+	if done != nil {
+		select {
+		case <-done:
+		case <-m.doneC:
+		}
 	}
-	fns := make([]func(), 0, len(notes)+1)
-	for _, nt := range notes {
-		fns = append(fns, func() { m.sendNote(nt) })
-	}
-	fns = append(fns, func() { m.switchNotified.Store(seq) })
-	done := m.queueNotify(fns)
-	// Persist the switched table (the new root, and upper files it no
-	// longer needs can then be deleted).
-	serr := m.writeSnapshot()
-	select {
-	case <-done:
-	case <-m.doneC:
-	}
-	if serr != nil {
-		return fmt.Errorf("switch view: persist overlay: %w", serr)
-	}
-	return nil
+	return err
 }
 
 // sendNote resolves the note's directory in go-fuse's tree; if the kernel

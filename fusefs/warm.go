@@ -181,31 +181,31 @@ func (m *Mount) isWarmer(pid uint32) bool {
 	return false
 }
 
-// next hands a walker the next directory to list; ok is false once the
-// walk is over (queue drained with no walker busy, limit reached, or
-// stopped).
-func (w *warmer) next(doneC <-chan struct{}) (dir []string, ok bool) {
+// next hands a walker the next directory to list and the mount's device
+// (0 until the root was listed); ok is false once the walk is over (queue
+// drained with no walker busy, limit reached, or stopped).
+func (w *warmer) next(doneC <-chan struct{}) (dir []string, dev uint64, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for {
 		select {
 		case <-w.stop:
-			return nil, false
+			return nil, 0, false
 		case <-doneC:
-			return nil, false
+			return nil, 0, false
 		default:
 		}
 		if w.entries.Load() >= w.limit {
-			return nil, false
+			return nil, 0, false
 		}
 		if len(w.queue) > 0 && w.held == 0 {
 			dir = w.queue[0]
 			w.queue = w.queue[1:]
 			w.busy++
-			return dir, true
+			return dir, w.dev, true
 		}
 		if w.busy == 0 && len(w.queue) == 0 {
-			return nil, false
+			return nil, 0, false
 		}
 		w.parked++
 		w.cond.Wait()
@@ -234,13 +234,10 @@ func (m *Mount) walkWarm() {
 	w := &m.warm
 	buf := make([]byte, warmBufSize)
 	for {
-		dir, ok := w.next(m.doneC)
+		dir, dev, ok := w.next(m.doneC)
 		if !ok {
 			return
 		}
-		w.mu.Lock()
-		dev := w.dev
-		w.mu.Unlock()
 		budget := int(w.limit - w.entries.Load())
 		started, notified := m.switchStarted.Load(), m.switchNotified.Load()
 		ents, fdev, err := listWarm(filepath.Join(append([]string{m.mountpoint}, dir...)...), dev, budget, buf)

@@ -246,7 +246,7 @@ func TestHoldWarm(t *testing.T) {
 	release := m.HoldWarm()
 	got := make(chan []string, 1)
 	go func() {
-		dir, ok := w.next(m.doneC)
+		dir, _, ok := w.next(m.doneC)
 		if !ok {
 			dir = []string{"<none>"}
 		}
