@@ -8,8 +8,10 @@ PKGS      := ./...
 
 all: build
 
+# CGO_ENABLED=0: a static binary starts about 1.5 ms sooner (no dynamic
+# loader), and every CLI call, every `exec` of an agent's tool, pays it.
 build:
-	$(GO) build -o $(BIN) ./cmd/acyclicfs
+	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/acyclicfs
 
 # The main job end to end on the embedded default store (no server).
 demo: build

@@ -66,7 +66,7 @@ func wrapSnapshot(payload []byte) []byte {
 	b := append([]byte(snapMagic), make([]byte, 8)...)
 	binary.LittleEndian.PutUint64(b[len(snapMagic):], uint64(len(payload)))
 	b = append(b, payload...)
-	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, crcTable()))
 }
 
 func FuzzDecodeSnapshot(f *testing.F) {

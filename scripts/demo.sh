@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${ACYCLICFS_BIN:-$PWD/bin/acyclicfs}
-[ -x "$B" ] || go build -o "$B" ./cmd/acyclicfs
+[ -x "$B" ] || CGO_ENABLED=0 go build -o "$B" ./cmd/acyclicfs
 work=$(mktemp -d /tmp/acyclicfs-demo.XXXXXX)
 export ACYCLICFS_STORE="$work/store"
 cleanup() {

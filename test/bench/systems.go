@@ -61,7 +61,8 @@ func prepare(ctx context.Context, cfg *config, work string, cl *cleaner) (*bench
 	if e.acy == "" && contains(cfg.systems, sysAcyclicfs) {
 		e.acy = filepath.Join(work, "bin", "acyclicfs")
 		logf("building %s", e.acy)
-		if _, err := runCmd(ctx, cfg.repo, nil, e.goBin, "build", "-o", e.acy, "./cmd/acyclicfs"); err != nil {
+		// Static, as `make build` makes it (every exec and fork pays the start).
+		if _, err := runCmd(ctx, cfg.repo, []string{"CGO_ENABLED=0"}, e.goBin, "build", "-o", e.acy, "./cmd/acyclicfs"); err != nil {
 			return nil, err
 		}
 	}
