@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,6 +35,15 @@ import (
 // (HoldWarm, during reconciles) and never crosses into another
 // filesystem mounted below the mountpoint.
 //
+// Listings cache names that exist; a tool also asks for names that do not.
+// git status opens .gitignore in every directory it scans, and each miss
+// is a LOOKUP round trip unless the kernel holds a negative entry (cached
+// for the entry timeout, like a positive one). When the root holds .git,
+// the walker looks up each of gitProbes that a directory's listing lacks,
+// so the kernel caches the miss: one request per directory in the
+// background instead of one in git's path. A view switch that adds such a
+// name invalidates it as any other new name (reconcileDir).
+//
 // A view switch can overlap a listing: the reply was computed on the old
 // view and the kernel may apply it after the switch's invalidations. The
 // walker brackets each listing with the switch counters (started before
@@ -54,9 +64,10 @@ type warmer struct {
 	queue  [][]string // directories still to list, as paths of names
 	busy   int        // walkers listing a directory now
 	limit  int64
-	dev    uint64 // the mount's device, from the root's listing
-	held   int    // HoldWarm calls not yet released: no new listings
-	parked int    // walkers waiting for work now (tests)
+	dev    uint64   // the mount's device, from the root's listing
+	probes []string // names looked up where a listing lacks them (set after the root's listing)
+	held   int      // HoldWarm calls not yet released: no new listings
+	parked int      // walkers waiting for work now (tests)
 
 	reinvalidated atomic.Int64 // listings invalidated after an overlapping switch
 	afterList     func()       // test hook: runs after each listing
@@ -71,6 +82,10 @@ const warmWalkers = 4
 // getdents blocked behind a request that waits for admission must not
 // hold up the unmount; the lazy unmount fallback covers its descriptor).
 const warmStopWait = 2 * time.Second
+
+// gitProbes are the names a git work tree's warm-up looks up in every
+// directory that lacks them: git status reads .gitignore wherever it scans.
+var gitProbes = []string{".gitignore"}
 
 // warmBufSize is the getdents buffer. The kernel sizes a READDIRPLUS
 // request by it (up to max_pages), so one request lists about 800 names.
@@ -184,28 +199,28 @@ func (m *Mount) isWarmer(pid uint32) bool {
 // next hands a walker the next directory to list and the mount's device
 // (0 until the root was listed); ok is false once the walk is over (queue
 // drained with no walker busy, limit reached, or stopped).
-func (w *warmer) next(doneC <-chan struct{}) (dir []string, dev uint64, ok bool) {
+func (w *warmer) next(doneC <-chan struct{}) (dir []string, dev uint64, probes []string, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for {
 		select {
 		case <-w.stop:
-			return nil, 0, false
+			return nil, 0, nil, false
 		case <-doneC:
-			return nil, 0, false
+			return nil, 0, nil, false
 		default:
 		}
 		if w.entries.Load() >= w.limit {
-			return nil, 0, false
+			return nil, 0, nil, false
 		}
 		if len(w.queue) > 0 && w.held == 0 {
 			dir = w.queue[0]
 			w.queue = w.queue[1:]
 			w.busy++
-			return dir, w.dev, true
+			return dir, w.dev, w.probes, true
 		}
 		if w.busy == 0 && len(w.queue) == 0 {
-			return nil, 0, false
+			return nil, 0, nil, false
 		}
 		w.parked++
 		w.cond.Wait()
@@ -234,13 +249,26 @@ func (m *Mount) walkWarm() {
 	w := &m.warm
 	buf := make([]byte, warmBufSize)
 	for {
-		dir, dev, ok := w.next(m.doneC)
+		dir, dev, probes, ok := w.next(m.doneC)
 		if !ok {
 			return
 		}
 		budget := int(w.limit - w.entries.Load())
 		started, notified := m.switchStarted.Load(), m.switchNotified.Load()
-		ents, fdev, err := listWarm(filepath.Join(append([]string{m.mountpoint}, dir...)...), dev, budget, buf)
+		probe := func(ents []warmEntry) []string { return missing(probes, ents) }
+		if len(dir) == 0 {
+			// The root decides: a git work tree gets gitProbes.
+			probe = func(ents []warmEntry) []string {
+				if len(missing([]string{".git"}, ents)) != 0 {
+					return nil
+				}
+				w.mu.Lock()
+				w.probes = gitProbes
+				w.mu.Unlock()
+				return missing(gitProbes, ents)
+			}
+		}
+		ents, probed, fdev, err := listWarm(filepath.Join(append([]string{m.mountpoint}, dir...)...), dev, budget, buf, probe)
 		if err == nil && len(dir) == 0 {
 			w.mu.Lock()
 			w.dev = fdev
@@ -253,7 +281,7 @@ func (m *Mount) walkWarm() {
 		// way, is invalidated again if a switch overlapped it.
 		if warmOverlap(started, notified, m.switchStarted.Load()) {
 			w.reinvalidated.Add(1)
-			m.reinvalidate(dir, ents)
+			m.reinvalidate(dir, ents, probed)
 		}
 		if err != nil {
 			ents = nil
@@ -279,15 +307,30 @@ func warmOverlap(started0, notified0, started1 uint64) bool {
 	return started0 != notified0 || started1 != started0
 }
 
-// reinvalidate queues invalidations of dir's listing and of every name in
-// ents: a view switch overlapped their listing.
-func (m *Mount) reinvalidate(dir []string, ents []warmEntry) {
-	fns := make([]func(), 0, len(ents)+1)
+// reinvalidate queues invalidations of dir's listing, of every name in
+// ents and of the probed names (negative entries): a view switch
+// overlapped their listing.
+func (m *Mount) reinvalidate(dir []string, ents []warmEntry, probed []string) {
+	fns := make([]func(), 0, len(ents)+len(probed)+1)
 	fns = append(fns, func() { m.sendNote(note{dir: dir, content: true}) })
 	for _, e := range ents {
 		fns = append(fns, func() { m.sendNote(note{dir: dir, name: e.name}) })
 	}
+	for _, name := range probed {
+		fns = append(fns, func() { m.sendNote(note{dir: dir, name: name}) })
+	}
 	m.queueNotify(fns)
+}
+
+// missing returns the names of want that ents lacks.
+func missing(want []string, ents []warmEntry) []string {
+	var out []string
+	for _, n := range want {
+		if !slices.ContainsFunc(ents, func(e warmEntry) bool { return e.name == n }) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // errOtherFS: a directory below the mountpoint belongs to another mount.
@@ -312,31 +355,33 @@ func warmSkippable(err error) bool {
 // directory on another device than dev (a mount below ours) is not
 // listed: errOtherFS. dev 0 accepts any (the root). It stops reading once
 // it has budget names (a huge directory does not exceed the warm-up's
-// limit by more than a chunk). On an error it returns what it listed so
-// far.
-func listWarm(path string, dev uint64, budget int, buf []byte) ([]warmEntry, uint64, error) {
+// limit by more than a chunk). After a complete listing it looks up the
+// names probe returns (absent ones: the kernel caches the miss) and
+// returns them as probed. On an error it returns what it listed so far.
+func listWarm(path string, dev uint64, budget int, buf []byte, probe func([]warmEntry) []string) (ents []warmEntry, probed []string, _ uint64, _ error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	if dev != 0 && st.Dev != dev {
-		return nil, st.Dev, errOtherFS
+		return nil, nil, st.Dev, errOtherFS
 	}
-	var ents []warmEntry
+	complete := false
 	for len(ents) < budget {
 		n, err := unix.Getdents(fd, buf)
 		if err != nil {
-			return ents, st.Dev, err
+			return ents, nil, st.Dev, err
 		}
 		if n <= 0 {
 			// This last, empty getdents costs a READDIRPLUS, but it is
 			// what tells the kernel the listing is complete: only then
 			// does it serve the directory's later listings from its cache.
+			complete = true
 			break
 		}
 		ents = parseDirents(buf[:n], ents)
@@ -345,7 +390,15 @@ func listWarm(path string, dev uint64, budget int, buf []byte) ([]warmEntry, uin
 	// (fuse_readdir), so the first stat of it afterwards would be a
 	// GETATTR round trip in the tool's path: take it here.
 	_ = unix.Fstat(fd, &st)
-	return ents, st.Dev, nil
+	if complete && probe != nil {
+		// Only a complete listing tells which names are absent.
+		probed = probe(ents)
+		var pst unix.Stat_t
+		for _, name := range probed {
+			_ = unix.Fstatat(fd, name, &pst, unix.AT_SYMLINK_NOFOLLOW)
+		}
+	}
+	return ents, probed, st.Dev, nil
 }
 
 // parseDirents appends the names of the linux_dirent64 records in b to

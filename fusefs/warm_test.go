@@ -246,7 +246,7 @@ func TestHoldWarm(t *testing.T) {
 	release := m.HoldWarm()
 	got := make(chan []string, 1)
 	go func() {
-		dir, _, ok := w.next(m.doneC)
+		dir, _, _, ok := w.next(m.doneC)
 		if !ok {
 			dir = []string{"<none>"}
 		}
@@ -332,5 +332,68 @@ func TestWarmStopWhileHeld(t *testing.T) {
 	m.stopWarm()
 	if n, running := m.Warmed(); running {
 		t.Fatalf("the held warm-up still runs after stopWarm (%d names listed)", n)
+	}
+}
+
+// gitTree is a git work tree: .git at the root, .gitignore in a only.
+func gitTree(withGit bool) spec {
+	s := spec{"a/.gitignore": "*.o\n", "a/x": "x", "b/y": "y", "c/d/z": "z", "top": "t"}
+	if withGit {
+		s[".git/HEAD"] = "ref: refs/heads/main\n"
+	}
+	return s
+}
+
+// gitignoreLookups stats .gitignore in every directory of gitTree and
+// returns how many LOOKUPs that sent.
+func gitignoreLookups(t *testing.T, m *Mount, mnt string) int64 {
+	t.Helper()
+	before := m.daemonLookups.Load()
+	for _, d := range []string{"", "a", "b", "c", "c/d"} {
+		_, err := os.Lstat(filepath.Join(mnt, d, ".gitignore"))
+		if want := d == "a"; (err == nil) != want {
+			t.Fatalf("stat %s/.gitignore: %v", d, err)
+		}
+	}
+	return m.daemonLookups.Load() - before
+}
+
+// TestWarmProbesGitignore: in a git work tree the warm-up caches the
+// absence of .gitignore wherever a listing lacks it, so git's misses send
+// no LOOKUP; without .git at the root it probes nothing (the control).
+func TestWarmProbesGitignore(t *testing.T) {
+	for _, withGit := range []bool{true, false} {
+		t.Run(fmt.Sprintf("git=%v", withGit), func(t *testing.T) {
+			objs := newFakeObjects(t)
+			m, mnt := mountT(t, objs, objs.build(t, gitTree(withGit)), &mountOpts{warm: 10000})
+			waitWarm(t, m)
+			n := gitignoreLookups(t, m, mnt)
+			if withGit && n != 0 {
+				t.Fatalf("misses of .gitignore after the warm-up sent %d LOOKUPs, want 0", n)
+			}
+			if !withGit && n < 4 {
+				t.Fatalf("without .git: %d LOOKUPs for 4 misses, want 4 (nothing probed)", n)
+			}
+		})
+	}
+}
+
+// TestWarmProbeThenSwitchAddsName: a cached miss does not outlive a view
+// switch that adds the name.
+func TestWarmProbeThenSwitchAddsName(t *testing.T) {
+	objs := newFakeObjects(t)
+	m, mnt := mountT(t, objs, objs.build(t, gitTree(true)), &mountOpts{warm: 10000})
+	waitWarm(t, m)
+	if n := gitignoreLookups(t, m, mnt); n != 0 {
+		t.Fatalf("%d LOOKUPs after the warm-up, want 0 (misses cached)", n)
+	}
+	next := gitTree(true)
+	next["c/d/.gitignore"] = "new\n"
+	if err := m.SwitchView(objs.build(t, next)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(mnt, "c/d/.gitignore"))
+	if err != nil || string(b) != "new\n" {
+		t.Fatalf("c/d/.gitignore after the switch: %q, %v", b, err)
 	}
 }
