@@ -177,7 +177,8 @@ func (o *overlay) trashUpper(num uint64) {
 		_ = os.Remove(o.upperPath(num))
 		return
 	}
-	if err := os.Rename(o.upperPath(num), o.trashPath(num)); err == nil {
+	// rename(2) directly: os.Rename adds an lstat of the target, on every unlink.
+	if err := syscall.Rename(o.upperPath(num), o.trashPath(num)); err == nil {
 		o.trash = append(o.trash, num)
 		o.unsnapped = true
 	}

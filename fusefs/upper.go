@@ -61,8 +61,8 @@ func (o *overlay) copyUp(in *inode, trunc bool) error {
 		}
 		return nil
 	}
-	if err := os.Rename(tmp.Name(), o.upperPath(in.num)); err != nil {
-		return fmt.Errorf("copy-up: %w", err)
+	if err := unix.Rename(tmp.Name(), o.upperPath(in.num)); err != nil { // not os.Rename: no lstat under mu
+		return fmt.Errorf("copy-up: rename %s: %w", tmp.Name(), err)
 	}
 	// Keep the overlay's mtime: a copy-up is not a modification by itself.
 	mt := time.Unix(0, in.mtime)

@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 // upperPool keeps empty upper files created ahead of time, so that a
@@ -115,7 +117,10 @@ func (p *upperPool) take(path string) *os.File {
 	if n-1 < poolLowWater {
 		p.signal()
 	}
-	if err := os.Rename(name, path); err != nil {
+	// rename(2) itself: os.Rename would first lstat path to refuse
+	// replacing a directory, a negative lookup in the upper directory that
+	// cost a third of the rename (perf of create + unlink of 10,000 files).
+	if err := unix.Rename(name, path); err != nil {
 		os.Remove(name)
 		return nil
 	}
