@@ -55,7 +55,7 @@ race:
 # acyclicfs (about 14 minutes on 2 cores; every system in every run and the
 # loopback census take 21). Writes docs/benchmarks.md and docs/benchmarks.png.
 bench: bench-deps
-	$(GO) run ./test/bench -runs 2 -peer-runs 1 -profile -profile-systems acyclicfs
+	$(GO) run ./test/bench -runs 2 -profile -profile-systems acyclicfs
 
 bench-fs: bench
 

@@ -46,7 +46,7 @@ import (
 // config is the parsed command line.
 type config struct {
 	runs       int
-	peerRuns   int // runs of the peers (loopback, fuse-overlayfs) and of cp -a / git worktree; <= runs
+	peerRuns   int // runs of the peers (loopback, fuse-overlayfs); <= runs
 	quick      bool
 	systems    []string
 	workloads  []string
@@ -89,7 +89,7 @@ func parseFlags(args []string) (*config, error) {
 	cfg := &config{}
 	var systems, workloads, forkSizes, profSys string
 	fs.IntVar(&cfg.runs, "runs", 5, "runs per system and workload")
-	fs.IntVar(&cfg.peerRuns, "peer-runs", 0, "runs of the systems acyclicfs is compared with besides native (loopback, fuse-overlayfs) and of cp -a / git worktree add in the fork table; 0: as many as -runs")
+	fs.IntVar(&cfg.peerRuns, "peer-runs", 0, "runs of the systems acyclicfs is compared with besides native (loopback, fuse-overlayfs); 0: as many as -runs")
 	fs.BoolVar(&cfg.quick, "quick", false, "1 run, 128 MiB sequential file, fork sizes 1000,10000")
 	fs.StringVar(&systems, "systems", strings.Join(allSystems, ","), "comma-separated systems to measure")
 	fs.StringVar(&workloads, "workloads", strings.Join(workloadNames(), ","), "comma-separated workloads to run")
