@@ -15,6 +15,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+	"golang.org/x/sys/unix"
 )
 
 // FormatVersion is the on-disk format version written into a new store.
@@ -236,22 +237,20 @@ func classifyOpenError(dir string, err error) error {
 	return fmt.Errorf("open store %s: %s: %v: %w", dir, metaFileName, err, ErrCorrupt)
 }
 
-// createDirs makes the directory skeleton and proves it writable, so a
+// createDirs makes the directory skeleton and checks it writable, so a
 // read-only location fails here with a clear error rather than on the
-// first blob.
+// first blob. The check is access(2), not a probe file: every CLI command
+// opens the store, and a create and unlink in tmp/ cost two journalled
+// directory changes each time.
 func (s *Store) createDirs() error {
 	for _, d := range []string{s.dir, s.objectsDir(), s.tmpDir()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("open store %s: create %s: %w", s.dir, d, err)
 		}
 	}
-	f, err := os.CreateTemp(s.tmpDir(), "probe-*")
-	if err != nil {
-		return fmt.Errorf("open store %s: directory not writable: %w", s.dir, err)
+	if err := unix.Faccessat(unix.AT_FDCWD, s.tmpDir(), unix.W_OK|unix.X_OK, unix.AT_EACCESS); err != nil {
+		return fmt.Errorf("open store %s: directory not writable: %w", s.dir, &fs.PathError{Op: "access", Path: s.tmpDir(), Err: err})
 	}
-	name := f.Name()
-	f.Close()
-	os.Remove(name)
 	return nil
 }
 

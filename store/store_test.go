@@ -379,6 +379,29 @@ func TestReadOnlyDirectoryError(t *testing.T) {
 	}
 }
 
+// TestReadOnlyExistingStore: a store whose filesystem became read-only
+// refuses a writable open with the cause (the writability check), and
+// still opens read-only.
+func TestReadOnlyExistingStore(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to remount a tmpfs read-only")
+	}
+	parent := t.TempDir()
+	mountTmpfs(t, parent, "size=8m")
+	dir := filepath.Join(parent, "store")
+	s, err := store.Open(dir, store.Options{})
+	mustOK(t, err)
+	mustOK(t, s.Close())
+	mustOK(t, unix.Mount("none", parent, "", unix.MS_REMOUNT|unix.MS_RDONLY, ""))
+	_, err = store.Open(dir, store.Options{})
+	if !errors.Is(err, syscall.EROFS) || !strings.Contains(err.Error(), "not writable") {
+		t.Fatalf("writable open of a read-only store: %v", err)
+	}
+	ro, err := store.Open(dir, store.Options{ReadOnly: true})
+	mustOK(t, err)
+	mustOK(t, ro.Close())
+}
+
 func TestCorruptMetaFile(t *testing.T) {
 	cases := map[string]func(path string) error{
 		"empty":   func(p string) error { return os.Truncate(p, 0) },
