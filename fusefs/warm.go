@@ -145,6 +145,18 @@ func (m *Mount) stopWarm() {
 	}
 }
 
+// WaitWarm returns once the warm-up has ended (at once if none was
+// started) or the mount is gone.
+func (m *Mount) WaitWarm() {
+	if m.warm.done == nil {
+		return
+	}
+	select {
+	case <-m.warm.done:
+	case <-m.doneC:
+	}
+}
+
 // Warmed reports how many names the warm-up has listed and whether it is
 // still running.
 func (m *Mount) Warmed() (entries int64, running bool) {

@@ -83,9 +83,14 @@ func (e *env) waitNoDaemon() {
 // and that a later mount of a frozen root is read-only.
 func TestContextMountFreezeReadOnly(t *testing.T) {
 	e, mpApp, mpLib := mountedContextEnv(t)
-	r := e.run("context", "mount", "main")
+	r := e.run("context", "mount", "main", "--wait-warm")
 	if r.code != 0 {
 		t.Fatalf("context mount: %s", r)
+	}
+	for _, ws := range []string{"app", "lib"} {
+		if st := e.statusOf(ws); st.Warming || st.Warmed == 0 {
+			t.Fatalf("%s right after context mount --wait-warm: warmed %d, warming %v", ws, st.Warmed, st.Warming)
+		}
 	}
 	if want := "app\t" + mpApp + "\nlib\t" + mpLib + "\n"; r.stdout != want {
 		t.Fatalf("context mount printed %q, want %q", r.stdout, want)

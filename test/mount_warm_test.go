@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"testing"
-	"time"
 )
 
 // requestCount counts the requests of kind op the daemon logged (mount
@@ -30,10 +29,11 @@ func (e *env) logSize() int64 {
 }
 
 // TestMountWarmUp: after a mount the daemon lists the view in the
-// background (mount --warm-entries); once status reports it done, stat of
-// every path in a tool session sends no LOOKUP, and the warm-up opened no
-// lease. Without it (--warm-entries 0) the same listing sends one LOOKUP
-// per name. A negative limit is a usage error.
+// background (mount --warm-entries); mount --wait-warm returns once it is
+// done (status says so at once), stat of every path in a tool session then
+// sends no LOOKUP, and the warm-up opened no lease. Without it
+// (--warm-entries 0, where --wait-warm returns at once) the same listing
+// sends one LOOKUP per name. A negative limit is a usage error.
 func TestMountWarmUp(t *testing.T) {
 	e := newMountEnv(t)
 	src := filepath.Join(e.dir, "src")
@@ -61,11 +61,10 @@ func TestMountWarmUp(t *testing.T) {
 	e.ok("fork", "base", "w")
 	e.ok("fork", "base", "cold")
 
-	mp := e.mountAt("w", "--debug")
-	waitFor(t, 30*time.Second, "the warm-up to finish", func() bool { return !e.statusOf("w").Warming })
+	mp := e.mountAt("w", "--debug", "--wait-warm")
 	st := e.statusOf("w")
-	if st.Warmed != names {
-		t.Fatalf("warmed %d names, want %d", st.Warmed, names)
+	if st.Warming || st.Warmed != names {
+		t.Fatalf("right after mount --wait-warm: warmed %d names (warming %v), want %d done", st.Warmed, st.Warming, names)
 	}
 	if len(st.Leases) != 0 || st.Window != "idle" {
 		t.Fatalf("after the warm-up: window %s, leases %v (the warm-up must open none)", st.Window, st.Leases)
@@ -76,7 +75,7 @@ func TestMountWarmUp(t *testing.T) {
 		t.Fatalf("stat of every file after the warm-up sent %d LOOKUPs, want 0", n)
 	}
 
-	cold := e.mountAt("cold", "--debug", "--warm-entries", "0")
+	cold := e.mountAt("cold", "--debug", "--warm-entries", "0", "--wait-warm")
 	if st := e.statusOf("cold"); st.Warmed != 0 || st.Warming {
 		t.Fatalf("--warm-entries 0: warmed %d, warming %v", st.Warmed, st.Warming)
 	}

@@ -263,6 +263,14 @@ func (a *app) cmdContextMount() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("context mount %s: %w", name, err)
 			}
+			if opt.waitWarm {
+				// The roots warm up at once; wait for each in turn.
+				for _, r := range roots {
+					if s := a.d.get(r.Workspace); s != nil && s.mnt != nil {
+						s.mnt.WaitWarm()
+					}
+				}
+			}
 			return a.emit(map[string]any{"context": name, "roots": roots}, func(w io.Writer) {
 				for _, r := range roots {
 					fmt.Fprintf(w, "%s\t%s\n", r.Workspace, r.Mountpoint)

@@ -80,12 +80,15 @@ func (a *app) cmdMount() *cobra.Command {
 				}
 				return a.mountForeground(args[0], mp, opt)
 			}
-			_, notes, err := a.d.mountWorkspace(args[0], mp, opt)
+			s, notes, err := a.d.mountWorkspace(args[0], mp, opt)
 			for _, n := range notes {
 				fmt.Fprintf(a.stderr, "recovery: %s\n", n)
 			}
 			if err != nil {
 				return fmt.Errorf("mount %s: %w", args[0], err)
+			}
+			if opt.waitWarm {
+				s.mnt.WaitWarm()
 			}
 			return a.emit(map[string]string{"workspace": args[0], "mountpoint": mp}, func(w io.Writer) { fmt.Fprintln(w, mp) })
 		},
@@ -107,10 +110,12 @@ func (a *app) cmdMount() *cobra.Command {
 // keep an inode for each name listed until memory pressure evicts it.
 const defaultWarmEntries = 50000
 
-// warmFlag defines --warm-entries.
+// warmFlag defines --warm-entries and --wait-warm.
 func warmFlag(f *pflag.FlagSet, opt *mountOptions) {
 	f.IntVar(&opt.warmEntries, "warm-entries", defaultWarmEntries,
 		"after mounting, list up to this many names in the background so that the kernel caches them before tools ask (0: off)")
+	f.BoolVar(&opt.waitWarm, "wait-warm", false,
+		"return only once the warm-up has ended, so that the first tool finds the names cached")
 }
 
 // mountForeground runs a daemon in this process serving one mount.
@@ -147,6 +152,9 @@ func (a *app) mountForeground(ws, mp string, opt mountOptions) error {
 		args = append(args, "--xattrs")
 	}
 	args = append(args, "--warm-entries", strconv.Itoa(opt.warmEntries))
+	if opt.waitWarm {
+		args = append(args, "--wait-warm")
+	}
 	resp, err := c.run(runRequest{Args: args, Cwd: a.cwd})
 	if err != nil {
 		return err

@@ -103,6 +103,8 @@ type mountOptions struct {
 	xattrs     bool
 	// warmEntries bounds the metadata warm-up after mounting (0: none).
 	warmEntries int
+	// waitWarm: the mount command returns once the warm-up has ended.
+	waitWarm bool
 }
 
 // mountWorkspace mounts ws at mp in this daemon, recovering a previous
