@@ -74,9 +74,13 @@ type warmer struct {
 }
 
 // warmWalkers is how many threads list at once. A listing is mostly
-// waiting (the round trip, the daemon building the directory), so a few
-// walkers overlap those waits.
-const warmWalkers = 4
+// waiting (the round trips, the daemon building the directory), so many
+// walkers overlap those waits: on the Go src tree (1,300 mostly small
+// directories) in place, 16 walkers finished in 380-450 ms against
+// 440-600 ms with 4, with less daemon CPU, and a git status started right
+// after the mount took 400-490 ms against 510-580 ms; on a tree of
+// 100-file directories both took the same.
+const warmWalkers = 16
 
 // warmStopWait bounds how long Unmount waits for a listing in flight (a
 // getdents blocked behind a request that waits for admission must not
