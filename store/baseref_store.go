@@ -362,17 +362,46 @@ type Resolution struct {
 // the resolved refs are persisted as by PutTrees and Resolve. Hold
 // HoldGC until something reachable names the refs.
 func (s *Store) ResolveMany(trees []*Tree, rs []Resolution) error {
-	if len(trees) == 0 && len(rs) == 0 {
+	pr, err := s.PrepareResolve(trees, rs)
+	if err != nil {
+		return err
+	}
+	return s.WriteResolve(pr)
+}
+
+// WriteResolve writes a prepared resolve in its own transaction (nil: no-op).
+func (s *Store) WriteResolve(pr *PreparedResolve) error {
+	if pr == nil {
 		return nil
 	}
-	encs := make([][]byte, len(trees))
-	tids := make([]ID, len(trees))
+	return s.update(pr.putTx)
+}
+
+// PreparedResolve is a ResolveMany encoded and ready to be written in
+// another transaction: PublishGeneration takes it, so that a capture's
+// preservation and its generation cost one metadata sync, not two. The
+// same rules as for ResolveMany hold for its targets.
+type PreparedResolve struct {
+	s    *Store
+	encs [][]byte
+	tids []ID
+	refs map[ID][]byte
+	rs   []Resolution
+}
+
+// PrepareResolve encodes what ResolveMany(trees, rs) would write; nil
+// when there is nothing to write.
+func (s *Store) PrepareResolve(trees []*Tree, rs []Resolution) (*PreparedResolve, error) {
+	if len(trees) == 0 && len(rs) == 0 {
+		return nil, nil
+	}
+	pr := &PreparedResolve{s: s, encs: make([][]byte, len(trees)), tids: make([]ID, len(trees)), rs: rs}
 	for i, t := range trees {
 		enc, err := t.Encode()
 		if err != nil {
-			return fmt.Errorf("resolve: put tree: %w", err)
+			return nil, fmt.Errorf("resolve: put tree: %w", err)
 		}
-		encs[i], tids[i] = enc, TreeID(enc)
+		pr.encs[i], pr.tids[i] = enc, TreeID(enc)
 	}
 	refs, err := s.memoRefsNamed(func(yield func(ID)) {
 		for _, t := range trees {
@@ -385,43 +414,43 @@ func (s *Store) ResolveMany(trees []*Tree, rs []Resolution) error {
 		}
 	})
 	if err != nil {
-		return fmt.Errorf("resolve: %w", err)
+		return nil, fmt.Errorf("resolve: %w", err)
 	}
-	err = s.update(func(tx *bolt.Tx) error {
-		if err := putRefsTx(tx, refs); err != nil {
-			return err
-		}
-		tb := tx.Bucket(bucketTrees)
-		for i, enc := range encs {
-			if tb.Get(tids[i][:]) == nil {
-				if err := tb.Put(tids[i][:], enc); err != nil {
-					return err
-				}
+	pr.refs = refs
+	return pr, nil
+}
+
+// putTx writes the prepared trees, refs and resolutions in tx.
+func (pr *PreparedResolve) putTx(tx *bolt.Tx) error {
+	if err := putRefsTx(tx, pr.refs); err != nil {
+		return fmt.Errorf("resolve %d base refs: %w", len(pr.rs), err)
+	}
+	tb := tx.Bucket(bucketTrees)
+	for i, enc := range pr.encs {
+		if tb.Get(pr.tids[i][:]) == nil {
+			if err := tb.Put(pr.tids[i][:], enc); err != nil {
+				return fmt.Errorf("resolve %d base refs: %w", len(pr.rs), err)
 			}
 		}
-		for _, r := range rs {
-			ref, found, err := storedRefTx(tx, r.Ref)
-			if err != nil {
-				return err
-			}
-			if !found {
-				return fmt.Errorf("base ref %s: %w", r.Ref.Short(), ErrNotFound)
-			}
-			if ref.Kind == KindDir {
-				if r.Target != emptyTreeID && tb.Get(r.Target[:]) == nil {
-					return fmt.Errorf("target tree %s: %w", r.Target.Short(), ErrNotFound)
-				}
-			} else if _, err := os.Lstat(s.BlobPath(r.Target)); err != nil {
-				return fmt.Errorf("target %w", blobOpenError(r.Target, err))
-			}
-			if err := tx.Bucket(bucketBaseResolved).Put(r.Ref[:], r.Target[:]); err != nil {
-				return err
-			}
+	}
+	for _, r := range pr.rs {
+		ref, found, err := storedRefTx(tx, r.Ref)
+		if err != nil {
+			return fmt.Errorf("resolve %d base refs: %w", len(pr.rs), err)
 		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("resolve %d base refs: %w", len(rs), err)
+		if !found {
+			return fmt.Errorf("resolve %d base refs: base ref %s: %w", len(pr.rs), r.Ref.Short(), ErrNotFound)
+		}
+		if ref.Kind == KindDir {
+			if r.Target != emptyTreeID && tb.Get(r.Target[:]) == nil {
+				return fmt.Errorf("resolve %d base refs: target tree %s: %w", len(pr.rs), r.Target.Short(), ErrNotFound)
+			}
+		} else if _, err := os.Lstat(pr.s.BlobPath(r.Target)); err != nil {
+			return fmt.Errorf("resolve %d base refs: target %w", len(pr.rs), blobOpenError(r.Target, err))
+		}
+		if err := tx.Bucket(bucketBaseResolved).Put(r.Ref[:], r.Target[:]); err != nil {
+			return fmt.Errorf("resolve %d base refs: %w", len(pr.rs), err)
+		}
 	}
 	return nil
 }

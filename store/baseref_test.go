@@ -13,6 +13,7 @@ import (
 
 	"github.com/acyclicfs/acyclicfs/internal/dirfd"
 	"github.com/acyclicfs/acyclicfs/store"
+	"github.com/acyclicfs/acyclicfs/store/storetest"
 	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sys/unix"
 	"pgregory.net/rapid"
@@ -951,4 +952,67 @@ func TestResolveManyAndRefStatuses(t *testing.T) {
 	}
 	mustOK(t, s.ResolveMany(nil, nil))
 	checkClean(t, s)
+}
+
+// TestPublishGenerationWithResolve: a prepared resolve passed to
+// PublishGeneration is written in the generation's transaction, all or
+// nothing: a publish that fails records no resolution, one that succeeds
+// records both (a capture's preservation and its generation cost one
+// metadata sync).
+func TestPublishGenerationWithResolve(t *testing.T) {
+	dir := baseDir(t)
+	s := openDir(t, t.TempDir(), store.Options{})
+	defer s.Close()
+	_, root, err := s.CreateBase(dir)
+	mustOK(t, err)
+	tr, err := s.GetTree(root)
+	mustOK(t, err)
+	a := entry(t, tr, "a.txt").ID
+	g0, err := s.PutGeneration(&store.Generation{Root: root, Workspace: "w", Kind: store.GenCreate, Time: s.Now()})
+	mustOK(t, err)
+	_, err = s.CreateWorkspace(store.Workspace{Name: "w"}, store.HeadEntry{Gen: g0, Kind: store.GenCreate})
+	mustOK(t, err)
+	blob, err := s.WriteBlobBytes([]byte("old a"))
+	mustOK(t, err)
+	pr, err := s.PrepareResolve(nil, []store.Resolution{{Ref: a, Target: blob}})
+	mustOK(t, err)
+	newRoot := storetest.PutFiles(t, s, map[string]string{"a.txt": "new a"})
+	gen := &store.Generation{Root: newRoot, Parents: []store.ID{g0}, Workspace: "w", Kind: store.GenCapture, Operation: "op", Time: s.Now()}
+	entryW := store.HeadEntry{Kind: store.GenCapture, Operation: "op"}
+	resolved := func() bool {
+		sts, err := s.RefStatuses([]store.ID{a})
+		mustOK(t, err)
+		return sts[0].Resolved
+	}
+
+	crash := errors.New("crash")
+	prev := store.SetFailpoint(func(name string) error {
+		if name == "head.append" {
+			return crash
+		}
+		return nil
+	})
+	_, _, err = s.PublishGeneration(gen, "w", g0, entryW, nil, pr)
+	store.SetFailpoint(prev)
+	wantIs(t, err, crash)
+	if resolved() {
+		t.Fatal("a failed publish recorded the resolution it carried")
+	}
+	_, _, err = s.PublishGeneration(gen, "w", newRoot, entryW, nil, pr) // wrong expected head
+	wantIs(t, err, store.ErrHeadMoved)
+	if resolved() {
+		t.Fatal("a publish against a moved head recorded the resolution it carried")
+	}
+	id, w, err := s.PublishGeneration(gen, "w", g0, entryW, nil, pr)
+	mustOK(t, err)
+	if w.Head != id || !resolved() {
+		t.Fatalf("after the publish: head %s (want %s), resolved %v", w.Head.Short(), id.Short(), resolved())
+	}
+	if b, err := s.ReadBlob(a); err != nil || string(b) != "old a" {
+		t.Fatalf("resolved ReadBlob = %q, %v", b, err)
+	}
+	if pr, err := s.PrepareResolve(nil, nil); pr != nil || err != nil {
+		t.Fatalf("PrepareResolve of nothing = %v, %v; want nil, nil", pr, err)
+	}
+	mustOK(t, s.WriteResolve(nil))
 }

@@ -159,8 +159,10 @@ func (s *Store) PutGeneration(g *Generation) (ID, error) {
 // PublishGeneration stores g and appends it to workspace name's head log
 // (expecting head expect; e.Gen is set to g's ID) in one transaction: one
 // commit instead of two, and no unreferenced generation if the append
-// fails. Errors as PutGeneration and CompareAndAppend.
-func (s *Store) PublishGeneration(g *Generation, name string, expect ID, e HeadEntry, permit *Permit) (ID, Workspace, error) {
+// fails. Errors as PutGeneration and CompareAndAppend. The prepared
+// resolutions in with are written in the same transaction, first (all or
+// nothing with the generation).
+func (s *Store) PublishGeneration(g *Generation, name string, expect ID, e HeadEntry, permit *Permit, with ...*PreparedResolve) (ID, Workspace, error) {
 	pg, err := s.prepareGeneration(g)
 	if err != nil {
 		return ID{}, Workspace{}, fmt.Errorf("put generation: %w", err)
@@ -168,6 +170,14 @@ func (s *Store) PublishGeneration(g *Generation, name string, expect ID, e HeadE
 	e.Gen = pg.id
 	out := make([]Workspace, 1)
 	err = s.update(func(tx *bolt.Tx) error {
+		for _, pr := range with {
+			if pr == nil {
+				continue
+			}
+			if err := pr.putTx(tx); err != nil {
+				return err
+			}
+		}
 		if err := pg.putTx(tx); err != nil {
 			return fmt.Errorf("put generation: %w", err)
 		}

@@ -545,19 +545,35 @@ func (m *Manager) derivesFromInPlace(ws string) bool {
 // batch, then the listings and every resolution in one metadata
 // transaction. References resolved already are skipped.
 func (m *Manager) preserveReplaced(oldRoot, newRoot store.ID) error {
+	pr, err := m.preparePreserve(oldRoot, newRoot)
+	if err != nil || pr == nil {
+		return err
+	}
+	return m.st.WriteResolve(pr)
+}
+
+// preparePreserve is preserveReplaced up to its metadata: the replaced
+// contents are durable when it returns, and the listings and resolutions
+// that name them are returned prepared, for the caller to write (alone, or
+// with the generation that replaces them: one metadata sync instead of
+// two). Until they are written, nothing may replace the paths in DIR.
+func (m *Manager) preparePreserve(oldRoot, newRoot store.ID) (*store.PreparedResolve, error) {
 	if oldRoot == newRoot {
-		return nil
+		return nil, nil
 	}
 	p := m.newPreserver()
 	defer p.batch.Abort()
 	if err := p.replaced(oldRoot, newRoot); err != nil {
-		return err
+		return nil, err
 	}
-	return p.flush()
+	if err := p.batch.Commit(); err != nil {
+		return nil, err
+	}
+	return m.st.PrepareResolve(p.trees, p.res)
 }
 
-// preserver gathers what preserveReplaced stores, for flush to make
-// durable at once.
+// preserver gathers what preserveReplaced stores, for preparePreserve to
+// make durable at once.
 type preserver struct {
 	m     *Manager
 	batch *store.BlobBatch
@@ -568,16 +584,6 @@ type preserver struct {
 
 func (m *Manager) newPreserver() *preserver {
 	return &preserver{m: m, batch: m.st.NewBlobBatch(), seen: map[store.ID]bool{}}
-}
-
-// flush makes the gathered contents durable, then stores the listings and
-// records every resolution: a resolution never names a blob a crash could
-// lose.
-func (p *preserver) flush() error {
-	if err := p.batch.Commit(); err != nil {
-		return err
-	}
-	return p.m.st.ResolveMany(p.trees, p.res)
 }
 
 // unresolved reports whether id is a base reference nobody resolved yet

@@ -63,18 +63,23 @@ func (m *Manager) PublishCapture(ws string, pinned, root store.ID, permit *store
 		return store.ID{}, nil, err
 	}
 	op := "capture " + newOperationID()
+	var pr *store.PreparedResolve
 	if m.derivesFromInPlace(ws) {
 		pinnedRoot, err := m.rootOf(pinned)
 		if err != nil {
 			return store.ID{}, nil, err
 		}
-		if err := m.preserveReplaced(pinnedRoot, root); err != nil {
+		if pr, err = m.preparePreserve(pinnedRoot, root); err != nil {
 			return store.ID{}, nil, fmt.Errorf("preserve the base of %s's capture: %w", ws, err)
 		}
 	}
 	if w.Head == pinned {
-		gen, err := m.publish(w, root, store.GenCapture, op, permit)
+		// The preservation goes into the generation's transaction.
+		gen, err := m.publish(w, root, store.GenCapture, op, permit, pr)
 		return gen, nil, err
+	}
+	if err := m.st.WriteResolve(pr); err != nil {
+		return store.ID{}, nil, fmt.Errorf("preserve the base of %s's capture: %w", ws, err)
 	}
 	baseRoot, err := m.rootOf(pinned)
 	if err != nil {

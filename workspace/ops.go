@@ -103,18 +103,23 @@ func (m *Manager) Commit(name, dir string) (store.ID, ImportStats, error) {
 	if err != nil {
 		return store.ID{}, stats, err
 	}
+	var pr *store.PreparedResolve
 	if m.derivesFromInPlace(name) {
-		if err := m.preserveReplaced(prevRoot, root); err != nil {
+		if pr, err = m.preparePreserve(prevRoot, root); err != nil {
 			return store.ID{}, stats, fmt.Errorf("preserve the base of %s's commit: %w", name, err)
 		}
 	}
-	gen, err := m.publish(w, root, store.GenCommit, newOperationID(), nil)
+	gen, err := m.publish(w, root, store.GenCommit, newOperationID(), nil, pr)
 	return gen, stats, err
 }
 
 // publish appends a generation with the given root on top of w's head.
 // When root equals the head's root nothing new is appended.
-func (m *Manager) publish(w store.Workspace, root store.ID, kind store.GenKind, op string, permit *store.Permit) (store.ID, error) {
+//
+// pr, if not nil, is a prepared preservation (preparePreserve) of what
+// root replaces; it is written in the generation's transaction, or alone
+// when nothing is appended.
+func (m *Manager) publish(w store.Workspace, root store.ID, kind store.GenKind, op string, permit *store.Permit, pr *store.PreparedResolve) (store.ID, error) {
 	if permit != nil && !window.PermitMatchesWorkspace(*permit, w.Name) {
 		return store.ID{}, fmt.Errorf("publish %s: %w: the permit belongs to another workspace", w.Name, store.ErrFenced)
 	}
@@ -123,10 +128,13 @@ func (m *Manager) publish(w store.Workspace, root store.ID, kind store.GenKind, 
 		return store.ID{}, err
 	}
 	if headRoot == root {
+		if err := m.st.WriteResolve(pr); err != nil {
+			return store.ID{}, fmt.Errorf("publish %s: %w", w.Name, err)
+		}
 		return w.Head, nil
 	}
 	gen, _, err := m.st.PublishGeneration(&store.Generation{Root: root, Parents: []store.ID{w.Head}, Workspace: w.Name, Kind: kind, Operation: op, Time: m.now()},
-		w.Name, w.Head, store.HeadEntry{Base: w.Base, Kind: kind, Operation: op, Time: m.now()}, permit)
+		w.Name, w.Head, store.HeadEntry{Base: w.Base, Kind: kind, Operation: op, Time: m.now()}, permit, pr)
 	if err != nil {
 		return store.ID{}, fmt.Errorf("publish %s: %w", w.Name, err)
 	}
