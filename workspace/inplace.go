@@ -327,6 +327,9 @@ type detector struct {
 	m   *Manager
 	st  inPlaceState
 	dir *dirfd.Dir // DIR (OpenBase)
+	// uses, when set, collects the shadow fingerprints a leaf's verdict
+	// relied on (detectMemo keeps them with the verdict).
+	uses *[]shadowUse
 }
 
 // current is the entry for DIR/p as it is now, or nil when p is absent or a
@@ -404,9 +407,14 @@ func (d detector) entry(p string, e, cur *store.Entry, rs *store.RefStatus) (*st
 		}
 		// What acyclicfs itself last wrote (or restored) at p.
 		if p != "" && !d.st.Shadow.IsZero() {
-			if v, ok, err := d.m.st.OverlayGet(d.st.Shadow, p); err != nil {
+			v, ok, err := d.m.st.OverlayGet(d.st.Shadow, p)
+			if err != nil {
 				return nil, false, err
-			} else if ok && string(v) == string(cur.ID[:]) {
+			}
+			if d.uses != nil {
+				*d.uses = append(*d.uses, shadowUse{path: p, val: string(v), ok: ok})
+			}
+			if ok && string(v) == string(cur.ID[:]) {
 				return e, false, nil
 			}
 		}
@@ -432,6 +440,15 @@ func (d detector) entry(p string, e, cur *store.Entry, rs *store.RefStatus) (*st
 	for i := range names {
 		stats[names[i].Name] = &names[i].Stat
 	}
+	// A listing identical to one whose files were all found unchanged
+	// against the same tree (and the same shadow fingerprints) gives the
+	// same verdicts: only its directories are looked at again.
+	key := detectKey{base: d.st.Base, path: p}
+	digest := listingDigest(names)
+	filesKnown := d.m.detect.unchanged(key, e.ID, digest, d.st.Shadow, func(u shadowUse) bool {
+		v, ok, err := d.m.st.OverlayGet(d.st.Shadow, u.path)
+		return err == nil && ok == u.ok && string(v) == u.val
+	})
 	// What DIR holds for each entry (from the listing's lstats), then the
 	// reference status of every directory entry, in one transaction.
 	curs := make([]*store.Entry, len(t.Entries))
@@ -439,7 +456,9 @@ func (d detector) entry(p string, e, cur *store.Entry, rs *store.RefStatus) (*st
 	for i := range t.Entries {
 		old := &t.Entries[i]
 		if st, ok := stats[old.Name]; ok {
-			curs[i] = d.listed(joinRel(p, old.Name), old.Name, st)
+			if !filesKnown || old.Kind == store.KindDir {
+				curs[i] = d.listed(joinRel(p, old.Name), old.Name, st)
+			}
 			delete(stats, old.Name)
 		}
 		if old.Kind == store.KindDir {
@@ -450,18 +469,30 @@ func (d detector) entry(p string, e, cur *store.Entry, rs *store.RefStatus) (*st
 	if err != nil {
 		return nil, false, err
 	}
-	changed := false
+	changed, filesChanged := false, false
+	var uses []shadowUse
+	fd := d
+	fd.uses = &uses
 	out := &store.Tree{Entries: make([]store.Entry, 0, len(t.Entries))}
 	for i := range t.Entries {
 		old := &t.Entries[i]
 		cp := joinRel(p, old.Name)
 		c := curs[i]
 		var rs *store.RefStatus
-		if old.Kind == store.KindDir {
+		var ne *store.Entry
+		var ch bool
+		var err error
+		switch {
+		case old.Kind == store.KindDir:
 			rs = &statuses[0]
 			statuses = statuses[1:]
+			ne, ch, err = d.entry(cp, old, c, rs)
+		case filesKnown:
+			ne = old
+		default:
+			ne, ch, err = fd.entry(cp, old, c, nil)
+			filesChanged = filesChanged || ch
 		}
-		ne, ch, err := d.entry(cp, old, c, rs)
 		if err != nil {
 			return nil, false, err
 		}
@@ -478,8 +509,11 @@ func (d detector) entry(p string, e, cur *store.Entry, rs *store.RefStatus) (*st
 		}
 		if ne := d.listed(joinRel(p, name), name, st); ne != nil {
 			out.Entries = append(out.Entries, *ne)
-			changed = true
+			changed, filesChanged = true, true
 		}
+	}
+	if !filesKnown {
+		d.m.detect.record(key, e.ID, digest, d.st.Shadow, uses, !filesChanged)
 	}
 	if !changed {
 		return e, false, nil

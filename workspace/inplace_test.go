@@ -3,6 +3,7 @@ package workspace
 import (
 	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"testing"
 
@@ -158,4 +159,86 @@ func TestContextLandingReachesInPlaceRoot(t *testing.T) {
 	if got := snapshot(t, dir); !maps.Equal(got, map[string]string{"a": "new", "keep": "k"}) {
 		t.Fatalf("directory after the context landing: %v", got)
 	}
+}
+
+// TestInPlaceDetectionMemoSeesEdits: detection remembers directories whose
+// files it found unchanged and skips their files while DIR's listing is
+// the same; an edit made afterwards by another program (content, a new
+// name, a removal) is still taken in by the next sync, and DIR and the
+// head agree.
+func TestInPlaceDetectionMemoSeesEdits(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		m := openTest(t)
+		dir := filepath.Join(t.TempDir(), "work")
+		before := map[string]string{"a/x": "1", "a/y": "2", "b/z": "3", "b/c/w": "4", "top": "5"}
+		write(t, dir, before)
+		if _, err := m.CreateInPlace("ws", dir); err != nil {
+			rt.Fatal(err)
+		}
+		// A landed change makes acyclicfs store the directories it touched
+		// and write the shadow, as a lease end does.
+		if _, err := m.Fork("ws", "agent", ""); err != nil {
+			rt.Fatal(err)
+		}
+		after := maps.Clone(before)
+		after["a/x"], after["b/c/w"] = "1 changed", "4 changed"
+		edit := filepath.Join(t.TempDir(), "edit")
+		write(t, edit, after)
+		if _, _, err := m.Commit("agent", edit); err != nil {
+			rt.Fatal(err)
+		}
+		if _, err := m.Land("agent", RebaseOptions{}); err != nil {
+			rt.Fatal(err)
+		}
+		hits := m.detect.hits.Load()
+		for range 2 {
+			if _, err := m.SyncInPlace("ws"); err != nil {
+				rt.Fatal(err)
+			}
+		}
+		if m.detect.hits.Load() == hits {
+			rt.Fatal("the second sync over an unchanged DIR used no remembered directory")
+		}
+		// Another program edits DIR.
+		want := maps.Clone(after)
+		paths := []string{"a/x", "a/y", "b/z", "b/c/w", "top"}
+		p := rapid.SampledFrom(paths).Draw(rt, "path")
+		switch rapid.IntRange(0, 2).Draw(rt, "how") {
+		case 0:
+			want[p] = want[p] + "+ext"
+		case 1:
+			delete(want, p)
+			if err := os.Remove(filepath.Join(dir, p)); err != nil {
+				rt.Fatal(err)
+			}
+		case 2:
+			p = path.Join(path.Dir(p), "new")
+			want[p] = "ext"
+		}
+		if v, ok := want[p]; ok {
+			if err := os.WriteFile(filepath.Join(dir, p), []byte(v), 0o644); err != nil {
+				rt.Fatal(err)
+			}
+		}
+		if _, err := m.SyncInPlace("ws"); err != nil {
+			rt.Fatal(err)
+		}
+		w, err := m.Get("ws")
+		if err != nil {
+			rt.Fatal(err)
+		}
+		out := filepath.Join(t.TempDir(), "out")
+		if _, err := m.Export(w.Head, out, false); err != nil {
+			rt.Fatal(err)
+		}
+		got, inDir := snapshot(t, out), snapshot(t, dir)
+		if !maps.Equal(got, inDir) {
+			rt.Fatalf("head after the external edit of %s:\n got %v\n DIR %v", p, got, inDir)
+		}
+		for q, c := range want {
+			if got[q] != c {
+				rt.Fatalf("head after the external edit of %s: %s = %q, want %q", p, q, got[q], c)
+			}
+		}
+	})
 }

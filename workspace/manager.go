@@ -58,6 +58,8 @@ type Manager struct {
 
 	winOnce sync.Once
 	win     *window.Coordinator // set once by Windows
+
+	detect detectMemo // in-place detection's per-directory verdicts
 }
 
 // Open opens (creating if needed) the store at dir and recovers any
