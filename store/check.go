@@ -441,6 +441,7 @@ func (s *Store) GC(extraRoots IDSet) (int64, error) {
 	}
 	s.beginGC()
 	defer s.endGC()
+	defer s.trees.reset() // swept trees must read as missing
 	start := time.Now()
 	var r *reach
 	err := s.update(func(tx *bolt.Tx) error {

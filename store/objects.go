@@ -84,9 +84,12 @@ func (s *Store) GetTree(id ID) (*Tree, error) {
 	var t *Tree
 	var ref refState
 	var isRef bool
+	if t := s.trees.get(id); t != nil {
+		return t, nil
+	}
 	err := s.view(func(tx *bolt.Tx) error {
 		var err error
-		t, err = getTreeTx(tx, id)
+		t, err = s.getTreeCachedTx(tx, id)
 		if !errors.Is(err, ErrNotFound) {
 			return err
 		}
@@ -101,7 +104,7 @@ func (s *Store) GetTree(id ID) (*Tree, error) {
 			return fmt.Errorf("tree %s: base ref to a %s: %w", id.Short(), ref.ref.Kind, ErrNotFound)
 		}
 		if ref.resolved {
-			t, err = getTreeTx(tx, ref.target)
+			t, err = s.getTreeCachedTx(tx, ref.target)
 			return err
 		}
 		return nil
@@ -113,6 +116,19 @@ func (s *Store) GetTree(id ID) (*Tree, error) {
 		return t, nil
 	}
 	return s.expandRef(id, ref.ref)
+}
+
+// getTreeCachedTx is getTreeTx through the store's cache of decoded
+// trees (the caller gets its own copy).
+func (s *Store) getTreeCachedTx(tx *bolt.Tx, id ID) (*Tree, error) {
+	if t := s.trees.get(id); t != nil {
+		return t, nil
+	}
+	t, err := getTreeTx(tx, id)
+	if err == nil {
+		s.trees.put(id, t)
+	}
+	return t, err
 }
 
 func getTreeTx(tx *bolt.Tx, id ID) (*Tree, error) {

@@ -82,6 +82,7 @@ type Options struct {
 
 // Store is an open store directory. All methods are safe for concurrent use.
 type Store struct {
+	trees    treeCache // decoded stored trees (GetTree)
 	dir      string
 	db       *bolt.DB
 	clock    func() int64

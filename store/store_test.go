@@ -814,3 +814,31 @@ func TestPublishGenerationIsOneStep(t *testing.T) {
 		t.Fatalf("head log after publish: %+v", log)
 	}
 }
+
+// TestGetTreeCopiesAndGC: GetTree hands out a copy each time (a caller
+// changing its tree changes no one else's, cached or not), and a tree
+// that GC swept reads as missing afterwards although it was read (and
+// cached) before.
+func TestGetTreeCopiesAndGC(t *testing.T) {
+	s := storetest.MustOpen(t)
+	root := storetest.PutFiles(t, s, map[string]string{"a": "1", "b": "2"})
+	t1, err := s.GetTree(root)
+	mustOK(t, err)
+	t1.Entries[0].Name = "changed"
+	t1.Entries = t1.Entries[:1]
+	for range 2 {
+		t2, err := s.GetTree(root)
+		mustOK(t, err)
+		if len(t2.Entries) != 2 || t2.Entries[0].Name != "a" {
+			t.Fatalf("GetTree after a caller changed its copy: %+v", t2.Entries)
+		}
+		t2.Entries[1].Name = "changed too"
+	}
+	// Nothing references root: GC sweeps it.
+	if _, err := s.GC(nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetTree(root); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("GetTree of a swept tree: %v, want ErrNotFound", err)
+	}
+}
