@@ -105,7 +105,15 @@ func TestContextMountFreezeReadOnly(t *testing.T) {
 	inSession(t, mpApp, "echo A > new-app")
 	inSession(t, mpLib, "echo L > new-lib")
 	e.waitIdle("lib")
-	if st := e.statusOf("app"); len(st.Leases) != 1 || st.Leases[0].Owner != "agent" {
+	// The shell's session lease on app ends when the mount's sweeper sees
+	// its processes gone (app's own sweeper: lib's being idle says nothing
+	// of it); the agent's stays.
+	var st statusWS
+	waitFor(t, 10*time.Second, "app's shell session lease to end", func() bool {
+		st = e.statusOf("app")
+		return len(st.Leases) == 1
+	})
+	if st.Leases[0].Owner != "agent" || st.Window != "active" {
 		t.Fatalf("app's window: %+v, want only the agent's lease", st)
 	}
 	libHead := e.head("lib")
