@@ -4,7 +4,7 @@ BIN       ?= bin/acyclicfs
 STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $(shell $(GO) env GOPATH)/bin/staticcheck)
 PKGS      := ./...
 
-.PHONY: all build demo test check fmt fmt-check vet staticcheck tidy-check unit race bench bench-fs bench-deps bench-micro clean
+.PHONY: all build demo test check fmt fmt-check vet staticcheck tidy-check unit race bench bench-profile bench-fs bench-deps bench-micro clean
 
 all: build
 
@@ -50,11 +50,15 @@ race:
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 
 # Side by side against a native directory, go-fuse loopback and
-# fuse-overlayfs: native and acyclicfs in 2 runs, the peers (and cp -a /
-# git worktree in the fork table) in the first, plus a request census of
-# acyclicfs (about 14 minutes on 2 cores; every system in every run and the
-# loopback census take 21). Writes docs/benchmarks.md and docs/benchmarks.png.
+# fuse-overlayfs: every system in 2 runs (cp -a / git worktree in the fork
+# table once). 10.5-14 minutes on this 2-core VM depending on its load.
+# Writes docs/benchmarks.md and docs/benchmarks.png.
 bench: bench-deps
+	$(GO) run ./test/bench -runs 2
+
+# bench and a census of FUSE requests per workload (acyclicfs mounted with
+# --debug): about a minute more. make bench carries the last census over.
+bench-profile: bench-deps
 	$(GO) run ./test/bench -runs 2 -profile -profile-systems acyclicfs
 
 bench-fs: bench

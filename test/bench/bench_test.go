@@ -101,3 +101,26 @@ func TestPeerRuns(t *testing.T) {
 		t.Errorf("-profile-systems acyclicfs: %v %v", cfg, err)
 	}
 }
+
+func TestKeptCensus(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "report.md")
+	if got := keptCensus(p); got != "" {
+		t.Errorf("missing file: got %q", got)
+	}
+	old := "# report\n\n## In place\n\nx\n" + censusHeading[1:] + " (one run)\n\nCounted from logs.\n\n| a | b |\n\n## Chart\n\nbars\n" + analysisMarker + "\n## FUSE requests per workload in my notes\n"
+	if err := os.WriteFile(p, []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := censusHeading + " (one run)\n\n" + censusKeptNote + "Counted from logs.\n\n| a | b |\n"
+	got := keptCensus(p)
+	if got != want {
+		t.Fatalf("kept census:\n%q\nwant\n%q", got, want)
+	}
+	// Carried over again: marked once.
+	if err := os.WriteFile(p, []byte("# report\n"+got+"\n## Chart\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if again := keptCensus(p); again != want {
+		t.Fatalf("kept twice:\n%q\nwant\n%q", again, want)
+	}
+}

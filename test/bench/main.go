@@ -237,6 +237,13 @@ func run(ctx context.Context, cfg *config) (err error) {
 		}
 	}
 	res.finished = time.Now()
+	if !cfg.profile && cfg.out != "" {
+		p := cfg.out
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(repo, p)
+		}
+		res.keptCensus = keptCensus(p)
+	}
 	md := res.markdown()
 	fmt.Print(md)
 	if cfg.out != "" {
@@ -277,6 +284,41 @@ func keptAnalysis(path string) string {
 		return "\n" + string(b[i:])
 	}
 	return ""
+}
+
+// censusHeading starts the request census section of the report.
+const censusHeading = "\n## FUSE requests per workload"
+
+// censusKeptNote marks a census section a run without -profile carried
+// over from the previous report.
+const censusKeptNote = "*Carried over from an earlier report: this run did not count requests (`make bench-profile` does).*\n\n"
+
+// keptCensus returns the request census section of the existing report at
+// path (up to the next section), marked as carried over, or "" if it has
+// none.
+func keptCensus(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	if i := strings.Index(s, analysisMarker); i >= 0 {
+		s = s[:i]
+	}
+	i := strings.Index(s, censusHeading)
+	if i < 0 {
+		return ""
+	}
+	sec := s[i:]
+	if j := strings.Index(sec[len(censusHeading):], "\n## "); j >= 0 {
+		sec = sec[:len(censusHeading)+j]
+	}
+	if !strings.Contains(sec, censusKeptNote) {
+		if k := strings.Index(sec[1:], "\n\n"); k >= 0 {
+			sec = sec[:k+3] + censusKeptNote + sec[k+3:]
+		}
+	}
+	return sec
 }
 
 // findRepo returns the module root containing the working directory.

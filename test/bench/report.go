@@ -22,6 +22,9 @@ type results struct {
 	forks    []*forkResult
 	inplace  *inplaceResult
 	profile  map[string]map[string]*profileResult // workload -> system
+	// keptCensus is the previous report's census section, carried over by
+	// a run without -profile.
+	keptCensus string
 }
 
 // stat is a median with its range.
@@ -182,6 +185,8 @@ func (r *results) markdown() string {
 	}
 	if len(r.profile) > 0 {
 		r.profileMarkdown(&b)
+	} else if r.keptCensus != "" {
+		b.WriteString(r.keptCensus)
 	}
 	if cfg.png != "" {
 		b.WriteString("\n## Chart\n\n")
