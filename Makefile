@@ -51,7 +51,7 @@ race:
 
 # Side by side against a native directory, go-fuse loopback and
 # fuse-overlayfs: every system in 2 runs (cp -a / git worktree in the fork
-# table once). 10.5-14 minutes on this 2-core VM depending on its load.
+# table once). 11.8 minutes on this 2-core VM with a load average of 2.
 # Writes docs/benchmarks.md and docs/benchmarks.png.
 bench: bench-deps
 	$(GO) run ./test/bench -runs 2
