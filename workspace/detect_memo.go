@@ -67,6 +67,13 @@ func (dm *detectMemo) unchanged(key detectKey, tree store.ID, digest [32]byte, s
 				return false
 			}
 		}
+		// The answers held: they are the new shadow's too.
+		dm.mu.Lock()
+		if cur, ok := dm.seen[key]; ok && cur.tree == tree && cur.digest == digest {
+			cur.shadowRoot = shadowRoot
+			dm.seen[key] = cur
+		}
+		dm.mu.Unlock()
 	}
 	dm.hits.Add(1)
 	return true
