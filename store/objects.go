@@ -89,7 +89,10 @@ func (s *Store) GetTree(id ID) (*Tree, error) {
 	}
 	err := s.view(func(tx *bolt.Tx) error {
 		var err error
-		t, err = s.getTreeCachedTx(tx, id)
+		t, err = getTreeTx(tx, id) // the cache was asked above
+		if err == nil {
+			s.trees.put(id, t)
+		}
 		if !errors.Is(err, ErrNotFound) {
 			return err
 		}
