@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/acyclicfs/acyclicfs/internal/dirfd"
+	"github.com/acyclicfs/acyclicfs/internal/dirwatch"
 	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sys/unix"
 )
@@ -41,6 +42,10 @@ const maxReadPaths = 4096
 type attachment struct {
 	d     *dirfd.Dir
 	users sync.WaitGroup
+	// watch reports changes to d's tree (OpenBaseWatched; nil until tried,
+	// or when unsupported); closed by detach. Both fields under baseMemo.mu.
+	watch      *dirwatch.Watcher
+	watchTried bool
 }
 
 // baseRecord is the value in the bases bucket.
@@ -199,7 +204,42 @@ func (s *Store) AttachBase(base ID, d *dirfd.Dir) (detach func()) {
 		m.mu.Unlock()
 		// Every Add happened under m.mu while a was still attached.
 		a.users.Wait()
+		if a.watch != nil {
+			_ = a.watch.Close()
+		}
 	})
+}
+
+// maxBaseWatches bounds the directories a base's watcher watches (the
+// kernel's per-user limit applies too: past either, directories are just
+// not watched).
+const maxBaseWatches = 1 << 16
+
+// OpenBaseWatched is OpenBase that also returns the attached base's change
+// watcher (created on first use), or nil when base is not attached or its
+// file system is not one whose changes inotify fully reports. The watcher
+// is valid until release.
+func (s *Store) OpenBaseWatched(base ID) (d *dirfd.Dir, w *dirwatch.Watcher, release func(), err error) {
+	m := &s.bases
+	m.mu.Lock()
+	a := m.attached[base]
+	if a == nil {
+		m.mu.Unlock()
+		d, release, err := s.OpenBase(base)
+		return d, nil, release, err
+	}
+	a.users.Add(1)
+	if !a.watchTried {
+		a.watchTried = true
+		if dirwatch.Supported(a.d.Fd()) {
+			if w, err := dirwatch.New(maxBaseWatches); err == nil {
+				a.watch = w
+			}
+		}
+	}
+	w = a.watch
+	m.mu.Unlock()
+	return a.d, w, sync.OnceFunc(a.users.Done), nil
 }
 
 // OpenBase returns the directory of base: the attached Dir, or one opened
@@ -299,6 +339,21 @@ func (s *Store) RefFromStat(base ID, path string, st *unix.Stat_t) (r BaseRef, i
 	id = r.ID()
 	s.bases.addRef(id, r)
 	return r, id, true
+}
+
+// RefMatchingStat returns reference id when st (an lstat of path in base)
+// is its fingerprint, as this process knows id: the caller may name what
+// is at path by id without hashing a new reference.
+func (s *Store) RefMatchingStat(id, base ID, path string, st *unix.Stat_t) (BaseRef, bool) {
+	r, ok := s.bases.ref(id)
+	if !ok {
+		return BaseRef{}, false
+	}
+	nr, ok := baseRefFromStat(base, path, st)
+	if !ok || nr != r {
+		return BaseRef{}, false
+	}
+	return r, true
 }
 
 // isMissing reports whether a dirfd error means "no such path in the tree"

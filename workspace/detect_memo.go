@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/acyclicfs/acyclicfs/internal/dirfd"
+	"github.com/acyclicfs/acyclicfs/internal/dirwatch"
 	"github.com/acyclicfs/acyclicfs/store"
 	"lukechampine.com/blake3"
 )
@@ -23,9 +24,15 @@ import (
 // show in this listing). The digest covers every field the fingerprints
 // use (inode, mode, size, mtime, ctime) and more.
 type detectMemo struct {
-	mu   sync.Mutex
-	seen map[detectKey]detectSeen
-	hits atomic.Int64 // directories whose files were known unchanged (tests)
+	mu    sync.Mutex
+	seen  map[detectKey]detectSeen
+	quiet map[detectKey]detectQuiet // listings remembered for the change watcher (detect_watch.go)
+	// primed is, per base, the watcher its root was primed with.
+	primed map[store.ID]*dirwatch.Watcher
+	hits   atomic.Int64 // directories whose files were known unchanged (tests)
+	// quietHits counts directories answered from events, not listed;
+	// listings the directories listed (tests).
+	quietHits, listings atomic.Int64
 }
 
 type detectKey struct {
@@ -91,6 +98,50 @@ func (dm *detectMemo) record(key detectKey, tree store.ID, digest [32]byte, shad
 		dm.seen = map[detectKey]detectSeen{}
 	}
 	dm.seen[key] = detectSeen{tree: tree, digest: digest, shadowRoot: shadowRoot, shadow: uses}
+}
+
+// usesOf returns the shadow answers key's remembered verdict relied on.
+func (dm *detectMemo) usesOf(key detectKey) []shadowUse {
+	dm.mu.Lock()
+	defer dm.mu.Unlock()
+	return dm.seen[key].shadow
+}
+
+func (dm *detectMemo) quietOf(key detectKey) (detectQuiet, bool) {
+	dm.mu.Lock()
+	defer dm.mu.Unlock()
+	q, ok := dm.quiet[key]
+	return q, ok
+}
+
+func (dm *detectMemo) rememberQuiet(key detectKey, q detectQuiet) {
+	dm.mu.Lock()
+	defer dm.mu.Unlock()
+	if dm.quiet == nil || len(dm.quiet) >= detectMemoMax {
+		dm.quiet = map[detectKey]detectQuiet{}
+	}
+	dm.quiet[key] = q
+}
+
+// primeOnce reports whether base's root is to be primed for w: true the
+// first time it is asked for w.
+func (dm *detectMemo) primeOnce(base store.ID, w *dirwatch.Watcher) bool {
+	dm.mu.Lock()
+	defer dm.mu.Unlock()
+	if dm.primed[base] == w {
+		return false
+	}
+	if dm.primed == nil {
+		dm.primed = map[store.ID]*dirwatch.Watcher{}
+	}
+	dm.primed[base] = w
+	return true
+}
+
+func (dm *detectMemo) forgetQuiet(key detectKey) {
+	dm.mu.Lock()
+	defer dm.mu.Unlock()
+	delete(dm.quiet, key)
 }
 
 // listingDigest hashes a listing's names and the lstat fields of each

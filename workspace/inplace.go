@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/acyclicfs/acyclicfs/internal/dirfd"
+	"github.com/acyclicfs/acyclicfs/internal/dirwatch"
 	"github.com/acyclicfs/acyclicfs/rebase"
 	"github.com/acyclicfs/acyclicfs/store"
 )
@@ -225,7 +226,17 @@ func (m *Manager) SyncInPlace(name string) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	ext, changed, err := m.detectExternal(st, mroot)
+	ext, changed, quiet, err := m.detectExternal(st, mroot, true)
+	if err == nil && quiet && w.Head != st.Materialized {
+		// Events vouched for directories: check every path the
+		// materialization will write with an lstat, and detect in full if
+		// one changed unseen.
+		var ok bool
+		ok, err = m.plannedUnchanged(st, mroot, w.Head)
+		if err == nil && !ok {
+			ext, changed, _, err = m.detectExternal(st, mroot, false)
+		}
+	}
 	if err != nil {
 		return res, fmt.Errorf("detect changes in %s: %w", st.Dir, err)
 	}
@@ -300,27 +311,50 @@ func (m *Manager) SyncInPlace(name string) (Result, error) {
 // Cost: one listing (getdents and one lstat per entry) of each directory
 // the tree lists, and no metadata lookup for a file whose fingerprint is
 // the one the tree names — the common case.
-func (m *Manager) detectExternal(st inPlaceState, mroot store.ID) (store.ID, bool, error) {
-	d := detector{m: m, st: st}
-	bd, release, err := m.st.OpenBase(st.Base)
+//
+// With events (while the daemon has DIR attached under its mount, on a
+// local file system), a directory verified before and quiet since (no
+// inotify event in it, none changing a subdirectory's own lstat) is not
+// listed again: only what its tree names differently from the verified
+// one is looked at (detect_watch.go). quiet reports whether any directory
+// was answered so.
+func (m *Manager) detectExternal(st inPlaceState, mroot store.ID, events bool) (_ store.ID, changed, quiet bool, _ error) {
+	d := detector{m: m, st: st, stats: &detectStats{}}
+	var bd *dirfd.Dir
+	var release func()
+	var err error
+	if events {
+		bd, d.w, release, err = m.st.OpenBaseWatched(st.Base)
+	} else {
+		bd, release, err = m.st.OpenBase(st.Base)
+	}
 	if err != nil {
-		return store.ID{}, false, err
+		return store.ID{}, false, false, err
 	}
 	defer release()
 	d.dir = bd
+	if d.w != nil {
+		if d.seqNow, err = d.w.Sync(); err != nil {
+			d.w = nil // detection without events
+		}
+	}
 	cur, err := d.current("", "")
 	if err != nil {
-		return store.ID{}, false, err
+		return store.ID{}, false, false, err
 	}
 	e := store.Entry{Kind: store.KindDir, ID: mroot}
+	if err := d.prime(&e, cur); err != nil {
+		return store.ID{}, false, false, err
+	}
 	ne, changed, err := d.entry("", &e, cur, nil)
+	quiet = d.stats.quiet > 0
 	if err != nil || !changed {
-		return mroot, false, err
+		return mroot, false, quiet, err
 	}
 	if ne == nil || ne.Kind != store.KindDir {
-		return store.ID{}, false, fmt.Errorf("%w: %s is no longer a directory", ErrInvalidInput, st.Dir)
+		return store.ID{}, false, false, fmt.Errorf("%w: %s is no longer a directory", ErrInvalidInput, st.Dir)
 	}
-	return ne.ID, true, nil
+	return ne.ID, true, quiet, nil
 }
 
 type detector struct {
@@ -330,6 +364,16 @@ type detector struct {
 	// uses, when set, collects the shadow fingerprints a leaf's verdict
 	// relied on (detectMemo keeps them with the verdict).
 	uses *[]shadowUse
+	// w reports changes in DIR (nil: none); seqNow is its sequence number
+	// when this detection began.
+	w      *dirwatch.Watcher
+	seqNow uint64
+	stats  *detectStats
+}
+
+// detectStats counts what one detection did.
+type detectStats struct {
+	quiet int // directories answered from events, not listed
 }
 
 // current is the entry for DIR/p as it is now, or nil when p is absent or a
@@ -346,8 +390,12 @@ func (d detector) current(p, name string) (*store.Entry, error) {
 }
 
 // listed is current for an entry of a listing, from the lstat the listing
-// made: no further system call.
-func (d detector) listed(p, name string, st *unix.Stat_t) *store.Entry {
+// made: no further system call. was is the ID the tree names there: when
+// st is that reference's fingerprint, no new reference is built.
+func (d detector) listed(p, name string, st *unix.Stat_t, was store.ID) *store.Entry {
+	if ref, ok := d.m.st.RefMatchingStat(was, d.st.Base, p, st); ok {
+		return refEntry(name, ref, was)
+	}
 	ref, id, ok := d.m.st.RefFromStat(d.st.Base, p, st)
 	if !ok {
 		return nil
@@ -432,7 +480,24 @@ func (d detector) entry(p string, e, cur *store.Entry, rs *store.RefStatus) (*st
 	if err != nil {
 		return nil, false, err
 	}
-	names, err := d.dir.ReadDir(p)
+	if d.w != nil {
+		if ne, ch, ok, err := d.quietDir(p, e, cur, t); err != nil || ok {
+			return ne, ch, err
+		}
+	}
+	return d.listDir(p, e, cur, t)
+}
+
+// listDir is entry for a directory the tree lists (a stored tree or a
+// resolved reference, t), compared with DIR's listing of p.
+func (d detector) listDir(p string, e, cur *store.Entry, t *store.Tree) (*store.Entry, bool, error) {
+	d.m.detect.listings.Add(1)
+	var lw listWatch
+	var opened func(int) error
+	if d.w != nil {
+		opened = func(fd int) error { lw = d.watchListing(p, fd); return nil }
+	}
+	names, err := d.dir.ReadDirWith(p, opened)
 	if err != nil {
 		return nil, false, fmt.Errorf("list %s: %w", filepath.Join(d.st.Dir, p), err)
 	}
@@ -452,13 +517,15 @@ func (d detector) entry(p string, e, cur *store.Entry, rs *store.RefStatus) (*st
 	// What DIR holds for each entry (from the listing's lstats), then the
 	// reference status of every directory entry, in one transaction.
 	curs := make([]*store.Entry, len(t.Entries))
+	lstats := make([]*unix.Stat_t, len(t.Entries))
 	var dirIDs []store.ID
 	for i := range t.Entries {
 		old := &t.Entries[i]
 		if st, ok := stats[old.Name]; ok {
 			if !filesKnown || old.Kind == store.KindDir {
-				curs[i] = d.listed(joinRel(p, old.Name), old.Name, st)
+				curs[i] = d.listed(joinRel(p, old.Name), old.Name, st, old.ID)
 			}
+			lstats[i] = st
 			delete(stats, old.Name)
 		}
 		if old.Kind == store.KindDir {
@@ -469,8 +536,9 @@ func (d detector) entry(p string, e, cur *store.Entry, rs *store.RefStatus) (*st
 	if err != nil {
 		return nil, false, err
 	}
-	changed, filesChanged := false, false
+	changed, filesChanged, leafDirsChanged := false, false, false
 	var uses []shadowUse
+	var leafDirs []leafDir // unresolved directory references, for the watcher
 	fd := d
 	fd.uses = &uses
 	out := &store.Tree{Entries: make([]store.Entry, 0, len(t.Entries))}
@@ -487,6 +555,12 @@ func (d detector) entry(p string, e, cur *store.Entry, rs *store.RefStatus) (*st
 			rs = &statuses[0]
 			statuses = statuses[1:]
 			ne, ch, err = d.entry(cp, old, c, rs)
+			if rs.IsRef && !rs.Resolved {
+				leafDirsChanged = leafDirsChanged || ch
+				if lstats[i] != nil {
+					leafDirs = append(leafDirs, leafDir{path: cp, st: lstats[i]})
+				}
+			}
 		case filesKnown:
 			ne = old
 		default:
@@ -507,23 +581,31 @@ func (d detector) entry(p string, e, cur *store.Entry, rs *store.RefStatus) (*st
 		if isMaterializeTemp(name) || !store.ValidName(name) {
 			continue
 		}
-		if ne := d.listed(joinRel(p, name), name, st); ne != nil {
+		if ne := d.listed(joinRel(p, name), name, st, store.ID{}); ne != nil {
 			out.Entries = append(out.Entries, *ne)
 			changed, filesChanged = true, true
 		}
 	}
 	if !filesKnown {
 		d.m.detect.record(key, e.ID, digest, d.st.Shadow, uses, !filesChanged)
+	} else {
+		uses = d.m.detect.usesOf(key)
 	}
-	if !changed {
-		return e, false, nil
+	ne := e
+	if changed {
+		out.Sort()
+		id, err := d.m.st.PutTree(out)
+		if err != nil {
+			return nil, false, err
+		}
+		ne = &store.Entry{Name: e.Name, Kind: store.KindDir, Mtime: cur.Mtime, ID: id}
 	}
-	out.Sort()
-	id, err := d.m.st.PutTree(out)
-	if err != nil {
-		return nil, false, err
+	if lw.ok {
+		// DIR's listing matched what ne names, file by file and for every
+		// unresolved subdirectory: remember it with the events' number.
+		d.rememberListing(p, lw, ne.ID, leafDirs, uses, !filesChanged && !leafDirsChanged)
 	}
-	return &store.Entry{Name: e.Name, Kind: store.KindDir, Mtime: cur.Mtime, ID: id}, true, nil
+	return ne, changed, nil
 }
 
 // sameContent compares a file acyclicfs holds as a blob with DIR's file

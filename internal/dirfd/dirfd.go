@@ -197,12 +197,30 @@ func (d *Dir) OpenFile(rel string, flags int, perm uint32) (*os.File, error) {
 
 // ReadDir lists directory rel sorted by name, with each entry's lstat.
 // Entries removed between listing and lstat are left out.
-func (d *Dir) ReadDir(rel string) ([]Entry, error) {
+func (d *Dir) ReadDir(rel string) ([]Entry, error) { return d.ReadDirWith(rel, nil) }
+
+// ReadDirWith is ReadDir that first calls opened, if set, with the
+// directory's descriptor (valid only during the call), before it reads a
+// name: what opened sets up sees every change the listing may miss.
+func (d *Dir) ReadDirWith(rel string, opened func(fd int) error) ([]Entry, error) {
 	f, err := d.OpenFile(rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	if opened != nil {
+		rc, err := f.SyscallConn()
+		if err != nil {
+			return nil, d.pathErr("readdir", rel, err)
+		}
+		var openedErr error
+		if err := rc.Control(func(fd uintptr) { openedErr = opened(int(fd)) }); err != nil {
+			return nil, d.pathErr("readdir", rel, err)
+		}
+		if openedErr != nil {
+			return nil, openedErr
+		}
+	}
 	names, err := f.Readdirnames(-1)
 	if err != nil {
 		return nil, d.pathErr("readdir", rel, err)
@@ -237,6 +255,21 @@ func (d *Dir) ReadDir(rel string) ([]Entry, error) {
 		return nil, statErr
 	}
 	return out, nil
+}
+
+// WithDir calls fn with an O_PATH descriptor of directory rel (valid only
+// during the call), reached like every path here, the final component not
+// followed.
+func (d *Dir) WithDir(rel string, fn func(fd int) error) error {
+	if err := checkRel(rel); err != nil {
+		return d.pathErr("open", rel, err)
+	}
+	fd, err := d.openBeneath(rel, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return d.pathErr("open", rel, err)
+	}
+	defer unix.Close(fd)
+	return fn(fd)
 }
 
 // Readlink returns the target of symlink rel.
