@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // In-place workspaces (SPEC.md "In-place workspaces and contexts",
@@ -161,6 +163,58 @@ func TestInPlaceMountEditUnmount(t *testing.T) {
 	}
 	e.unmount(dir)
 	sameTree(t, "the directory after the second unmount", treeList(t, native), treeList(t, dir))
+	e.fsck()
+}
+
+// TestInPlaceWriteUnderneathWhileMounted: a program that opened DIR before
+// the mount writes into it underneath the mount, in a directory a lease end
+// already stored and in an unresolved one (a new name): the next lease end takes both in as an
+// external generation (the daemon watches DIR and answers untouched
+// directories from events), and the mount shows them.
+func TestInPlaceWriteUnderneathWhileMounted(t *testing.T) {
+	t.Parallel()
+	e := newMountEnv(t)
+	dir := filepath.Join(e.dir, "work")
+	writeTree(t, dir, inPlaceFiles(100))
+	e.ok("create", "ws", "--in-place", dir)
+	under, err := os.Open(dir) // a descriptor to DIR from before the mount
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer under.Close()
+	e.ok("mount", "ws")
+	e.execOK(dir, "printf 'more\\n' >> a/f1")
+	for range 2 { // the materialized directory is listed again, then quiet
+		e.execOK(dir, "true")
+	}
+	writeAt := func(name, content string) {
+		t.Helper()
+		fd, err := unix.Openat(int(under.Fd()), name, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(fd)
+		if _, err := unix.Write(fd, []byte(content)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeAt("a/f2", "underneath\n")
+	writeAt("bulk/new", "new\n")
+	e.execOK(dir, "true")
+	if l := e.log("ws"); l[0].kind != "external" {
+		t.Fatalf("log after writes underneath the mount and a lease end: %s, want external on top", kinds(l))
+	}
+	if _, r := e.execOK(dir, "cat a/f1 a/f2 bulk/new"); r.stdout != "one\nmore\nunderneath\nnew\n" {
+		t.Fatalf("the mount shows %q, want the writes made underneath", r.stdout)
+	}
+	if o, _ := e.unmount(dir); o != "current" {
+		t.Fatalf("unmount: outcome %s, want current", o)
+	}
+	for name, want := range map[string]string{"a/f1": "one\nmore\n", "a/f2": "underneath\n", "bulk/new": "new\n"} {
+		if b, err := os.ReadFile(filepath.Join(dir, name)); err != nil || string(b) != want {
+			t.Fatalf("%s after unmount: %q %v, want %q", name, b, err, want)
+		}
+	}
 	e.fsck()
 }
 

@@ -26,6 +26,7 @@ var layers = map[string]int{
 	"cmd/acyclicfs":      4,
 	"internal/failpoint": 0,
 	"internal/dirfd":     -1,
+	"internal/dirwatch":  -1,
 	"internal/fusectl":   -1,
 	"rebase/rebasetest":  2,
 }
