@@ -29,6 +29,11 @@ type baseMemo struct {
 	trees    map[ID]*Tree       // expansions of directory refs (never handed out; cloned)
 	paths    map[ID]string      // base ID → its recorded directory (records are immutable)
 	attached map[ID]*attachment // base ID → the Dir reads go through (AttachBase)
+	// stored are refs known to be in the baserefs bucket (a transaction
+	// that put or found them committed; emptied by GC): memoRefsNamed
+	// skips them, so a capture does not encode and look up again the
+	// references of every unchanged sibling it already stored.
+	stored map[ID]struct{}
 	// read holds the distinct paths whose content was opened (test hook),
 	// at most maxReadPaths of them.
 	read map[string]struct{}
@@ -477,7 +482,7 @@ func (s *Store) PrepareResolve(trees []*Tree, rs []Resolution) (*PreparedResolve
 
 // putTx writes the prepared trees, refs and resolutions in tx.
 func (pr *PreparedResolve) putTx(tx *bolt.Tx) error {
-	if err := putRefsTx(tx, pr.refs); err != nil {
+	if err := putRefsTx(tx, &pr.s.bases, pr.refs); err != nil {
 		return fmt.Errorf("resolve %d base refs: %w", len(pr.rs), err)
 	}
 	tb := tx.Bucket(bucketTrees)
@@ -875,6 +880,9 @@ func (s *Store) memoRefsNamed(each func(yield func(ID))) (map[ID][]byte, error) 
 		if !ok || err != nil {
 			return
 		}
+		if _, ok := m.stored[id]; ok {
+			return
+		}
 		if _, dup := out[id]; dup {
 			return
 		}
@@ -890,8 +898,9 @@ func (s *Store) memoRefsNamed(each func(yield func(ID))) (map[ID][]byte, error) 
 	return out, err
 }
 
-// putRefsTx persists refs not yet stored.
-func putRefsTx(tx *bolt.Tx, refs map[ID][]byte) error {
+// putRefsTx persists refs not yet stored; once tx commits, memo knows them
+// stored.
+func putRefsTx(tx *bolt.Tx, memo *baseMemo, refs map[ID][]byte) error {
 	b := tx.Bucket(bucketBaseRefs)
 	for id, enc := range refs {
 		if b.Get(id[:]) != nil {
@@ -901,5 +910,30 @@ func putRefsTx(tx *bolt.Tx, refs map[ID][]byte) error {
 			return err
 		}
 	}
+	if len(refs) > 0 {
+		tx.OnCommit(func() { memo.markStored(refs) })
+	}
 	return nil
 }
+
+// markStored records refs as stored.
+func (m *baseMemo) markStored(refs map[ID][]byte) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stored == nil || len(m.stored) > maxStoredRefs {
+		m.stored = make(map[ID]struct{}, len(refs))
+	}
+	for id := range refs {
+		m.stored[id] = struct{}{}
+	}
+}
+
+// forgetStored empties the stored set (GC may have swept any of them).
+func (m *baseMemo) forgetStored() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.stored = nil
+}
+
+// maxStoredRefs bounds the stored set; past it, it starts over.
+const maxStoredRefs = 1 << 20

@@ -547,6 +547,48 @@ func TestBaseRefGC(t *testing.T) {
 	checkClean(t, s)
 }
 
+// TestStoredRefsForgottenByGC: the store remembers which references it
+// stored (a capture need not look up again those of unchanged siblings),
+// but a GC that swept one makes it store the reference again when a tree
+// names it.
+func TestStoredRefsForgottenByGC(t *testing.T) {
+	dir := baseDir(t)
+	sdir := t.TempDir()
+	s := openDir(t, sdir, store.Options{})
+	base, root, err := s.CreateBase(dir)
+	mustOK(t, err)
+	tr, err := s.GetTree(root)
+	mustOK(t, err)
+	a := entry(t, tr, "a.txt")
+	// w keeps the base (its root is the base's unresolved root ref).
+	g0, err := s.PutGeneration(&store.Generation{Root: root, Workspace: "w", Kind: store.GenCreate, Time: 1})
+	mustOK(t, err)
+	_, err = s.CreateWorkspace(store.Workspace{Name: "w", InPlace: dir, BaseRoot: base}, store.HeadEntry{Gen: g0})
+	mustOK(t, err)
+	tree := &store.Tree{Entries: []store.Entry{a}}
+	_, err = s.PutTree(tree)
+	mustOK(t, err)
+	_, err = s.GC(nil) // the tree is unreachable: it and a's ref are swept
+	mustOK(t, err)
+	if _, ok, _ := s.BaseRefOf(a.ID); !ok {
+		t.Fatal("the memoized ref is gone from the process too")
+	}
+	id, err := s.PutTree(tree)
+	mustOK(t, err)
+	g, err := s.PutGeneration(&store.Generation{Root: id, Workspace: "w2", Kind: store.GenCreate, Time: 1})
+	mustOK(t, err)
+	_, err = s.CreateWorkspace(store.Workspace{Name: "w2", InPlace: dir, BaseRoot: base}, store.HeadEntry{Gen: g})
+	mustOK(t, err)
+	checkClean(t, s)
+	mustOK(t, s.Close())
+	s = openDir(t, sdir, store.Options{})
+	defer s.Close()
+	if _, ok, err := s.BaseRefOf(a.ID); err != nil || !ok {
+		t.Fatalf("the ref a stored tree names, after a GC swept it once: recorded %v (%v)", ok, err)
+	}
+	checkClean(t, s)
+}
+
 func TestCheckReportsCorruptBaseRef(t *testing.T) {
 	dir := baseDir(t)
 	sdir := t.TempDir()

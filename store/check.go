@@ -441,7 +441,8 @@ func (s *Store) GC(extraRoots IDSet) (int64, error) {
 	}
 	s.beginGC()
 	defer s.endGC()
-	defer s.trees.reset() // swept trees must read as missing
+	defer s.trees.reset()        // swept trees must read as missing
+	defer s.bases.forgetStored() // swept refs must be stored again when named
 	start := time.Now()
 	var r *reach
 	err := s.update(func(tx *bolt.Tx) error {

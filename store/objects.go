@@ -55,7 +55,7 @@ func (s *Store) PutTrees(ts []*Tree) ([]ID, error) {
 		return nil, fmt.Errorf("put trees: %w", err)
 	}
 	err = s.update(func(tx *bolt.Tx) error {
-		if err := putRefsTx(tx, refs); err != nil {
+		if err := putRefsTx(tx, &s.bases, refs); err != nil {
 			return err
 		}
 		b := tx.Bucket(bucketTrees)
@@ -218,6 +218,7 @@ type preparedGeneration struct {
 	enc  []byte
 	id   ID
 	refs map[ID][]byte
+	memo *baseMemo // told which refs were stored once the transaction commits
 }
 
 func (s *Store) prepareGeneration(g *Generation) (*preparedGeneration, error) {
@@ -230,13 +231,13 @@ func (s *Store) prepareGeneration(g *Generation) (*preparedGeneration, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &preparedGeneration{g: g, enc: enc, id: GenerationID(enc), refs: refs}, nil
+	return &preparedGeneration{g: g, enc: enc, id: GenerationID(enc), refs: refs, memo: &s.bases}, nil
 }
 
 // putTx stores the generation; its root and parents must exist.
 func (pg *preparedGeneration) putTx(tx *bolt.Tx) error {
 	g, id := pg.g, pg.id
-	if err := putRefsTx(tx, pg.refs); err != nil {
+	if err := putRefsTx(tx, pg.memo, pg.refs); err != nil {
 		return err
 	}
 	if g.Root != emptyTreeID && tx.Bucket(bucketTrees).Get(g.Root[:]) == nil {
