@@ -215,10 +215,12 @@ func (s *Store) AttachBase(base ID, d *dirfd.Dir) (detach func()) {
 	})
 }
 
-// maxBaseWatches bounds the directories a base's watcher watches (the
-// kernel's per-user limit applies too: past either, directories are just
-// not watched).
-const maxBaseWatches = 1 << 16
+// maxBaseWatches bounds the directories a base's watcher watches. Watches
+// come out of the user's inotify quota (fs.inotify.max_user_watches, 8,192
+// on older kernels), which editors and build tools need too; past the
+// bound (or the quota) directories are just not watched, and detection
+// lists them as it did without events.
+const maxBaseWatches = 8192
 
 // OpenBaseWatched is OpenBase that also returns the attached base's change
 // watcher (created on first use), or nil when base is not attached or its
