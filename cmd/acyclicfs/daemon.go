@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"sync"
@@ -71,12 +72,60 @@ func daemonProcs(numCPU int, env string) int {
 	return minDaemonProcs
 }
 
+// daemonGCPercent is the daemon's GOGC. Serving requests allocates
+// briskly (listings, nodes, replies) over a modest live heap, and at 100
+// the collector ran often enough to matter: over six alternating pairs on 2
+// CPUs, the metadata warm-up of the Go tree in place took 369-451 ms
+// (median 388) against 396-515 (441), and a git status racing it 508-651
+// against 584-709 ms; the resident size after warming a 100,000-file tree
+// grew from 114 to 130 MB.
+const daemonGCPercent = 400
+
+// daemonGC returns the GC percent and soft memory limit the daemon sets:
+// each 0 (leave it) when the user set it in the environment. The limit,
+// a quarter of the machine's memory, makes the collector run more often
+// before a large heap's growth at daemonGCPercent could crowd the
+// machine.
+func daemonGC(envGOGC, envLimit string, totalRAM uint64) (percent int, limit int64) {
+	if envGOGC == "" {
+		percent = daemonGCPercent
+	}
+	if envLimit == "" && totalRAM > 0 {
+		limit = int64(totalRAM / 4)
+	}
+	return percent, limit
+}
+
+// gcPercent returns the current GC percent (SetGCPercent sets and returns
+// the previous one, so it is set back at once).
+func gcPercent() int {
+	p := debug.SetGCPercent(100)
+	debug.SetGCPercent(p)
+	return p
+}
+
+// totalRAM is the machine's memory in bytes (0 if unknown).
+func totalRAM() uint64 {
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		return 0
+	}
+	return uint64(si.Totalram) * uint64(si.Unit)
+}
+
 // runDaemon serves until shutdown, SIGTERM or (with exitWhenIdle) the last
 // unmount. readyFD, if >= 0, receives "ready\n" once the socket listens.
 func runDaemon(storeDir string, ready io.WriteCloser, exitWhenIdle bool) error {
 	logger := log.New(os.Stderr, "acyclicfs-daemon: ", log.LstdFlags|log.Lmicroseconds)
 	if n := daemonProcs(runtime.NumCPU(), os.Getenv("GOMAXPROCS")); n > 0 {
 		runtime.GOMAXPROCS(n)
+	}
+	percent, limit := daemonGC(os.Getenv("GOGC"), os.Getenv("GOMEMLIMIT"), totalRAM())
+	if percent > 0 {
+		debug.SetGCPercent(percent)
+	}
+	if limit > 0 {
+		debug.SetMemoryLimit(limit)
 	}
 	fail := func(err error) error {
 		if ready != nil {
@@ -139,7 +188,8 @@ func runDaemon(storeDir string, ready io.WriteCloser, exitWhenIdle bool) error {
 	}()
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	logger.Printf("serving %s (pid %d, GOMAXPROCS %d)", d.dir, os.Getpid(), runtime.GOMAXPROCS(0))
+	logger.Printf("serving %s (pid %d, GOMAXPROCS %d, GC percent %d, memory limit %d MiB)", d.dir, os.Getpid(), runtime.GOMAXPROCS(0),
+		gcPercent(), debug.SetMemoryLimit(-1)>>20)
 	if ready != nil {
 		io.WriteString(ready, "ready\n")
 		ready.Close()

@@ -19,3 +19,26 @@ func TestDaemonProcs(t *testing.T) {
 		}
 	}
 }
+
+func TestDaemonGC(t *testing.T) {
+	for _, c := range []struct {
+		gogc, limit string
+		ram         uint64
+		percent     int
+		wantLimit   int64
+	}{
+		{"", "", 8 << 30, daemonGCPercent, 2 << 30},
+		{"100", "", 8 << 30, 0, 2 << 30}, // the user's GOGC stands
+		{"", "1GiB", 8 << 30, daemonGCPercent, 0},
+		{"off", "1GiB", 8 << 30, 0, 0},
+		{"", "", 0, daemonGCPercent, 0}, // memory unknown: no limit
+	} {
+		p, l := daemonGC(c.gogc, c.limit, c.ram)
+		if p != c.percent || l != c.wantLimit {
+			t.Errorf("daemonGC(%q, %q, %d) = %d, %d; want %d, %d", c.gogc, c.limit, c.ram, p, l, c.percent, c.wantLimit)
+		}
+	}
+	if totalRAM() == 0 {
+		t.Error("sysinfo reports no memory")
+	}
+}
