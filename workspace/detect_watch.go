@@ -3,6 +3,7 @@ package workspace
 import (
 	"errors"
 	"path"
+	"slices"
 
 	"golang.org/x/sys/unix"
 
@@ -87,7 +88,9 @@ func (d detector) rememberListing(p string, lw listWatch, tree store.ID, leafDir
 		return
 	}
 	for _, l := range leafDirs {
-		if !d.w.Quiet(l.path, seq, true) {
+		// No change to its own lstat since the listing began (or since
+		// its watch was added, after an fstat matched the listing's).
+		if !d.w.QuietSince(l.path, lw.seq, true) {
 			d.m.detect.forgetQuiet(key)
 			return
 		}
@@ -161,7 +164,7 @@ func (d detector) quietDir(p string, e, cur *store.Entry, t *store.Tree) (_ *sto
 	d.stats.quiet++
 	d.m.detect.quietHits.Add(1)
 	leafChanged, stale := false, false
-	uses := q.uses
+	uses := slices.Clone(q.uses) // appended to: not the remembered slice
 	fd := d
 	fd.uses = &uses
 	out := &store.Tree{Entries: make([]store.Entry, 0, len(t.Entries))}

@@ -179,6 +179,24 @@ func (w *Watcher) Quiet(path string, seq uint64, self bool) bool {
 	return x.any <= seq
 }
 
+// QuietSince is Quiet for a directory whose watch may be younger than seq:
+// it reports whether path is watched and had no event after seq or, if
+// the watch was added later, after it was added (what came before the
+// watch is the caller's to check).
+func (w *Watcher) QuietSince(path string, seq uint64, self bool) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	x := w.byPath[path]
+	if x == nil {
+		return false
+	}
+	from := max(seq, x.since)
+	if self {
+		return x.self <= from
+	}
+	return x.any <= from
+}
+
 // Watching returns how many directories are watched and how many events
 // were read so far.
 func (w *Watcher) Watching() (dirs int, events int64) {

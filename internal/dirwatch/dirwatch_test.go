@@ -107,6 +107,36 @@ func TestQuietUntilChanged(t *testing.T) {
 	}
 }
 
+// TestQuietSince: a watch added after a point answers from when it was
+// added; one older than the point, from the point.
+func TestQuietSince(t *testing.T) {
+	root := tree(t)
+	w := newWatcher(t, 16)
+	add(t, w, root, "")
+	seq := syncW(t, w)
+	if err := os.WriteFile(filepath.Join(root, "g"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	syncW(t, w)
+	add(t, w, root, "a") // younger than seq
+	if w.QuietSince("", seq, true) {
+		t.Fatal("the root is quiet since seq after a name was created in it")
+	}
+	if !w.QuietSince("a", seq, true) || w.Quiet("a", seq, true) {
+		t.Fatal("a watch younger than seq: QuietSince must answer from its start, Quiet not at all")
+	}
+	if err := os.WriteFile(filepath.Join(root, "a", "g"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	syncW(t, w)
+	if w.QuietSince("a", seq, true) {
+		t.Fatal("a is quiet since its watch began after a name was created in it")
+	}
+	if w.QuietSince("a/b", seq, false) {
+		t.Fatal("an unwatched directory is quiet")
+	}
+}
+
 // TestMovedDirectoryForgotten: a directory renamed away is forgotten with
 // everything watched below it (its paths no longer name what is watched).
 func TestMovedDirectoryForgotten(t *testing.T) {
