@@ -35,6 +35,16 @@ func (m *Mount) Capture() (store.ID, bool, error) {
 	return m.ov.capture()
 }
 
+// CaptureDeferred is Capture without storing the new trees: they are
+// returned for the caller to store in the transaction that publishes the
+// generation naming them (one metadata commit per capture instead of
+// two), and done must be called once they are stored (not if they never
+// are). The blobs are durable when it returns. Without a Batcher the trees
+// are stored at once and none are returned.
+func (m *Mount) CaptureDeferred() (root store.ID, changed bool, trees []*store.Tree, done func(), err error) {
+	return m.ov.captureDeferred()
+}
+
 // RecoverCapture captures a StateDir left behind by a crashed daemon
 // without mounting it: the overlay snapshot is replayed on root (or on the
 // root it records, if that differs) and captured.
@@ -72,15 +82,29 @@ func ResetState(stateDir string) error {
 }
 
 func (o *overlay) capture() (store.ID, bool, error) {
+	id, changed, trees, done, err := o.captureDeferred()
+	if err != nil {
+		return store.ID{}, false, err
+	}
+	if len(trees) > 0 {
+		if _, err := o.objects.(Batcher).PutTrees(trees); err != nil {
+			return store.ID{}, false, fmt.Errorf("capture: put trees: %w", err)
+		}
+	}
+	done()
+	return id, changed, nil
+}
+
+// captureDeferred builds the capture and makes its blobs durable; the
+// trees (batch mode) and the memo updates wait for the caller (done).
+func (o *overlay) captureDeferred() (store.ID, bool, []*store.Tree, func(), error) {
 	o.mu.Lock()
+	seq := o.seq
 	if o.root.subSeq == 0 {
 		id := o.rootID
-		o.capSeq = o.seq
-		o.unsnapped = true
 		o.mu.Unlock()
-		return id, false, nil
+		return id, false, nil, o.captured(seq, nil), nil
 	}
-	seq := o.seq
 	plan := o.planDir(o.root)
 	old := o.rootID
 	o.mu.Unlock()
@@ -88,16 +112,26 @@ func (o *overlay) capture() (store.ID, bool, error) {
 	cw := o.newCaptureWriter()
 	id, err := o.build(plan, cw)
 	if err == nil {
-		err = cw.finish()
+		err = cw.finishBlobs()
 	}
 	if err != nil {
-		return store.ID{}, false, err
+		return store.ID{}, false, nil, nil, err
 	}
-	o.mu.Lock()
-	o.capSeq = seq
-	o.unsnapped = true
-	o.mu.Unlock()
-	return id, id != old, nil
+	return id, id != old, cw.trees, o.captured(seq, cw.memos), nil
+}
+
+// captured returns the completion of a capture of the overlay at seq: its
+// memo updates, then the capture's sequence number.
+func (o *overlay) captured(seq uint64, memos []func()) func() {
+	return sync.OnceFunc(func() {
+		for _, f := range memos {
+			f()
+		}
+		o.mu.Lock()
+		o.capSeq = seq
+		o.unsnapped = true
+		o.mu.Unlock()
+	})
 }
 
 // planDir records d's entries. Caller holds mu; d.subSeq != 0 and d is loaded.

@@ -86,25 +86,15 @@ func (cw *captureWriter) putTree(t *store.Tree) (store.ID, error) {
 	return store.TreeID(enc), nil
 }
 
-// finish makes a batched capture durable: blobs first, then trees.
-func (cw *captureWriter) finish() error {
+// finishBlobs makes a batched capture's blobs durable. Its trees (they
+// must never name a blob a crash could lose) and memo updates are stored
+// and applied after it, by the caller.
+func (cw *captureWriter) finishBlobs() error {
 	if cw.b == nil {
 		return nil
 	}
 	if err := cw.batch.Commit(); err != nil {
 		return fmt.Errorf("capture: sync blobs: %w", err)
-	}
-	if len(cw.trees) == 0 {
-		for _, f := range cw.memos {
-			f()
-		}
-		return nil
-	}
-	if _, err := cw.b.PutTrees(cw.trees); err != nil {
-		return fmt.Errorf("capture: put trees: %w", err)
-	}
-	for _, f := range cw.memos {
-		f()
 	}
 	return nil
 }

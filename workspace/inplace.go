@@ -673,11 +673,23 @@ func (m *Manager) preserveReplaced(oldRoot, newRoot store.ID) error {
 // that name them are returned prepared, for the caller to write (alone, or
 // with the generation that replaces them: one metadata sync instead of
 // two). Until they are written, nothing may replace the paths in DIR.
-func (m *Manager) preparePreserve(oldRoot, newRoot store.ID) (*store.PreparedResolve, error) {
+func (m *Manager) preparePreserve(oldRoot, newRoot store.ID, pending ...*store.Tree) (*store.PreparedResolve, error) {
 	if oldRoot == newRoot {
 		return nil, nil
 	}
 	p := m.newPreserver()
+	if len(pending) > 0 {
+		// newRoot's trees not stored yet (a capture's, stored with its
+		// generation), by ID.
+		p.pending = make(map[store.ID]*store.Tree, len(pending))
+		for _, t := range pending {
+			enc, err := t.Encode()
+			if err != nil {
+				return nil, err
+			}
+			p.pending[store.TreeID(enc)] = t
+		}
+	}
 	defer p.batch.Abort()
 	if err := p.replaced(oldRoot, newRoot); err != nil {
 		return nil, err
@@ -696,6 +708,16 @@ type preserver struct {
 	trees []*store.Tree
 	res   []store.Resolution
 	seen  map[store.ID]bool
+	// pending are trees of the new root not stored yet.
+	pending map[store.ID]*store.Tree
+}
+
+// newTree returns a tree of the new root, pending or stored.
+func (p *preserver) newTree(id store.ID) (*store.Tree, error) {
+	if t := p.pending[id]; t != nil {
+		return t, nil
+	}
+	return p.m.st.GetTree(id)
 }
 
 func (m *Manager) newPreserver() *preserver {
@@ -727,7 +749,7 @@ func (p *preserver) replaced(oldRoot, newRoot store.ID) error {
 	if err != nil {
 		return err
 	}
-	nt, err := p.m.st.GetTree(newRoot)
+	nt, err := p.newTree(newRoot)
 	if err != nil {
 		return err
 	}

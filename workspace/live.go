@@ -54,8 +54,9 @@ func (m *Manager) HoldGC() (release func()) { return m.st.HoldGC() }
 // moved underneath the mount (a land into a mounted parent), the capture is
 // merged with the new head: the mount's content wins where both changed the
 // same path (nothing the tools wrote is lost), and those paths are returned
-// as conflicts for status.
-func (m *Manager) PublishCapture(ws string, pinned, root store.ID, permit *store.Permit) (store.ID, []ConflictInfo, error) {
+// as conflicts for status. trees are the capture's trees not stored yet
+// (Mount.CaptureDeferred): they are stored with the generation.
+func (m *Manager) PublishCapture(ws string, pinned, root store.ID, permit *store.Permit, trees ...*store.Tree) (store.ID, []ConflictInfo, error) {
 	release := m.st.HoldGC()
 	defer release()
 	w, err := m.Get(ws)
@@ -63,23 +64,30 @@ func (m *Manager) PublishCapture(ws string, pinned, root store.ID, permit *store
 		return store.ID{}, nil, err
 	}
 	op := "capture " + newOperationID()
+	pt, err := m.st.PrepareResolve(trees, nil)
+	if err != nil {
+		return store.ID{}, nil, fmt.Errorf("publish capture of %s: %w", ws, err)
+	}
 	var pr *store.PreparedResolve
 	if m.derivesFromInPlace(ws) {
 		pinnedRoot, err := m.rootOf(pinned)
 		if err != nil {
 			return store.ID{}, nil, err
 		}
-		if pr, err = m.preparePreserve(pinnedRoot, root); err != nil {
+		if pr, err = m.preparePreserve(pinnedRoot, root, trees...); err != nil {
 			return store.ID{}, nil, fmt.Errorf("preserve the base of %s's capture: %w", ws, err)
 		}
 	}
 	if w.Head == pinned {
-		// The preservation goes into the generation's transaction.
-		gen, err := m.publish(w, root, store.GenCapture, op, permit, pr)
+		// The trees and the preservation go into the generation's
+		// transaction.
+		gen, err := m.publish(w, root, store.GenCapture, op, permit, pt, pr)
 		return gen, nil, err
 	}
-	if err := m.st.WriteResolve(pr); err != nil {
-		return store.ID{}, nil, fmt.Errorf("preserve the base of %s's capture: %w", ws, err)
+	for _, p := range []*store.PreparedResolve{pt, pr} {
+		if err := m.st.WriteResolve(p); err != nil {
+			return store.ID{}, nil, fmt.Errorf("preserve the base of %s's capture: %w", ws, err)
+		}
 	}
 	baseRoot, err := m.rootOf(pinned)
 	if err != nil {

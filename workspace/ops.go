@@ -119,7 +119,7 @@ func (m *Manager) Commit(name, dir string) (store.ID, ImportStats, error) {
 // pr, if not nil, is a prepared preservation (preparePreserve) of what
 // root replaces; it is written in the generation's transaction, or alone
 // when nothing is appended.
-func (m *Manager) publish(w store.Workspace, root store.ID, kind store.GenKind, op string, permit *store.Permit, pr *store.PreparedResolve) (store.ID, error) {
+func (m *Manager) publish(w store.Workspace, root store.ID, kind store.GenKind, op string, permit *store.Permit, with ...*store.PreparedResolve) (store.ID, error) {
 	if permit != nil && !window.PermitMatchesWorkspace(*permit, w.Name) {
 		return store.ID{}, fmt.Errorf("publish %s: %w: the permit belongs to another workspace", w.Name, store.ErrFenced)
 	}
@@ -128,13 +128,15 @@ func (m *Manager) publish(w store.Workspace, root store.ID, kind store.GenKind, 
 		return store.ID{}, err
 	}
 	if headRoot == root {
-		if err := m.st.WriteResolve(pr); err != nil {
-			return store.ID{}, fmt.Errorf("publish %s: %w", w.Name, err)
+		for _, pr := range with {
+			if err := m.st.WriteResolve(pr); err != nil {
+				return store.ID{}, fmt.Errorf("publish %s: %w", w.Name, err)
+			}
 		}
 		return w.Head, nil
 	}
 	gen, _, err := m.st.PublishGeneration(&store.Generation{Root: root, Parents: []store.ID{w.Head}, Workspace: w.Name, Kind: kind, Operation: op, Time: m.now()},
-		w.Name, w.Head, store.HeadEntry{Base: w.Base, Kind: kind, Operation: op, Time: m.now()}, permit, pr)
+		w.Name, w.Head, store.HeadEntry{Base: w.Base, Kind: kind, Operation: op, Time: m.now()}, permit, with...)
 	if err != nil {
 		return store.ID{}, fmt.Errorf("publish %s: %w", w.Name, err)
 	}

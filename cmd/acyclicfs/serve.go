@@ -605,17 +605,21 @@ func (s *served) closeBase() {
 func (s *served) captureAndPublish(permit *store.Permit) error {
 	release := s.d.m.HoldGC() // captured objects are unreferenced until published
 	defer release()
-	root, changed, err := s.mnt.Capture()
+	// The capture's trees are stored in the transaction that publishes
+	// them (its blobs are durable already).
+	root, changed, trees, done, err := s.mnt.CaptureDeferred()
 	if err != nil {
 		return fmt.Errorf("capture %s: %w", s.ws, err)
 	}
 	if !changed {
+		done()
 		return nil
 	}
 	failpoint.Hit("reconcile.after-capture")
-	if _, _, err := s.d.m.PublishCapture(s.ws, s.pinned, root, permit); err != nil {
+	if _, _, err := s.d.m.PublishCapture(s.ws, s.pinned, root, permit, trees...); err != nil {
 		return err
 	}
+	done()
 	return nil
 }
 
