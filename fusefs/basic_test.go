@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/acyclicfs/acyclicfs/store"
 )
 
 var lowerSpec = spec{
@@ -134,5 +136,79 @@ func TestCleanMetadataIsCached(t *testing.T) {
 	}
 	if dl := m.daemonLookups.Load() - l; dl != 0 {
 		t.Fatalf("repeated negative lookups reached the daemon %d times", dl)
+	}
+}
+
+// batchingObjects is fakeObjects with a Batcher: blobs are written at once
+// (Commit does nothing more), trees through PutTrees.
+type batchingObjects struct{ *fakeObjects }
+
+type fakeBatch struct{ f *fakeObjects }
+
+func (b batchingObjects) NewBatch() Batch { return fakeBatch{b.fakeObjects} }
+
+func (b batchingObjects) PutTrees(ts []*store.Tree) ([]store.ID, error) {
+	ids := make([]store.ID, len(ts))
+	for i, t := range ts {
+		id, err := b.PutTree(t)
+		if err != nil {
+			return nil, err
+		}
+		ids[i] = id
+	}
+	return ids, nil
+}
+
+func (b fakeBatch) WriteBlobFile(path string) (store.ID, int64, error) {
+	return b.f.WriteBlobFile(path)
+}
+func (b fakeBatch) WriteBlobBytes(p []byte) (store.ID, error) { return b.f.WriteBlobBytes(p) }
+func (b fakeBatch) Commit() error                             { return nil }
+
+// TestCaptureDeferred: a deferred capture hands its trees to the caller
+// instead of storing them, and until the caller says they are stored
+// (done) the mount keeps no memo of the capture (a memo must never name
+// what a crash could lose); a capture made meanwhile gives the same root.
+func TestCaptureDeferred(t *testing.T) {
+	objs := newFakeObjects(t)
+	root := objs.build(t, lowerSpec)
+	m, mnt := mountT(t, objs, root, &mountOpts{objects: batchingObjects{objs}})
+	mustWrite(t, filepath.Join(mnt, "dir", "sub", "new.txt"), "new")
+	memo := func() (store.ID, store.ID) {
+		m.ov.mu.Lock()
+		defer m.ov.mu.Unlock()
+		c := m.ov.root.children["dir"].children["sub"].children["new.txt"]
+		return c.capID, m.ov.root.capTree
+	}
+	id, changed, trees, done, err := m.CaptureDeferred()
+	if err != nil || !changed {
+		t.Fatalf("deferred capture: %v %v", changed, err)
+	}
+	if len(trees) != 3 { // the root, dir, dir/sub
+		t.Fatalf("deferred capture returned %d trees, want 3", len(trees))
+	}
+	if _, err := objs.GetTree(id); err == nil {
+		t.Fatal("the deferred capture stored its root")
+	}
+	if blob, tree := memo(); !blob.IsZero() || !tree.IsZero() {
+		t.Fatalf("memos before done: blob %s, root tree %s", blob.Short(), tree.Short())
+	}
+	id2, _, _, _, err := m.CaptureDeferred()
+	if err != nil || id2 != id {
+		t.Fatalf("capture before done: %s %v, want %s", id2.Short(), err, id.Short())
+	}
+	if _, err := (batchingObjects{objs}).PutTrees(trees); err != nil {
+		t.Fatal(err)
+	}
+	done()
+	if blob, tree := memo(); blob.IsZero() || tree != id {
+		t.Fatalf("memos after done: blob %s, root tree %s (want %s)", blob.Short(), tree.Short(), id.Short())
+	}
+	want := objs.flatten(t, objs.build(t, spec{
+		"a.txt": "hello", "bin/run": "*#!/bin/sh\n", "dir/sub/deep.go": "package deep\n", "dir/sub/new.txt": "new",
+		"dir/link": "->sub/deep.go", "empty/": "", "weird\nname\xff": "odd",
+	}))
+	if d := diffMaps(objs.flatten(t, id), want); d != "" {
+		t.Fatalf("deferred capture, once stored:\n%s", d)
 	}
 }

@@ -267,8 +267,9 @@ type mountOpts struct {
 	admitter    Admitter
 	xattrs      bool
 	ptClean     bool
-	retain      int64 // Config.RetainUpperBytes
-	warm        int   // Config.WarmEntries
+	retain      int64   // Config.RetainUpperBytes
+	warm        int     // Config.WarmEntries
+	objects     Objects // served instead of objs (which still builds the lower tree)
 }
 
 // mountT mounts root under a temp dir and unmounts at cleanup.
@@ -281,7 +282,11 @@ func mountT(t testing.TB, objs *fakeObjects, root store.ID, o *mountOpts) (*Moun
 		o.stateDir = t.TempDir()
 	}
 	mnt := t.TempDir()
-	m, err := MountAt(mnt, Config{Objects: objs, Root: root, StateDir: o.stateDir,
+	var served Objects = objs
+	if o.objects != nil {
+		served = o.objects
+	}
+	m, err := MountAt(mnt, Config{Objects: served, Root: root, StateDir: o.stateDir,
 		Passthrough: o.passthrough, Admitter: o.admitter, FsName: "fusefs-test", EnableXattrs: o.xattrs, PassthroughClean: o.ptClean, RetainUpperBytes: o.retain, WarmEntries: o.warm, Debug: os.Getenv("FUSEFS_DEBUG") != ""})
 	if err != nil {
 		t.Fatal(err)
