@@ -84,10 +84,11 @@ func (m *Manager) PublishCapture(ws string, pinned, root store.ID, permit *store
 		gen, err := m.publish(w, root, store.GenCapture, op, permit, pt, pr)
 		return gen, nil, err
 	}
-	for _, p := range []*store.PreparedResolve{pt, pr} {
-		if err := m.st.WriteResolve(p); err != nil {
-			return store.ID{}, nil, fmt.Errorf("preserve the base of %s's capture: %w", ws, err)
-		}
+	if err := m.st.WriteResolve(pt); err != nil {
+		return store.ID{}, nil, fmt.Errorf("store the capture of %s: %w", ws, err)
+	}
+	if err := m.st.WriteResolve(pr); err != nil {
+		return store.ID{}, nil, fmt.Errorf("preserve the base of %s's capture: %w", ws, err)
 	}
 	baseRoot, err := m.rootOf(pinned)
 	if err != nil {

@@ -116,9 +116,9 @@ func (m *Manager) Commit(name, dir string) (store.ID, ImportStats, error) {
 // publish appends a generation with the given root on top of w's head.
 // When root equals the head's root nothing new is appended.
 //
-// pr, if not nil, is a prepared preservation (preparePreserve) of what
-// root replaces; it is written in the generation's transaction, or alone
-// when nothing is appended.
+// with are prepared writes (a capture's trees, a preservation of what root
+// replaces: preparePreserve; nil ones are skipped); they are written in the
+// generation's transaction, or alone when nothing is appended.
 func (m *Manager) publish(w store.Workspace, root store.ID, kind store.GenKind, op string, permit *store.Permit, with ...*store.PreparedResolve) (store.ID, error) {
 	if permit != nil && !window.PermitMatchesWorkspace(*permit, w.Name) {
 		return store.ID{}, fmt.Errorf("publish %s: %w: the permit belongs to another workspace", w.Name, store.ErrFenced)
