@@ -368,6 +368,10 @@ func (s *Store) addBuckets() error {
 	return nil
 }
 
+// maxTmpDirSize is the size of the tmp directory (its directory blocks)
+// past which an open makes it again once it is empty.
+const maxTmpDirSize = 64 << 10
+
 // cleanTmp removes temp files left by a crash.
 func (s *Store) cleanTmp() error {
 	ents, err := os.ReadDir(s.tmpDir())
@@ -377,6 +381,17 @@ func (s *Store) cleanTmp() error {
 	for _, e := range ents {
 		if err := os.RemoveAll(filepath.Join(s.tmpDir(), e.Name())); err != nil {
 			return fmt.Errorf("open store %s: clean tmp: %w", s.dir, err)
+		}
+	}
+	// A directory never shrinks: after an import staged 100,000 blobs in
+	// tmp, listing it empty still read 3.5 MB of directory blocks at every
+	// open (11 ms of a 13 ms fork). Empty now, and nobody else writes in
+	// it, it is made again.
+	if fi, err := os.Lstat(s.tmpDir()); err == nil && fi.Size() > maxTmpDirSize {
+		if err := os.Remove(s.tmpDir()); err == nil {
+			if err := os.Mkdir(s.tmpDir(), 0o755); err != nil {
+				return fmt.Errorf("open store %s: make tmp again: %w", s.dir, err)
+			}
 		}
 	}
 	// A meta.db being created by a process that crashed; a fresh one may

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -285,6 +286,38 @@ func TestCheckFindsDanglingReferences(t *testing.T) {
 	mustOK(t, err)
 	if !hasProblem(ps, store.ProblemMissingTree, sub.String()) || !hasProblem(ps, store.ProblemDanglingHead, gen2.String()) {
 		t.Fatalf("Check missed dangling references: %v", ps)
+	}
+}
+
+// TestOpenShrinksTmp: a tmp directory grown by many staged files (an
+// import) is made again at open once empty, so that later opens do not
+// read its empty directory blocks.
+func TestOpenShrinksTmp(t *testing.T) {
+	dir := t.TempDir()
+	s, err := store.Open(dir, store.Options{})
+	mustOK(t, err)
+	mustOK(t, s.Close())
+	tmp := filepath.Join(dir, "tmp")
+	for i := range 5000 {
+		mustOK(t, os.WriteFile(filepath.Join(tmp, fmt.Sprintf("blob-staged-%06d", i)), nil, 0o600))
+	}
+	grown, err := os.Stat(tmp)
+	mustOK(t, err)
+	if grown.Size() <= 64<<10 {
+		t.Skipf("the file system did not grow tmp past 64 KiB (%d bytes)", grown.Size())
+	}
+	s = storetest.MustOpenDir(t, dir, store.Options{})
+	after, err := os.Stat(tmp)
+	mustOK(t, err)
+	if after.Size() >= grown.Size() || after.Size() > 64<<10 {
+		t.Fatalf("tmp after open: %d bytes (was %d)", after.Size(), grown.Size())
+	}
+	if ents, err := os.ReadDir(tmp); err != nil || len(ents) != 0 {
+		t.Fatalf("tmp after open: %d entries, %v", len(ents), err)
+	}
+	// The store still writes through it.
+	if _, err := s.WriteBlobBytes([]byte("after")); err != nil {
+		t.Fatal(err)
 	}
 }
 
