@@ -222,6 +222,26 @@ func (s *Store) AttachBase(base ID, d *dirfd.Dir) (detach func()) {
 // lists them as it did without events.
 const maxBaseWatches = 8192
 
+// BaseWatching reports how many directories of an attached base its
+// change watcher watches; ok is false when the base is not attached or
+// has no watcher (none created yet, or its file system is not one inotify
+// fully reports).
+func (s *Store) BaseWatching(base ID) (dirs int, ok bool) {
+	m := &s.bases
+	m.mu.Lock()
+	a := m.attached[base]
+	var w *dirwatch.Watcher
+	if a != nil {
+		w = a.watch
+	}
+	m.mu.Unlock()
+	if w == nil {
+		return 0, false
+	}
+	dirs, _ = w.Watching()
+	return dirs, true
+}
+
 // OpenBaseWatched is OpenBase that also returns the attached base's change
 // watcher (created on first use), or nil when base is not attached or its
 // file system is not one whose changes inotify fully reports. The watcher

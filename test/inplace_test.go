@@ -187,6 +187,12 @@ func TestInPlaceWriteUnderneathWhileMounted(t *testing.T) {
 	for range 2 { // the materialized directory is listed again, then quiet
 		e.execOK(dir, "true")
 	}
+	// The daemon watches DIR underneath: the root and a (the directories
+	// the materialized tree lists), b and bulk (the root's unresolved
+	// subdirectories, for their own lstat).
+	if st := e.statusOf("ws"); st.WatchedDirs != 4 {
+		t.Fatalf("status: %d directories of DIR watched, want 4 (the root, a, b, bulk)", st.WatchedDirs)
+	}
 	writeAt := func(name, content string) {
 		t.Helper()
 		fd, err := unix.Openat(int(under.Fd()), name, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o644)

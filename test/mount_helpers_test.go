@@ -333,6 +333,7 @@ type statusWS struct {
 	LastOutcome string `json:"last_outcome"`
 	Warmed      int64  `json:"warmed"`
 	Warming     bool   `json:"warming"`
+	WatchedDirs int    `json:"watched_dirs"`
 }
 
 type statusJSON struct {

@@ -41,6 +41,11 @@ type statusRow struct {
 	// Warming is true while it runs (mount --warm-entries).
 	Warmed  int64 `json:"warmed,omitempty"`
 	Warming bool  `json:"warming,omitempty"`
+	// WatchedDirs counts the directories of an in-place workspace's
+	// directory that the daemon watches for changes (inotify) while it is
+	// mounted; absent when detection lists them instead (not mounted, not
+	// reconciled yet, or a file system inotify does not fully report).
+	WatchedDirs int `json:"watched_dirs,omitempty"`
 }
 
 type statusReport struct {
@@ -128,6 +133,9 @@ func (a *app) statusOf(m *workspace.Manager, w store.Workspace) (statusRow, erro
 	row.Conflicts = cs
 	if info, ok, err := m.InPlace(w.Name); err == nil && ok {
 		row.InPlace, row.Materialized = info.Dir, info.Materialized
+		if a.d != nil {
+			row.WatchedDirs, _ = m.Store().BaseWatching(info.Base)
+		}
 	}
 	if a.d != nil {
 		if s := a.d.get(w.Name); s != nil {
@@ -173,7 +181,11 @@ func printStatus(out io.Writer, rep statusReport) {
 			fmt.Fprintf(out, "conflict %s %s (%s)\n", r.Workspace, c.Path, c.Kind)
 		}
 		if r.InPlace != "" {
-			fmt.Fprintf(out, "in-place %s %s (holds %s)\n", r.Workspace, r.InPlace, short(r.Materialized))
+			watched := ""
+			if r.WatchedDirs > 0 {
+				watched = fmt.Sprintf(", %d directories watched", r.WatchedDirs)
+			}
+			fmt.Fprintf(out, "in-place %s %s (holds %s%s)\n", r.Workspace, r.InPlace, short(r.Materialized), watched)
 		}
 	}
 	for _, w := range rep.Recovery {
