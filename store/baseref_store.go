@@ -451,6 +451,14 @@ func (s *Store) ResolveMany(trees []*Tree, rs []Resolution) error {
 	return s.WriteResolve(pr)
 }
 
+// TreeIDs returns the IDs of the prepared trees, in the order given.
+func (pr *PreparedResolve) TreeIDs() []ID {
+	if pr == nil {
+		return nil
+	}
+	return pr.tids
+}
+
 // WriteResolve writes a prepared resolve in its own transaction (nil: no-op).
 func (s *Store) WriteResolve(pr *PreparedResolve) error {
 	if pr == nil {
@@ -472,8 +480,10 @@ type PreparedResolve struct {
 }
 
 // PrepareResolve encodes what ResolveMany(trees, rs) would write; nil
-// when there is nothing to write.
-func (s *Store) PrepareResolve(trees []*Tree, rs []Resolution) (*PreparedResolve, error) {
+// when there is nothing to write. References that after (prepared
+// writes that will be written first, in the same transaction or before)
+// already carry are left to them.
+func (s *Store) PrepareResolve(trees []*Tree, rs []Resolution, after ...*PreparedResolve) (*PreparedResolve, error) {
 	if len(trees) == 0 && len(rs) == 0 {
 		return nil, nil
 	}
@@ -486,13 +496,27 @@ func (s *Store) PrepareResolve(trees []*Tree, rs []Resolution) (*PreparedResolve
 		pr.encs[i], pr.tids[i] = enc, TreeID(enc)
 	}
 	refs, err := s.memoRefsNamed(func(yield func(ID)) {
+		carried := func(id ID) bool {
+			for _, a := range after {
+				if a != nil {
+					if _, ok := a.refs[id]; ok {
+						return true
+					}
+				}
+			}
+			return false
+		}
 		for _, t := range trees {
 			for _, e := range t.Entries {
-				yield(e.ID)
+				if !carried(e.ID) {
+					yield(e.ID)
+				}
 			}
 		}
 		for _, r := range rs {
-			yield(r.Ref)
+			if !carried(r.Ref) {
+				yield(r.Ref)
+			}
 		}
 	})
 	if err != nil {

@@ -1001,6 +1001,64 @@ func TestResolveManyAndRefStatuses(t *testing.T) {
 // nothing: a publish that fails records no resolution, one that succeeds
 // records both (a capture's preservation and its generation cost one
 // metadata sync).
+// TestPrepareResolveAfter: a prepared write leaves the references an
+// earlier one carries to it (a capture's trees and its preservation name
+// the same unchanged siblings); written together, in order, everything
+// lands, and the trees and resolutions read back after a reopen.
+func TestPrepareResolveAfter(t *testing.T) {
+	dir := baseDir(t)
+	sdir := t.TempDir()
+	s := openDir(t, sdir, store.Options{})
+	base, root, err := s.CreateBase(dir)
+	mustOK(t, err)
+	tr, err := s.GetTree(root)
+	mustOK(t, err)
+	a := entry(t, tr, "a.txt")
+	// The capture's tree: a's ref and a new file; the preservation: root's
+	// listing (naming a's ref too) and a resolution of a.
+	nb, err := s.WriteBlobBytes([]byte("new"))
+	mustOK(t, err)
+	capture := &store.Tree{Entries: []store.Entry{a, {Name: "new.txt", Kind: store.KindFile, Size: 3, ID: nb}}}
+	pt, err := s.PrepareResolve([]*store.Tree{capture}, nil)
+	mustOK(t, err)
+	ab, err := s.WriteBlobBytes([]byte("hello"))
+	mustOK(t, err)
+	pr, err := s.PrepareResolve([]*store.Tree{tr}, []store.Resolution{{Ref: a.ID, Target: ab}, {Ref: root, Target: store.TreeID(mustEncode(t, tr))}}, pt)
+	mustOK(t, err)
+	if err := s.WriteResolve(pr); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("writing the later part alone: %v, want ErrNotFound (a's ref is the earlier part's to store)", err)
+	}
+	capID := pt.TreeIDs()[0]
+	g0, err := s.PutGeneration(&store.Generation{Root: root, Workspace: "w", Kind: store.GenCreate, Time: 1})
+	mustOK(t, err)
+	_, err = s.CreateWorkspace(store.Workspace{Name: "w", InPlace: dir, BaseRoot: base}, store.HeadEntry{Gen: g0})
+	mustOK(t, err)
+	_, _, err = s.PublishGeneration(&store.Generation{Root: capID, Parents: []store.ID{g0}, Workspace: "w", Kind: store.GenCapture, Time: 2},
+		"w", g0, store.HeadEntry{Kind: store.GenCapture}, nil, pt, pr)
+	mustOK(t, err)
+	checkClean(t, s)
+	mustOK(t, s.Close())
+	s = openDir(t, sdir, store.Options{})
+	defer s.Close()
+	rewrite(t, filepath.Join(dir, "a.txt"), "HELLO") // the resolution serves the old bytes now
+	if b, err := s.ReadBlob(a.ID); err != nil || string(b) != "hello" {
+		t.Fatalf("a after reopen: %q %v", b, err)
+	}
+	got, err := s.GetTree(capID)
+	mustOK(t, err)
+	if len(got.Entries) != 2 {
+		t.Fatalf("the capture's tree after reopen: %v", got.Entries)
+	}
+	checkClean(t, s)
+}
+
+func mustEncode(t *testing.T, tr *store.Tree) []byte {
+	t.Helper()
+	b, err := tr.Encode()
+	mustOK(t, err)
+	return b
+}
+
 func TestPublishGenerationWithResolve(t *testing.T) {
 	dir := baseDir(t)
 	s := openDir(t, t.TempDir(), store.Options{})

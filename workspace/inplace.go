@@ -661,7 +661,7 @@ func (m *Manager) derivesFromInPlace(ws string) bool {
 // batch, then the listings and every resolution in one metadata
 // transaction. References resolved already are skipped.
 func (m *Manager) preserveReplaced(oldRoot, newRoot store.ID) error {
-	pr, err := m.preparePreserve(oldRoot, newRoot)
+	pr, err := m.preparePreserve(oldRoot, newRoot, nil, nil)
 	if err != nil || pr == nil {
 		return err
 	}
@@ -673,21 +673,19 @@ func (m *Manager) preserveReplaced(oldRoot, newRoot store.ID) error {
 // that name them are returned prepared, for the caller to write (alone, or
 // with the generation that replaces them: one metadata sync instead of
 // two). Until they are written, nothing may replace the paths in DIR.
-func (m *Manager) preparePreserve(oldRoot, newRoot store.ID, pending ...*store.Tree) (*store.PreparedResolve, error) {
+//
+// pending are newRoot's trees not stored yet (a capture's, to be stored
+// with its generation by pt, which is written before the result); both
+// may be nil.
+func (m *Manager) preparePreserve(oldRoot, newRoot store.ID, pending []*store.Tree, pt *store.PreparedResolve) (*store.PreparedResolve, error) {
 	if oldRoot == newRoot {
 		return nil, nil
 	}
 	p := m.newPreserver()
-	if len(pending) > 0 {
-		// newRoot's trees not stored yet (a capture's, stored with its
-		// generation), by ID.
+	if ids := pt.TreeIDs(); len(ids) == len(pending) && len(pending) > 0 {
 		p.pending = make(map[store.ID]*store.Tree, len(pending))
-		for _, t := range pending {
-			enc, err := t.Encode()
-			if err != nil {
-				return nil, err
-			}
-			p.pending[store.TreeID(enc)] = t
+		for i, t := range pending {
+			p.pending[ids[i]] = t
 		}
 	}
 	defer p.batch.Abort()
@@ -697,7 +695,7 @@ func (m *Manager) preparePreserve(oldRoot, newRoot store.ID, pending ...*store.T
 	if err := p.batch.Commit(); err != nil {
 		return nil, err
 	}
-	return m.st.PrepareResolve(p.trees, p.res)
+	return m.st.PrepareResolve(p.trees, p.res, pt)
 }
 
 // preserver gathers what preserveReplaced stores, for preparePreserve to

@@ -74,7 +74,7 @@ func (m *Manager) PublishCapture(ws string, pinned, root store.ID, permit *store
 		if err != nil {
 			return store.ID{}, nil, err
 		}
-		if pr, err = m.preparePreserve(pinnedRoot, root, trees...); err != nil {
+		if pr, err = m.preparePreserve(pinnedRoot, root, trees, pt); err != nil {
 			return store.ID{}, nil, fmt.Errorf("preserve the base of %s's capture: %w", ws, err)
 		}
 	}

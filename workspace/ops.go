@@ -105,7 +105,7 @@ func (m *Manager) Commit(name, dir string) (store.ID, ImportStats, error) {
 	}
 	var pr *store.PreparedResolve
 	if m.derivesFromInPlace(name) {
-		if pr, err = m.preparePreserve(prevRoot, root); err != nil {
+		if pr, err = m.preparePreserve(prevRoot, root, nil, nil); err != nil {
 			return store.ID{}, stats, fmt.Errorf("preserve the base of %s's commit: %w", name, err)
 		}
 	}
