@@ -131,6 +131,13 @@ func (dm *detectMemo) primeOnce(base store.ID, w *dirwatch.Watcher) bool {
 	if dm.primed[base] == w {
 		return false
 	}
+	// A new watcher (a new mount): what was remembered with the last one
+	// is of no use, and would keep it alive.
+	for k, q := range dm.quiet {
+		if k.base == base && q.w != w {
+			delete(dm.quiet, k)
+		}
+	}
 	if dm.primed == nil {
 		dm.primed = map[store.ID]*dirwatch.Watcher{}
 	}

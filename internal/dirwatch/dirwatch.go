@@ -93,7 +93,7 @@ func (w *Watcher) Close() error {
 	}
 	err := unix.Close(w.fd)
 	w.fd = -1
-	w.byWD, w.byPath = map[int32]*watch{}, map[string]*watch{}
+	w.byWD, w.byPath, w.buf = map[int32]*watch{}, map[string]*watch{}, nil
 	return err
 }
 
