@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 
 	"github.com/acyclicfs/acyclicfs/internal/dirfd"
@@ -220,4 +221,42 @@ func umask() int {
 	m := unix.Umask(0)
 	unix.Umask(m)
 	return m
+}
+
+// TestReadDirWithAndWithDir: ReadDirWith hands its callback the listed
+// directory's own descriptor before listing, and a callback's error is
+// the listing's; WithDir reaches a directory like every path here (a
+// symlink is never followed) and hands an O_PATH descriptor of it.
+func TestReadDirWithAndWithDir(t *testing.T) {
+	root, d := tree(t)
+	want, err := os.Lstat(filepath.Join(root, "a"))
+	mustOK(t, err)
+	sameDir := func(fd int) error {
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return err
+		}
+		if st.Ino != want.Sys().(*syscall.Stat_t).Ino {
+			return errors.New("not the directory a")
+		}
+		return nil
+	}
+	ents, err := d.ReadDirWith("a", sameDir)
+	mustOK(t, err)
+	if len(ents) != 2 || ents[0].Name != "b" || ents[1].Name != "x" {
+		t.Fatalf("ReadDirWith(a) = %v", ents)
+	}
+	stop := errors.New("stop")
+	if _, err := d.ReadDirWith("a", func(int) error { return stop }); !errors.Is(err, stop) {
+		t.Fatalf("a callback's error: %v", err)
+	}
+	mustOK(t, d.WithDir("a", sameDir))
+	called := false
+	err = d.WithDir("link", func(int) error { called = true; return nil })
+	if err == nil || called {
+		t.Fatalf("WithDir through a symlink: %v (called %v)", err, called)
+	}
+	if err := d.WithDir("../a", func(int) error { return nil }); !errors.Is(err, dirfd.ErrBadPath) {
+		t.Fatalf("WithDir(../a): %v", err)
+	}
 }
