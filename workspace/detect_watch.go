@@ -60,8 +60,13 @@ type detectQuiet struct {
 	uses       []shadowUse
 }
 
-// watchListing watches p (open as fd) before it is listed.
+// watchListing watches p (open as fd) before it is listed. A directory on
+// another file system mounted inside DIR is watched only if that one's
+// changes are all reported too.
 func (d detector) watchListing(p string, fd int) listWatch {
+	if !dirwatch.Supported(fd) {
+		return listWatch{}
+	}
 	if _, err := d.w.Add(p, fd); err != nil {
 		return listWatch{}
 	}
@@ -106,6 +111,9 @@ func (d detector) watchLeaves(seq uint64, leafDirs []leafDir) bool {
 			continue
 		}
 		err := d.dir.WithDir(l.path, func(fd int) error {
+			if !dirwatch.Supported(fd) {
+				return errLeafMoved
+			}
 			if _, err := d.w.Add(l.path, fd); err != nil {
 				return err
 			}
@@ -125,7 +133,9 @@ func (d detector) watchLeaves(seq uint64, leafDirs []leafDir) bool {
 	return true
 }
 
-var errLeafMoved = errors.New("changed since listed")
+// errLeafMoved: a leaf directory cannot be vouched for by events (changed
+// since listed, or on a file system whose changes inotify misses).
+var errLeafMoved = errors.New("changed since listed, or not watchable")
 
 // sameStat compares the fields a directory reference's fingerprint uses.
 func sameStat(a, b *unix.Stat_t) bool {

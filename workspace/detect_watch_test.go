@@ -8,9 +8,11 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
 	"pgregory.net/rapid"
 
 	"github.com/acyclicfs/acyclicfs/internal/dirfd"
+	"github.com/acyclicfs/acyclicfs/internal/dirwatch"
 	"github.com/acyclicfs/acyclicfs/store"
 )
 
@@ -246,4 +248,35 @@ func TestInPlaceEventBlindWriteNotOverwritten(t *testing.T) {
 func files(snap map[string]string) map[string]string {
 	maps.DeleteFunc(snap, func(p, _ string) bool { return strings.HasSuffix(p, "/") })
 	return snap
+}
+
+// TestWatchListingRefusesUnreportedFileSystems: a directory of DIR on a
+// file system whose changes inotify does not fully report (a mount inside
+// DIR; /proc here) is not watched, so its listing is never remembered.
+func TestWatchListingRefusesUnreportedFileSystems(t *testing.T) {
+	w, err := dirwatch.New(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	d := detector{w: w}
+	fd, err := unix.Open("/proc", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if lw := d.watchListing("mnt", fd); lw.ok {
+		t.Fatal("a directory on /proc was watched")
+	}
+	local, err := unix.Open(t.TempDir(), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(local)
+	if !dirwatch.Supported(local) {
+		t.Skip("the test directory's file system is not one dirwatch trusts")
+	}
+	if lw := d.watchListing("local", local); !lw.ok {
+		t.Fatal("a local directory was not watched")
+	}
 }
