@@ -240,14 +240,9 @@ func (d detector) quietDir(p string, e, cur *store.Entry, t *store.Tree) (_ *sto
 			changed, leafChanged = true, true
 		}
 	}
-	ne := e
-	if changed {
-		out.Sort()
-		id, err := d.m.st.PutTree(out)
-		if err != nil {
-			return nil, false, false, err
-		}
-		ne = &store.Entry{Name: e.Name, Kind: store.KindDir, Mtime: cur.Mtime, ID: id}
+	ne, err := d.result(e, cur, out, changed)
+	if err != nil {
+		return nil, false, false, err
 	}
 	if leafChanged || stale {
 		d.m.detect.forgetQuiet(key)

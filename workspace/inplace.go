@@ -591,14 +591,9 @@ func (d detector) listDir(p string, e, cur *store.Entry, t *store.Tree) (*store.
 	} else {
 		uses = d.m.detect.usesOf(key)
 	}
-	ne := e
-	if changed {
-		out.Sort()
-		id, err := d.m.st.PutTree(out)
-		if err != nil {
-			return nil, false, err
-		}
-		ne = &store.Entry{Name: e.Name, Kind: store.KindDir, Mtime: cur.Mtime, ID: id}
+	ne, err := d.result(e, cur, out, changed)
+	if err != nil {
+		return nil, false, err
 	}
 	if lw.ok {
 		// DIR's listing matched what ne names, file by file and for every
@@ -606,6 +601,20 @@ func (d detector) listDir(p string, e, cur *store.Entry, t *store.Tree) (*store.
 		d.rememberListing(p, lw, ne.ID, leafDirs, uses, !filesChanged && !leafDirsChanged)
 	}
 	return ne, changed, nil
+}
+
+// result is what a directory's check returns: e itself when nothing in it
+// changed, else an entry naming out (stored) with DIR's mtime from cur.
+func (d detector) result(e, cur *store.Entry, out *store.Tree, changed bool) (*store.Entry, error) {
+	if !changed {
+		return e, nil
+	}
+	out.Sort()
+	id, err := d.m.st.PutTree(out)
+	if err != nil {
+		return nil, err
+	}
+	return &store.Entry{Name: e.Name, Kind: store.KindDir, Mtime: cur.Mtime, ID: id}, nil
 }
 
 // sameContent compares a file acyclicfs holds as a blob with DIR's file

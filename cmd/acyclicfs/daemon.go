@@ -96,14 +96,6 @@ func daemonGC(envGOGC, envLimit string, totalRAM uint64) (percent int, limit int
 	return percent, limit
 }
 
-// gcPercent returns the current GC percent (SetGCPercent sets and returns
-// the previous one, so it is set back at once).
-func gcPercent() int {
-	p := debug.SetGCPercent(100)
-	debug.SetGCPercent(p)
-	return p
-}
-
 // totalRAM is the machine's memory in bytes (0 if unknown).
 func totalRAM() uint64 {
 	var si unix.Sysinfo_t
@@ -121,8 +113,10 @@ func runDaemon(storeDir string, ready io.WriteCloser, exitWhenIdle bool) error {
 		runtime.GOMAXPROCS(n)
 	}
 	percent, limit := daemonGC(os.Getenv("GOGC"), os.Getenv("GOMEMLIMIT"), totalRAM())
+	gcLog := "GOGC=" + os.Getenv("GOGC") // the user's, as set
 	if percent > 0 {
 		debug.SetGCPercent(percent)
+		gcLog = "GC percent " + strconv.Itoa(percent)
 	}
 	if limit > 0 {
 		debug.SetMemoryLimit(limit)
@@ -188,8 +182,8 @@ func runDaemon(storeDir string, ready io.WriteCloser, exitWhenIdle bool) error {
 	}()
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	logger.Printf("serving %s (pid %d, GOMAXPROCS %d, GC percent %d, memory limit %d MiB)", d.dir, os.Getpid(), runtime.GOMAXPROCS(0),
-		gcPercent(), debug.SetMemoryLimit(-1)>>20)
+	logger.Printf("serving %s (pid %d, GOMAXPROCS %d, %s, memory limit %d MiB)", d.dir, os.Getpid(), runtime.GOMAXPROCS(0),
+		gcLog, debug.SetMemoryLimit(-1)>>20)
 	if ready != nil {
 		io.WriteString(ready, "ready\n")
 		ready.Close()
