@@ -3,6 +3,7 @@ package test
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -220,6 +221,105 @@ func TestInPlaceWriteUnderneathWhileMounted(t *testing.T) {
 		if b, err := os.ReadFile(filepath.Join(dir, name)); err != nil || string(b) != want {
 			t.Fatalf("%s after unmount: %q %v, want %q", name, b, err, want)
 		}
+	}
+	e.fsck()
+}
+
+// TestInPlaceLostContentDoesNotWedge: the view renames a file and a
+// directory it never changed (their content is still DIR's, by reference),
+// then a program holding a descriptor from before the mount rewrites the
+// file and adds a name to the directory underneath, before the lease ends.
+// The bytes the view showed are gone; the lease end must not fail for ever
+// (it did: every reconcile, and so every unmount, failed planning the write
+// of the renamed file). The renamed paths take what the program left at
+// the old ones, as a merge of a rename with an edit would, and are
+// reported as conflicts; nothing DIR holds is lost; the workspace unmounts.
+func TestInPlaceLostContentDoesNotWedge(t *testing.T) {
+	t.Parallel()
+	e := newMountEnv(t)
+	dir := filepath.Join(e.dir, "work")
+	writeTree(t, dir, inPlaceFiles(10))
+	e.ok("create", "ws", "--in-place", dir)
+	under, err := os.Open(dir) // a descriptor to DIR from before the mount
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer under.Close()
+	// No warm-up: nothing lists b before the program changes it, so the
+	// view's z names a listing DIR no longer has.
+	e.ok("mount", "ws", "--warm-entries", "0")
+	gate := e.fifo("gate")
+	run := e.startExec(dir, `mv a/f1 a/g1 && mv a/f2 a/h2 && mv b z && read x < "$G"`, "G="+gate.path)
+	w := gate.opened(30 * time.Second)
+	for name, content := range map[string]string{"a/f1": "rewritten underneath\n", "b/new": "new underneath\n"} {
+		fd, err := unix.Openat(int(under.Fd()), name, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := unix.Write(fd, []byte(content)); err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(fd)
+	}
+	// As git's lock files did under a mount: the program renames the file
+	// to the name the view gave it.
+	if err := unix.Renameat(int(under.Fd()), "a/f2", int(under.Fd()), "a/h2"); err != nil {
+		t.Fatal(err)
+	}
+	release(t, w)
+	r := run.wait(t)
+	o, paths := parseOutcome(r.stderr)
+	if r.code != 0 || o != "conflicted" || !slices.Contains(paths, "a/g1") || !slices.Contains(paths, "a/h2") || !slices.Contains(paths, "z") {
+		t.Fatalf("exec: outcome %q paths %q, want conflicted listing a/g1, a/h2 and z: %s", o, paths, r)
+	}
+	lost := map[string]bool{}
+	for _, c := range e.statusOf("ws").Conflicts {
+		if c.Kind == "lost-underneath" {
+			lost[c.Path] = true
+		}
+	}
+	if !lost["a/g1"] || !lost["a/h2"] || !lost["z"] || len(lost) != 3 {
+		t.Fatalf("status conflicts: lost-underneath at %v, want a/g1, a/h2 and z", lost)
+	}
+	// What was taken in is what DIR holds: a lease end that changes
+	// nothing finds nothing to take in (z was kept as a listing, not as a
+	// reference to b's path), and the conflicts stand.
+	head := e.head("ws")
+	e.execOK(dir, "true")
+	if h := e.head("ws"); h != head || len(e.statusOf("ws").Conflicts) < 3 {
+		t.Fatalf("a no-op lease end moved the head %s -> %s (%s) or dropped the conflicts", head, h, kinds(e.log("ws")))
+	}
+	want := map[string]string{
+		"a/g1":   "rewritten underneath\n",
+		"a/f1":   "rewritten underneath\n", // modify/delete: the edit is kept
+		"z/c/f3": "three\n",
+		"z/new":  "new underneath\n",
+		// b's listing was never read, so the merge cannot tell b/c from a
+		// name the program added: b keeps everything DIR holds.
+		"b/c/f3":         "three\n",
+		"b/new":          "new underneath\n",
+		"a/h2":           "two\n",
+		"top":            "top\n",
+		"bulk/d03/f0003": "bulk 3\n",
+	}
+	names := slices.Sorted(maps.Keys(want))
+	var all string
+	for _, n := range names {
+		all += want[n]
+	}
+	if _, r := e.execOK(dir, "cat "+strings.Join(names, " ")); r.stdout != all {
+		t.Fatalf("the mount shows %q for %v, want %q", r.stdout, names, all)
+	}
+	if o, _ := e.unmount(dir); o != "current" {
+		t.Fatalf("unmount: outcome %s, want current", o)
+	}
+	for _, n := range names {
+		if got := readFile(t, filepath.Join(dir, n)); got != want[n] {
+			t.Fatalf("DIR's %s after unmount: %q, want %q", n, got, want[n])
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "a/f2")); err == nil {
+		t.Fatal("DIR holds a/f2 after unmount: both sides renamed it")
 	}
 	e.fsck()
 }

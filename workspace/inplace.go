@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -212,6 +213,22 @@ func (m *Manager) SyncInPlace(name string) (Result, error) {
 	if err := m.finishMaterialization(name); err != nil {
 		return Result{Workspace: name}, err
 	}
+	res, err := m.syncInPlace(name, nil)
+	if !errors.Is(err, store.ErrBaseChanged) {
+		return res, err
+	}
+	// The head names content DIR no longer holds (lostContent): take DIR's
+	// side there and sync again, once.
+	lost, lerr := m.dropLostContent(name)
+	if lerr != nil || len(lost) == 0 {
+		return res, errors.Join(err, lerr)
+	}
+	return m.syncInPlace(name, lost)
+}
+
+// syncInPlace is SyncInPlace after recovery; lost are the paths
+// dropLostContent gave DIR's side, reported as conflicts with the merge's.
+func (m *Manager) syncInPlace(name string, lost []ConflictInfo) (Result, error) {
 	w, st, rev, err := m.inPlace(name)
 	if err != nil {
 		return Result{Workspace: name}, err
@@ -240,22 +257,31 @@ func (m *Manager) SyncInPlace(name string) (Result, error) {
 	if err != nil {
 		return res, fmt.Errorf("detect changes in %s: %w", st.Dir, err)
 	}
+	var markers []ConflictInfo
+	var op string
 	if changed {
-		op := "external " + newOperationID()
+		op = "external " + newOperationID()
 		egen, err := m.st.PutGeneration(&store.Generation{Root: ext, Parents: []store.ID{st.Materialized}, Workspace: name, Kind: store.GenExternal, Operation: op, Time: m.now()})
 		if err != nil {
 			return res, fmt.Errorf("store generation: %w", err)
 		}
 		newHead := egen
 		kind := store.GenExternal
-		var markers []ConflictInfo
 		if w.Head != st.Materialized {
 			hroot, err := m.rootOf(w.Head)
 			if err != nil {
 				return res, err
 			}
-			mr, err := rebase.Merge3(merger{m.st}, merger{m.st}, mroot, hroot, ext,
-				rebase.Options{Markers: true, Limits: m.limit})
+			opt := rebase.Options{Markers: true, Limits: m.limit}
+			mr, err := rebase.Merge3(merger{m.st}, merger{m.st}, mroot, hroot, ext, opt)
+			if errors.Is(err, store.ErrBaseChanged) {
+				// A listing of what DIR held is lost: merge as if that
+				// directory had been empty, so both sides' entries are kept.
+				var base store.ID
+				if base, _, err = m.emptyLostListings(mroot, hroot, ext); err == nil {
+					mr, err = rebase.Merge3(merger{m.st}, merger{m.st}, base, hroot, ext, opt)
+				}
+			}
 			if err != nil {
 				return res, fmt.Errorf("merge changes made in %s into %s: %w", st.Dir, name, err)
 			}
@@ -282,21 +308,24 @@ func (m *Manager) SyncInPlace(name string) (Result, error) {
 		}
 		res.Outcome, res.Head = OutcomeRebased, nw.Head
 		if len(markers) > 0 {
-			res.Outcome, res.Conflicts, res.Markers = OutcomeConflicted, markers, markers
-			if err := m.recordConflicts(name, conflictRecord{Head: nw.Head, Key: op, Time: m.now(), Conflicts: markers}); err != nil {
-				return res, err
-			}
-		} else {
+			res.Markers = markers
+		} else if len(lost) == 0 {
 			m.clearConflicts(name)
 		}
 		w = nw
+	}
+	if conflicts := append(slices.Clone(lost), markers...); len(conflicts) > 0 {
+		res.Outcome, res.Head, res.Conflicts = OutcomeConflicted, w.Head, conflicts
+		if err := m.recordConflicts(name, conflictRecord{Head: w.Head, Key: op, Time: m.now(), Conflicts: conflicts}); err != nil {
+			return res, err
+		}
 	}
 	if w.Head != st.Materialized {
 		if err := m.materializeInPlace(name, st, rev, w.Head); err != nil {
 			return res, err
 		}
 	}
-	if changed {
+	if changed || len(lost) > 0 {
 		m.headChanged(name)
 	}
 	return res, nil
@@ -749,12 +778,9 @@ func (p *preserver) replaced(oldRoot, newRoot store.ID) error {
 	if oldRoot == newRoot {
 		return nil
 	}
-	if err := p.dir(oldRoot); err != nil {
-		return err
-	}
-	ot, err := p.m.st.GetTree(oldRoot)
+	ot, err := p.dir(oldRoot)
 	if err != nil {
-		return err
+		return lostIsNothing(err)
 	}
 	nt, err := p.newTree(newRoot)
 	if err != nil {
@@ -778,32 +804,43 @@ func (p *preserver) replaced(oldRoot, newRoot store.ID) error {
 			}
 			continue
 		}
-		if err := p.file(o); err != nil && !errors.Is(err, store.ErrBaseChanged) {
-			// A reference already stale was lost to a program editing DIR;
-			// the capture itself is still good.
+		if err := lostIsNothing(p.file(o)); err != nil {
 			return fmt.Errorf("preserve %s: %w", o.Name, err)
 		}
 	}
 	return nil
 }
 
-// dir gathers the listing of an unresolved directory reference (as this
-// process has seen it) as a tree to resolve it to.
-func (p *preserver) dir(ref store.ID) error {
-	if need, err := p.unresolved(ref); err != nil || !need {
-		return err
+// lostIsNothing is err, except that a reference already stale is nil: its
+// content was lost to a program editing DIR before anyone kept it, there
+// is nothing left to preserve, and the capture itself is still good (a
+// head that still names it is mended by dropLostContent).
+func lostIsNothing(err error) error {
+	if errors.Is(err, store.ErrBaseChanged) {
+		return nil
 	}
-	t, err := p.m.st.GetTree(ref)
+	return err
+}
+
+// dir returns the tree id names, and gathers the listing of an unresolved
+// directory reference (as this process has seen it) as a tree to resolve
+// it to.
+func (p *preserver) dir(id store.ID) (*store.Tree, error) {
+	need, err := p.unresolved(id)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	t, err := p.m.st.GetTree(id)
+	if err != nil || !need {
+		return t, err
 	}
 	enc, err := t.Encode()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	p.trees = append(p.trees, t)
-	p.res = append(p.res, store.Resolution{Ref: ref, Target: store.TreeID(enc)})
-	return nil
+	p.res = append(p.res, store.Resolution{Ref: id, Target: store.TreeID(enc)})
+	return t, nil
 }
 
 // file gathers the content of an unresolved file or symlink reference.
@@ -826,12 +863,9 @@ func (p *preserver) file(e *store.Entry) error {
 
 // tree gathers a whole subtree that was deleted or replaced.
 func (p *preserver) tree(id store.ID) error {
-	if err := p.dir(id); err != nil {
-		return err
-	}
-	t, err := p.m.st.GetTree(id)
+	t, err := p.dir(id)
 	if err != nil {
-		return err
+		return lostIsNothing(err)
 	}
 	for i := range t.Entries {
 		e := &t.Entries[i]
@@ -841,7 +875,7 @@ func (p *preserver) tree(id store.ID) error {
 			}
 			continue
 		}
-		if err := p.file(e); err != nil {
+		if err := lostIsNothing(p.file(e)); err != nil {
 			return err
 		}
 	}
