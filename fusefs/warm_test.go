@@ -138,7 +138,7 @@ func TestWarmSwitchOverlap(t *testing.T) {
 	m, mnt := mountT(t, objs, objs.build(t, spec{"d/a": "old", "d/b": "b"}), nil)
 	newRoot := objs.build(t, spec{"d/a": "new, longer", "d/c": "c"})
 	switched := false
-	m.warm.afterList = func() {
+	m.warm.afterList = func([]string) {
 		if !switched {
 			switched = true
 			if err := m.SwitchView(newRoot); err != nil {
@@ -315,7 +315,7 @@ func TestWarmStopWhileHeld(t *testing.T) {
 	m, _ := mountT(t, objs, objs.build(t, gridSpec(300, 2, 0, "d%03d", "f%d")), nil)
 	held := make(chan func(), 1)
 	var once sync.Once
-	m.warm.afterList = func() { once.Do(func() { held <- m.HoldWarm() }) } // after the root
+	m.warm.afterList = func([]string) { once.Do(func() { held <- m.HoldWarm() }) } // after the root
 	m.startWarm(1 << 20)
 	release := <-held
 	defer release()
@@ -395,5 +395,45 @@ func TestWarmProbeThenSwitchAddsName(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(mnt, "c/d/.gitignore"))
 	if err != nil || string(b) != "new\n" {
 		t.Fatalf("c/d/.gitignore after the switch: %q, %v", b, err)
+	}
+}
+
+// TestWarmSkipsLooseObjects: in a git work tree the warm-up does not list
+// the 256 fan-out directories of loose objects (objects/pack and a name
+// that only looks like one are listed), and probes no .gitignore inside
+// .git (git does not scan it).
+func TestWarmSkipsLooseObjects(t *testing.T) {
+	s := gridSpec(12, 2, 0, "w%02d/sub/deeper", "f%d")
+	s[".git/HEAD"] = "ref: refs/heads/main\n"
+	s[".git/objects/pack/p.pack"] = "p"
+	for _, o := range []string{"00", "3f", "ab", "ff"} {
+		s[".git/objects/"+o+"/0123456789"] = "o"
+	}
+	s[".git/objects/abc/not-fan-out"] = "x"
+	s["w00/objects/ab/not-in-git"] = "x"
+	objs := newFakeObjects(t)
+	m, mnt := mountT(t, objs, objs.build(t, s), nil)
+	var mu sync.Mutex
+	listed := map[string]bool{}
+	m.warm.afterList = func(dir []string) {
+		mu.Lock()
+		listed[filepath.Join(dir...)] = true
+		mu.Unlock()
+	}
+	m.startWarm(10000)
+	waitWarm(t, m)
+	// 1 root + 12*3 work tree + w00/objects/ab + .git, objects, pack, abc.
+	if len(listed) != 43 || !listed[".git/objects/abc"] || !listed[".git/objects/pack"] || !listed["w00/objects/ab"] || listed[".git/objects/ab"] {
+		t.Fatalf("listed %d directories %v, want 43: all but the loose objects' fan-out", len(listed), listed)
+	}
+	before := m.daemonLookups.Load()
+	for _, d := range []string{".git", ".git/objects/ab", "w03/sub"} {
+		if _, err := os.Lstat(filepath.Join(mnt, d, ".gitignore")); err == nil {
+			t.Fatalf("%s/.gitignore exists", d)
+		}
+	}
+	// The work tree's miss is cached; the two inside .git were not probed.
+	if n := m.daemonLookups.Load() - before; n != 2 {
+		t.Fatalf("misses of .gitignore in .git, .git/objects/ab and w03/sub sent %d LOOKUPs, want 2", n)
 	}
 }
