@@ -21,6 +21,9 @@ var (
 	// ErrReadOnly is what a change to a read-only mount fails with (EROFS);
 	// see Mount.SetReadOnly.
 	ErrReadOnly = errors.New("fusefs: mount is read-only")
+	// ErrInUse is what UnmountUnused fails with while other processes use
+	// the mount (a *BusyError names them).
+	ErrInUse = errors.New("mount in use")
 )
 
 // toErrno is the one place that maps Go errors to FUSE errnos. Unlike

@@ -129,8 +129,9 @@ type Mount struct {
 	// count whose kernel invalidations have all been sent (warm.go).
 	switchStarted, switchNotified atomic.Uint64
 
-	unmountOnce sync.Once
-	unmountErr  error
+	unmountMu  sync.Mutex
+	unmounted  bool // Unmount or UnmountUnused succeeded (or gave up lazily)
+	unmountErr error
 }
 
 // MountAt mounts the view described by cfg at mountpoint (a function
@@ -316,24 +317,45 @@ func (m *Mount) Dirty() bool {
 // it falls back to a lazy unmount (MNT_DETACH): the mountpoint disappears
 // at once and the daemon serves open files until they close; Wait returns
 // after that.
-func (m *Mount) Unmount() error {
-	m.unmountOnce.Do(func() {
-		m.stopWarm()
-		// No pool file may appear in the state directory after Unmount
-		// returns (the daemon may reset it); late creates make their own.
-		m.ov.pool.close()
-		serr := m.writeSnapshot()
-		err := m.server.Unmount()
-		if err != nil {
-			if derr := syscall.Unmount(m.mountpoint, syscall.MNT_DETACH); derr != nil {
-				m.unmountErr = fmt.Errorf("unmount %s: %w (lazy: %v)", m.mountpoint, err, derr)
-				return
+func (m *Mount) Unmount() error { return m.unmount(true) }
+
+// UnmountUnused is Unmount for a mount no other process uses: when the
+// kernel refuses the unmount because a process still has its working
+// directory, an open file, a mapping or its root inside, the mount stays
+// and keeps serving, and the error is a *BusyError naming those processes
+// (errors.Is ErrInUse). Detaching it lazily instead would let them go on
+// writing into a view nobody captures any more. Only this process's own
+// descriptors (a warm-up listing in flight) are detached lazily. It may be
+// called again after a BusyError.
+func (m *Mount) UnmountUnused() error { return m.unmount(false) }
+
+func (m *Mount) unmount(lazy bool) error {
+	m.unmountMu.Lock()
+	defer m.unmountMu.Unlock()
+	if m.unmounted {
+		return m.unmountErr
+	}
+	m.stopWarm()
+	// No pool file may appear in the state directory after Unmount
+	// returns (the daemon may reset it); late creates make their own.
+	m.ov.pool.close()
+	serr := m.writeSnapshot()
+	if err := m.server.Unmount(); err != nil {
+		// go-fuse falls back to fusermount, whose refusal is text, not
+		// EBUSY: look for users whatever the error.
+		if !lazy {
+			if users, uerr := m.Users(); uerr == nil && len(users) > 0 {
+				return &BusyError{Mountpoint: m.mountpoint, Users: users}
 			}
 		}
-		if serr != nil {
-			m.unmountErr = fmt.Errorf("unmount %s: %w", m.mountpoint, serr)
+		if derr := syscall.Unmount(m.mountpoint, syscall.MNT_DETACH); derr != nil {
+			return fmt.Errorf("unmount %s: %w (lazy: %v)", m.mountpoint, err, derr)
 		}
-	})
+	}
+	m.unmounted = true
+	if serr != nil {
+		m.unmountErr = fmt.Errorf("unmount %s: %w", m.mountpoint, serr)
+	}
 	return m.unmountErr
 }
 

@@ -94,7 +94,7 @@ func (d *daemon) unmountDiscarded(s *served) {
 	if busy {
 		return
 	}
-	res, err := s.unmount()
+	res, err := s.unmount(true)
 	if err != nil {
 		d.logger.Printf("%s: unmount after its context was discarded: %v", s.ws, err)
 		return
@@ -160,7 +160,7 @@ func (a *app) discardMounts(cs []workspace.Context) error {
 				a.notice("%s: read-only; unmounts from %s once its %d open lease(s) close", r.Workspace, s.mp, n)
 				continue
 			}
-			res, err := s.unmount()
+			res, err := s.unmount(true)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("unmount %s from %s: %w", r.Workspace, s.mp, err))
 				continue
@@ -308,7 +308,7 @@ func (a *app) mountContextRoots(ctx workspace.Context, opt mountOptions) ([]cont
 			err = fmt.Errorf("mount %s at %s: %w", r.Workspace, r.Mountpoint, err)
 			var undone []string
 			for i := len(mounted) - 1; i >= 0; i-- {
-				if _, uerr := mounted[i].unmount(); uerr != nil {
+				if _, uerr := mounted[i].unmount(true); uerr != nil {
 					err = errors.Join(err, fmt.Errorf("unmount %s again: %w", mounted[i].ws, uerr))
 					continue
 				}
@@ -379,7 +379,7 @@ func (a *app) unmountContextRoots(m *workspace.Manager, ctx workspace.Context) (
 			s = a.d.get(r.Workspace)
 		}
 		if s != nil {
-			res, err := s.unmount()
+			res, err := s.unmount(false)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("unmount %s from %s: %w", r.Workspace, s.mp, err))
 				continue

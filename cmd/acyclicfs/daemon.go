@@ -468,7 +468,7 @@ func (d *daemon) unmountAll() ([]string, int) {
 	var outs []string
 	failed := 0
 	for _, s := range d.all() {
-		res, err := s.unmount()
+		res, err := s.unmount(true) // the daemon stops: a busy mount is detached
 		if err != nil {
 			failed++
 			outs = append(outs, fmt.Sprintf("%s: %v", s.mp, err))

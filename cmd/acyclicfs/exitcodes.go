@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/acyclicfs/acyclicfs/corestate"
+	"github.com/acyclicfs/acyclicfs/fusefs"
 	"github.com/acyclicfs/acyclicfs/store"
 	"github.com/acyclicfs/acyclicfs/workspace"
 )
@@ -77,6 +78,8 @@ func hint(err error) string {
 		return "remove the children first, or pass --recursive"
 	case errors.Is(err, store.ErrAmbiguous):
 		return "give more characters of the generation id"
+	case errors.Is(err, fusefs.ErrInUse):
+		return "leave the directory (cd out) and end those processes, then unmount again; or pass --lazy to detach it now (their later writes are not captured)"
 	case errors.Is(err, store.ErrLocked):
 		return "another acyclicfs command holds the store; retry, or check 'acyclicfs status'"
 	case errors.Is(err, store.ErrCorrupt):

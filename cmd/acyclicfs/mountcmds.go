@@ -177,32 +177,46 @@ func (e exitCodeError) Error() string { return "exit " + strconv.Itoa(int(e)) }
 func exitWith(code int) error { return exitCodeError(code) }
 
 func (a *app) cmdUnmount() *cobra.Command {
-	return &cobra.Command{
+	var lazy bool
+	c := &cobra.Command{
 		Use:   "unmount MOUNTPOINT",
 		Short: "Finish every lease, capture, reconcile, unmount",
-		Args:  exactArgs(1, "MOUNTPOINT"),
+		Long: `Finish every lease, capture, reconcile, unmount.
+
+MOUNTPOINT may also be the name of a mounted workspace. While another
+process still uses the mount (its working directory, an open file), the
+workspace is reconciled but stays mounted, and unmount exits 4 naming the
+processes; --lazy detaches it anyway (what they write afterwards is not
+captured).`,
+		Args: exactArgs(1, "MOUNTPOINT"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			mp := a.mountpath(args[0])
 			var s *served
 			if a.d != nil {
 				s = a.d.byMountpoint(mp)
+				if s == nil && !strings.Contains(args[0], "/") {
+					s = a.d.get(args[0]) // a workspace name
+				}
 			}
 			if s == nil {
 				// Not served (any more): a mount whose daemon died.
-				return a.unmountOffline(mp)
+				return a.unmountOffline(mp, args[0])
 			}
-			res, err := s.unmount()
+			res, err := s.unmount(lazy)
 			if err != nil {
-				return fmt.Errorf("unmount %s: %w", mp, err)
+				return fmt.Errorf("unmount %s: %w", s.mp, err)
 			}
 			return a.printOutcome(a.stdout, res)
 		},
 	}
+	c.Flags().BoolVar(&lazy, "lazy", false, "detach the mount even while processes still use it")
+	return c
 }
 
-// unmountOffline handles a mountpoint whose daemon died: detach it and
-// recover its overlay into the store.
-func (a *app) unmountOffline(mp string) error {
+// unmountOffline handles a mountpoint whose daemon died (arg as given:
+// the mountpoint, or the workspace's name): detach it and recover its
+// overlay into the store.
+func (a *app) unmountOffline(mp, arg string) error {
 	m, err := a.manager()
 	if err != nil {
 		return err
@@ -212,16 +226,16 @@ func (a *app) unmountOffline(mp string) error {
 		return err
 	}
 	for _, rec := range recs {
-		if rec.Mountpoint != mp {
+		if rec.Mountpoint != mp && (strings.Contains(arg, "/") || rec.Workspace != arg) {
 			continue
 		}
 		res, err := a.recoverOffline(m, rec)
 		if err != nil {
-			return fmt.Errorf("unmount %s: %w", mp, err)
+			return fmt.Errorf("unmount %s: %w", rec.Mountpoint, err)
 		}
 		return a.printOutcome(a.stdout, res)
 	}
-	return usageError{fmt.Errorf("unmount %s: not an acyclicfs mount of this store", mp)}
+	return usageError{fmt.Errorf("unmount %s: not an acyclicfs mount of this store, nor a mounted workspace", mp)}
 }
 
 // recoverOffline unmounts the mount of rec whose daemon died: detach its

@@ -710,8 +710,11 @@ func (s *served) refresh() {
 }
 
 // unmount ends every lease (the last close reconciles), publishes anything
-// left, unmounts and forgets the mount.
-func (s *served) unmount() (res workspace.Result, err error) {
+// left, unmounts and forgets the mount. While another process still uses
+// the mount (its working directory, an open file) it stays mounted and the
+// error wraps workspace.ErrBusy, unless lazy: then it is detached, and
+// that process goes on with a view nothing captures.
+func (s *served) unmount(lazy bool) (res workspace.Result, err error) {
 	s.acquire(0)
 	s.last = workspace.Result{}
 	s.closing = true // new sessions are refused from here on
@@ -766,7 +769,16 @@ func (s *served) unmount() (res workspace.Result, err error) {
 			}
 		}
 	}
-	if err := s.mnt.Unmount(); err != nil {
+	unmount := s.mnt.UnmountUnused
+	if lazy {
+		unmount = s.mnt.Unmount
+	}
+	if err := unmount(); err != nil {
+		if errors.Is(err, fusefs.ErrInUse) {
+			// Reconciled, still mounted and serving: what they write next
+			// is captured at their final close.
+			return res, fmt.Errorf("%w: %w (the workspace was reconciled: %s)", workspace.ErrBusy, err, res.Outcome)
+		}
 		return res, fmt.Errorf("unmount %s: %w", s.mp, err)
 	}
 	unmounted = true

@@ -1,0 +1,103 @@
+package test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// startInside starts sh -c script in its own session with working
+// directory dir and returns it running; the test's cleanup kills it.
+func startInside(t *testing.T, dir, script string, env ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", script)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		cmd.Wait()
+	})
+	return cmd
+}
+
+// TestUnmountRefusesWhileInUse: unmount reconciles, but while a process
+// still works inside the mount it does not detach it (that process would
+// go on writing into a view nothing captures): it exits 4 naming the
+// process, the mount keeps serving, and what the process writes later is
+// captured by the next unmount — which also takes the workspace's name.
+// --lazy detaches a mount in use.
+func TestUnmountRefusesWhileInUse(t *testing.T) {
+	t.Parallel()
+	e, mp := forkMounted(t, map[string]string{"base.txt": "base\n"})
+	gate := e.fifo("gate")
+	done := filepath.Join(e.dir, "done")
+	p := startInside(t, mp, `echo early > early.txt && read x < "$G" && echo late > late.txt && touch "$D"`, "G="+gate.path, "D="+done)
+	w := gate.opened(30 * time.Second)
+	r := e.fails(4, "unmount", mp)
+	want := fmt.Sprintf("in use by pid %d (sh)", p.Process.Pid)
+	if !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "hint: ") || !strings.Contains(r.stderr, "reconciled") {
+		t.Fatalf("unmount of a mount in use: %s, want %q and a hint", r, want)
+	}
+	if !isMountpoint(mp) {
+		t.Fatal("the refused unmount detached the mount")
+	}
+	// The reconcile happened: the early write is in the workspace.
+	if got := e.exportTo("child", "after-refusal"); readFile(t, filepath.Join(got, "early.txt")) != "early\n" {
+		t.Fatal("early.txt was not captured by the refused unmount's reconcile")
+	}
+	release(t, w)
+	if err := p.Wait(); err != nil {
+		t.Fatalf("the process inside the mount failed after the refused unmount: %v", err)
+	}
+	if _, err := os.Stat(done); err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := e.unmount("child"); o == "" {
+		t.Fatal("no outcome")
+	}
+	if isMountpoint(mp) {
+		t.Fatal("unmount by the workspace's name left it mounted")
+	}
+	if got := e.exportTo("child", "after-unmount"); readFile(t, filepath.Join(got, "late.txt")) != "late\n" {
+		t.Fatal("what the process wrote after the refusal was not captured")
+	}
+
+	// --lazy detaches at once.
+	e.mountAt("child")
+	q := startInside(t, mp, `exec sleep 600`)
+	_ = q
+	r = e.run("unmount", "--lazy", mp)
+	if r.code != 0 || isMountpoint(mp) {
+		t.Fatalf("unmount --lazy of a mount in use: %s (still mounted: %v)", r, isMountpoint(mp))
+	}
+	e.fsck()
+}
+
+// TestInPlaceUnmountIgnoresProcessesUnderneath: a process whose working
+// directory is DIR from before the in-place mount uses the directory
+// underneath, under the same path: it does not make the unmount busy.
+func TestInPlaceUnmountIgnoresProcessesUnderneath(t *testing.T) {
+	t.Parallel()
+	e := newMountEnv(t)
+	dir := filepath.Join(e.dir, "work")
+	writeTree(t, dir, map[string]string{"a": "a\n"})
+	e.ok("create", "ws", "--in-place", dir)
+	startInside(t, dir, `exec sleep 600`) // before the mount: underneath
+	e.ok("mount", "ws")
+	e.execOK(dir, "echo b > b")
+	if o, _ := e.unmount(dir); o != "current" {
+		t.Fatalf("unmount: %s", o)
+	}
+	if got := readFile(t, filepath.Join(dir, "b")); got != "b\n" {
+		t.Fatalf("DIR's b: %q", got)
+	}
+}
