@@ -906,6 +906,28 @@ func (s *Store) expandRef(id ID, r BaseRef) (*Tree, error) {
 	return cloneTree(t), nil
 }
 
+// Expanded returns the listing this process handed out for the
+// unresolved directory reference id (GetTree lists DIR once per reference
+// and keeps the answer), if it did. Views loaded from it name its
+// children's fingerprints: detection compares them with DIR. The tree is
+// the store's own: callers must not modify it.
+func (s *Store) Expanded(id ID) (*Tree, bool) {
+	m := &s.bases
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.trees[id]
+	return t, ok
+}
+
+// IsExpanded reports whether Expanded has a listing for id.
+func (s *Store) IsExpanded(id ID) bool {
+	m := &s.bases
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.trees[id]
+	return ok
+}
+
 func cloneTree(t *Tree) *Tree {
 	return &Tree{Entries: append([]Entry(nil), t.Entries...)}
 }

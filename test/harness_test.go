@@ -2,6 +2,7 @@ package test
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -19,6 +20,14 @@ import (
 var bin string
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	// Every rapid check here drives the binary through real mounts: run
+	// fewer than rapid's default unless the caller asked for a number.
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "rapid.checks" })
+	if !explicit && os.Getenv("RAPID_CHECKS") == "" {
+		_ = flag.Set("rapid.checks", "20")
+	}
 	dir, err := os.MkdirTemp("", "acyclicfs-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

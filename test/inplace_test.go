@@ -183,14 +183,15 @@ func TestInPlaceWriteUnderneathWhileMounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer under.Close()
-	e.ok("mount", "ws")
+	// Without the warm-up the view lists only what the tool looks at.
+	e.ok("mount", "ws", "--warm-entries", "0")
 	e.execOK(dir, "printf 'more\\n' >> a/f1")
 	for range 2 { // the materialized directory is listed again, then quiet
 		e.execOK(dir, "true")
 	}
 	// The daemon watches DIR underneath: the root and a (the directories
-	// the materialized tree lists), b and bulk (the root's unresolved
-	// subdirectories, for their own lstat).
+	// the materialized tree or the view lists), b and bulk (the root's
+	// unresolved subdirectories nothing listed, for their own lstat).
 	if st := e.statusOf("ws"); st.WatchedDirs != 4 {
 		t.Fatalf("status: %d directories of DIR watched, want 4 (the root, a, b, bulk)", st.WatchedDirs)
 	}
@@ -223,6 +224,50 @@ func TestInPlaceWriteUnderneathWhileMounted(t *testing.T) {
 		}
 	}
 	e.fsck()
+}
+
+// TestInPlaceRewriteUnderneathListedDirectory: a directory the view listed
+// (here by the warm-up) but nothing resolved is still a reference in the
+// head, and a program rewriting one of its files underneath the mount
+// leaves the directory's own fingerprint as it was. The view named the
+// file's old fingerprint all the same: the next lease end takes the new
+// content in (it read EIO in the mount, and export failed, before).
+func TestInPlaceRewriteUnderneathListedDirectory(t *testing.T) {
+	t.Parallel()
+	e := newMountEnv(t)
+	dir := filepath.Join(e.dir, "work")
+	writeTree(t, dir, inPlaceFiles(10))
+	e.ok("create", "ws", "--in-place", dir)
+	under, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer under.Close()
+	e.ok("mount", "ws")
+	waitFor(t, 30*time.Second, "the warm-up", func() bool { return !e.statusOf("ws").Warming })
+	if _, r := e.execOK(dir, "cat b/c/f3"); r.stdout != "three\n" {
+		t.Fatalf("b/c/f3 before: %q", r.stdout)
+	}
+	fd, err := unix.Openat(int(under.Fd()), "b/c/f3", unix.O_WRONLY|unix.O_TRUNC|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.Write(fd, []byte("rewritten\n")); err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(fd)
+	if _, r := e.execOK(dir, "true"); !strings.Contains(r.stderr, "rebased") {
+		t.Fatalf("lease end after a rewrite underneath: %s, want rebased", r)
+	}
+	if _, r := e.execOK(dir, "cat b/c/f3"); r.stdout != "rewritten\n" {
+		t.Fatalf("the mount shows b/c/f3 %q, want the rewrite", r.stdout)
+	}
+	if got := readFile(t, filepath.Join(e.exportTo("ws", "exp"), "b/c/f3")); got != "rewritten\n" {
+		t.Fatalf("export: b/c/f3 %q", got)
+	}
+	if o, _ := e.unmount(dir); o != "current" {
+		t.Fatalf("unmount: %s", o)
+	}
 }
 
 // TestInPlaceLostContentDoesNotWedge: the view renames a file and a

@@ -181,18 +181,31 @@ func (d detector) quietDir(p string, e, cur *store.Entry, t *store.Tree) (_ *sto
 	for i := range t.Entries {
 		x := &t.Entries[i]
 		cp := joinRel(p, x.Name)
-		mx, had := then.Lookup(x.Name)
-		same := had && mx.Kind == x.Kind && mx.ID == x.ID
+		same := then == t
+		if !same {
+			mx, had := then.Lookup(x.Name)
+			same = had && mx.Kind == x.Kind && mx.ID == x.ID
+		}
 		var ne *store.Entry
 		var ch bool
 		switch {
 		case x.Kind == store.KindDir:
 			rs := &statuses[0]
 			statuses = statuses[1:]
-			leaf := rs.IsRef && !rs.Resolved
-			if leaf && same && d.w.Quiet(cp, q.seq, true) {
-				ne = x
-				break
+			leaf := d.leaf(x.ID, rs)
+			if same && d.w.Quiet(cp, q.seq, true) {
+				// Its own lstat is as remembered: a leaf is unchanged, a
+				// reference this process listed is checked by its listing.
+				if leaf {
+					ne = x
+					break
+				}
+				if t, ok := d.m.st.Expanded(x.ID); ok && rs.IsRef && !rs.Resolved {
+					if ne, ch, err = d.compareListing(cp, x, x, t); err != nil {
+						return nil, false, false, err
+					}
+					break
+				}
 			}
 			c, err := d.current(cp, x.Name)
 			if err != nil {
@@ -228,6 +241,9 @@ func (d detector) quietDir(p string, e, cur *store.Entry, t *store.Tree) (_ *sto
 	// holds them still, unless an lstat says otherwise).
 	for i := range then.Entries {
 		mx := &then.Entries[i]
+		if then == t {
+			break
+		}
 		if _, ok := t.Lookup(mx.Name); ok {
 			continue
 		}

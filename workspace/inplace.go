@@ -275,10 +275,11 @@ func (m *Manager) syncInPlace(name string, lost []ConflictInfo) (Result, error) 
 			opt := rebase.Options{Markers: true, Limits: m.limit}
 			mr, err := rebase.Merge3(merger{m.st}, merger{m.st}, mroot, hroot, ext, opt)
 			if errors.Is(err, store.ErrBaseChanged) {
-				// A listing of what DIR held is lost: merge as if that
-				// directory had been empty, so both sides' entries are kept.
+				// Part of what DIR held is lost (a listing, a file's
+				// bytes): merge as if it had not been there, so both
+				// sides' entries are kept.
 				var base store.ID
-				if base, _, err = m.emptyLostListings(mroot, hroot, ext); err == nil {
+				if base, _, err = m.baseWithoutLost(mroot, hroot, ext); err == nil {
 					mr, err = rebase.Merge3(merger{m.st}, merger{m.st}, base, hroot, ext, opt)
 				}
 			}
@@ -467,20 +468,31 @@ func (d detector) entry(p string, e, cur *store.Entry, rs *store.RefStatus) (*st
 	// fingerprint is compared). A resolved directory reference pins a
 	// listing and is compared below like a stored tree.
 	if e.Kind != store.KindDir || (isRef && !resolved) {
-		if cur.ID == e.ID {
-			return e, false, nil
-		}
-		if isRef && e.Kind == store.KindDir {
+		same := cur.ID == e.ID
+		if !same && isRef && e.Kind == store.KindDir {
 			// A directory renamed or chmodded keeps its listing.
 			old, _, err := d.m.st.BaseRefOf(e.ID)
 			if err != nil {
 				return nil, false, err
 			}
-			if now, _, err := d.m.st.BaseRefOf(cur.ID); err != nil {
+			now, _, err := d.m.st.BaseRefOf(cur.ID)
+			if err != nil {
 				return nil, false, err
-			} else if old.SameAs(now) {
-				return e, false, nil
 			}
+			same = old.SameAs(now)
+		}
+		if same && e.Kind == store.KindDir && cur.Kind == store.KindDir {
+			// Unless this process listed it: a view loaded from that
+			// listing names each child's fingerprint (a program
+			// rewriting a file underneath the mount leaves the
+			// directory's own fingerprint as it was), so the listing is
+			// compared like a stored one.
+			if t, ok := d.m.st.Expanded(e.ID); ok {
+				return d.compareListing(p, e, cur, t)
+			}
+		}
+		if same {
+			return e, false, nil
 		}
 		// What acyclicfs itself last wrote (or restored) at p.
 		if p != "" && !d.st.Shadow.IsZero() {
@@ -509,6 +521,23 @@ func (d detector) entry(p string, e, cur *store.Entry, rs *store.RefStatus) (*st
 	if err != nil {
 		return nil, false, err
 	}
+	return d.compareListing(p, e, cur, t)
+}
+
+// leaf reports whether the directory entry id (reference status rs) holds
+// no opinion about its contents: a reference nobody resolved and this
+// process never listed. Detection compares it by its own fingerprint only.
+func (d detector) leaf(id store.ID, rs *store.RefStatus) bool {
+	if !rs.IsRef || rs.Resolved {
+		return false
+	}
+	return !d.m.st.IsExpanded(id)
+}
+
+// compareListing is entry for a directory whose listing t the tree (or
+// this process) holds: answered from events when it was quiet, else
+// listed.
+func (d detector) compareListing(p string, e, cur *store.Entry, t *store.Tree) (*store.Entry, bool, error) {
 	if d.w != nil {
 		if ne, ch, ok, err := d.quietDir(p, e, cur, t); err != nil || ok {
 			return ne, ch, err
@@ -584,7 +613,7 @@ func (d detector) listDir(p string, e, cur *store.Entry, t *store.Tree) (*store.
 			rs = &statuses[0]
 			statuses = statuses[1:]
 			ne, ch, err = d.entry(cp, old, c, rs)
-			if rs.IsRef && !rs.Resolved {
+			if d.leaf(old.ID, rs) {
 				leafDirsChanged = leafDirsChanged || ch
 				if lstats[i] != nil {
 					leafDirs = append(leafDirs, leafDir{path: cp, st: lstats[i]})

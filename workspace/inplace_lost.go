@@ -3,7 +3,6 @@ package workspace
 import (
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/acyclicfs/acyclicfs/store"
 )
@@ -182,14 +181,16 @@ func (m *Manager) holdsContent(e store.Entry) (bool, error) {
 	return m.st.HasBlob(e.ID)
 }
 
-// emptyLostListings returns the merge base b with every directory whose
-// listing is lost (an unresolved reference DIR changed before anyone
-// listed it) replaced by the empty tree, wherever a 3-way merge with ours
-// o and theirs t reads it (both sides differ from the base there). Merged
-// against an empty directory, every entry either side has there is kept
-// (identical ones once; different ones as add/add conflicts): a lost base
-// can make nothing disappear.
-func (m *Manager) emptyLostListings(b, o, t store.ID) (store.ID, bool, error) {
+// baseWithoutLost returns the merge base b without what is lost in it,
+// wherever a 3-way merge with ours o and theirs t reads it (both sides
+// differ from the base there): a directory whose listing is lost (an
+// unresolved reference DIR changed before anyone listed it) becomes the
+// empty tree, and a file whose content is lost (DIR changed it before
+// anyone kept it: e.g. a program rewrote it underneath while the view
+// rewrote it too) is left out. Merged against nothing, what either side
+// holds there is kept (identical entries once; different ones as add/add
+// conflicts, both versions kept): a lost base can make nothing disappear.
+func (m *Manager) baseWithoutLost(b, o, t store.ID) (store.ID, bool, error) {
 	bt, err := m.st.GetTree(b)
 	if errors.Is(err, store.ErrBaseChanged) {
 		return store.EmptyTreeID(), true, nil
@@ -211,16 +212,25 @@ func (m *Manager) emptyLostListings(b, o, t store.ID) (store.ID, bool, error) {
 	if err != nil {
 		return store.ID{}, false, err
 	}
-	out := &store.Tree{Entries: slices.Clone(bt.Entries)}
+	out := &store.Tree{Entries: make([]store.Entry, 0, len(bt.Entries))}
 	changed := false
-	for i, e := range out.Entries {
-		if e.Kind != store.KindDir {
-			continue
-		}
+	for _, e := range bt.Entries {
 		oe, inO := ot.Lookup(e.Name)
 		te, inT := tt.Lookup(e.Name)
 		if inO && oe.ID == e.ID || inT && te.ID == e.ID {
+			out.Entries = append(out.Entries, e)
 			continue // one side kept it: the merge takes the other whole
+		}
+		if e.Kind != store.KindDir {
+			ok, err := m.holdsContent(e)
+			if err != nil {
+				return store.ID{}, false, err
+			}
+			if ok {
+				out.Entries = append(out.Entries, e)
+			}
+			changed = changed || !ok
+			continue
 		}
 		var sub [2]store.ID
 		for j, x := range []struct {
@@ -231,13 +241,14 @@ func (m *Manager) emptyLostListings(b, o, t store.ID) (store.ID, bool, error) {
 				sub[j] = x.e.ID
 			}
 		}
-		id, ch, err := m.emptyLostListings(e.ID, sub[0], sub[1])
+		id, ch, err := m.baseWithoutLost(e.ID, sub[0], sub[1])
 		if err != nil {
 			return store.ID{}, false, err
 		}
 		if ch {
-			out.Entries[i].ID, changed = id, true
+			e.ID, changed = id, true
 		}
+		out.Entries = append(out.Entries, e)
 	}
 	if !changed {
 		return b, false, nil
