@@ -15,7 +15,8 @@ import (
 )
 
 // TestInPlaceUnderneathModel: random lease ends of an in-place mount in
-// which the view renames, rewrites and removes files and directories while
+// which the view renames, rewrites, chmods, replaces by symlinks and
+// removes files and directories while
 // a program holding a descriptor from before the mount does the same
 // underneath, between the view's edits and the lease end. Whatever they
 // do, every lease end reconciles (an outcome, never an error: a head that
@@ -27,17 +28,23 @@ func TestInPlaceUnderneathModel(t *testing.T) {
 	files := []string{"a/f1", "a/f2", "b/g1", "top", "c/h1"}
 	dirs := []string{"a", "b", "c"}
 	type op struct {
-		kind string // write, rm, mv, mvdir
+		kind string // write, rm, mv, chmod, symlink, rmdir, mvdir
 		p, q string
 	}
 	genOp := rapid.Custom(func(rt *rapid.T) op {
-		switch rapid.IntRange(0, 9).Draw(rt, "kind") {
+		switch rapid.IntRange(0, 14).Draw(rt, "kind") {
 		case 0, 1, 2, 3:
 			return op{kind: "write", p: rapid.SampledFrom(files).Draw(rt, "p")}
 		case 4, 5:
 			return op{kind: "rm", p: rapid.SampledFrom(files).Draw(rt, "p")}
 		case 6, 7, 8:
 			return op{kind: "mv", p: rapid.SampledFrom(files).Draw(rt, "p"), q: rapid.SampledFrom(files).Draw(rt, "q")}
+		case 9, 10:
+			return op{kind: "chmod", p: rapid.SampledFrom(files).Draw(rt, "p")}
+		case 11:
+			return op{kind: "symlink", p: rapid.SampledFrom(files).Draw(rt, "p")}
+		case 12:
+			return op{kind: "rmdir", p: rapid.SampledFrom(dirs).Draw(rt, "p")}
 		}
 		return op{kind: "mvdir", p: rapid.SampledFrom(dirs).Draw(rt, "p"), q: rapid.SampledFrom(dirs).Draw(rt, "q")}
 	})
@@ -49,6 +56,12 @@ func TestInPlaceUnderneathModel(t *testing.T) {
 			return "rm -f " + o.p
 		case "mv":
 			return fmt.Sprintf("if [ -f %s ] && [ ! -d %s ]; then mkdir -p %s && mv -f %s %s; fi", o.p, o.q, path.Dir(o.q), o.p, o.q)
+		case "chmod":
+			return fmt.Sprintf("if [ -f %s ] && [ ! -L %s ]; then chmod 755 %s; fi", o.p, o.p, o.p)
+		case "symlink":
+			return fmt.Sprintf("mkdir -p %s && rm -f %s && ln -s %q %s", path.Dir(o.p), o.p, "target of "+o.p, o.p)
+		case "rmdir":
+			return "rm -rf " + o.p
 		}
 		return fmt.Sprintf("if [ -d %s ] && [ ! -e %s ]; then mv %s %s; fi", o.p, o.q, o.p, o.q)
 	}
@@ -141,5 +154,13 @@ func underneath(under int, kind, p, q, content string) {
 		_ = unix.Renameat2(under, p, under, q, unix.RENAME_NOREPLACE)
 	case "mvdir":
 		_ = unix.Renameat2(under, p, under, q, unix.RENAME_NOREPLACE)
+	case "chmod":
+		_ = unix.Fchmodat(under, p, 0o755, 0)
+	case "symlink":
+		mkParent(p)
+		_ = unix.Unlinkat(under, p, 0)
+		_ = unix.Symlinkat("target of "+p+" underneath", under, p)
+	case "rmdir": // only an empty one
+		_ = unix.Unlinkat(under, p, unix.AT_REMOVEDIR)
 	}
 }

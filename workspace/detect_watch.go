@@ -340,6 +340,9 @@ func (m *Manager) plannedUnchanged(st inPlaceState, mroot, head store.ID) (bool,
 		return false, err
 	}
 	changes, err := rebase.Diff(merger{m.st}, mroot, hroot)
+	if errors.Is(err, store.ErrBaseChanged) {
+		return false, nil // something either names is gone from DIR: detect in full
+	}
 	if err != nil {
 		return false, err
 	}
@@ -365,7 +368,9 @@ func (m *Manager) plannedUnchanged(st inPlaceState, mroot, head store.ID) (bool,
 		}
 		old := *c.Old
 		old.Name = path.Base(c.Path)
-		if _, ch, err := d.entry(c.Path, &old, cur, nil); err != nil || ch {
+		if _, ch, err := d.entry(c.Path, &old, cur, nil); errors.Is(err, store.ErrBaseChanged) || ch {
+			return false, nil
+		} else if err != nil {
 			return false, err
 		}
 	}

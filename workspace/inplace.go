@@ -481,12 +481,14 @@ func (d detector) entry(p string, e, cur *store.Entry, rs *store.RefStatus) (*st
 			}
 			same = old.SameAs(now)
 		}
-		if same && e.Kind == store.KindDir && cur.Kind == store.KindDir {
+		if isRef && e.Kind == store.KindDir && cur.Kind == store.KindDir {
 			// Unless this process listed it: a view loaded from that
 			// listing names each child's fingerprint (a program
 			// rewriting a file underneath the mount leaves the
-			// directory's own fingerprint as it was), so the listing is
-			// compared like a stored one.
+			// directory's own fingerprint as it was; a new name in it
+			// changes that, but a reference to the listing's other
+			// children names them as listed), so the listing is compared
+			// like a stored one.
 			if t, ok := d.m.st.Expanded(e.ID); ok {
 				return d.compareListing(p, e, cur, t)
 			}

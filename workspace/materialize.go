@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -596,6 +597,8 @@ func (m *Manager) completeMaterialization(name string, st inPlaceState, rev uint
 			dels = append(dels, e.Path)
 		}
 	}
+	// A path whose kind changed was removed, then written: it holds the write.
+	dels = slices.DeleteFunc(dels, func(p string) bool { _, ok := puts[p]; return ok })
 	shadow := st.Shadow
 	if len(puts)+len(dels) > 0 {
 		var err error
