@@ -27,6 +27,9 @@ type baseMemo struct {
 	mu       sync.Mutex
 	refs     map[ID]BaseRef     // refs built by CreateBase, CurrentRef and expansions
 	trees    map[ID]*Tree       // expansions of directory refs (never handed out; cloned)
+	// watched are the expansions listed under a watch of their base's
+	// change watcher, with no event during the listing (ExpansionWatch).
+	watched  map[ID]expansionWatch
 	paths    map[ID]string      // base ID → its recorded directory (records are immutable)
 	attached map[ID]*attachment // base ID → the Dir reads go through (AttachBase)
 	// stored are refs known to be in the baserefs bucket (a transaction
@@ -37,6 +40,13 @@ type baseMemo struct {
 	// read holds the distinct paths whose content was opened (test hook),
 	// at most maxReadPaths of them.
 	read map[string]struct{}
+}
+
+// expansionWatch is the change watcher that watched an expansion's
+// directory from before it was listed, and its sequence number after.
+type expansionWatch struct {
+	w   *dirwatch.Watcher
+	seq uint64
 }
 
 // maxReadPaths bounds the distinct read paths remembered for BaseReadPaths.
@@ -211,6 +221,13 @@ func (s *Store) AttachBase(base ID, d *dirfd.Dir) (detach func()) {
 		a.users.Wait()
 		if a.watch != nil {
 			_ = a.watch.Close()
+			m.mu.Lock()
+			for id, x := range m.watched {
+				if x.w == a.watch {
+					delete(m.watched, id) // nothing may keep a closed watcher alive
+				}
+			}
+			m.mu.Unlock()
 		}
 	})
 }
@@ -856,7 +873,7 @@ func (s *Store) expandRef(id ID, r BaseRef) (*Tree, error) {
 	if ok {
 		return cloneTree(t), nil
 	}
-	d, release, err := s.OpenBase(r.Base)
+	d, w, release, err := s.OpenBaseWatched(r.Base)
 	if err != nil {
 		return nil, refOpenError(id, r, err)
 	}
@@ -864,7 +881,20 @@ func (s *Store) expandRef(id ID, r BaseRef) (*Tree, error) {
 	if _, err := statRefIn(d, id, r); err != nil {
 		return nil, err
 	}
-	ents, err := d.ReadDir(r.Path)
+	// Under the base's change watcher (a mounted base), the directory is
+	// watched before it is listed: detection then knows the listing still
+	// holds while no event came, without listing it again.
+	var start uint64
+	watched := false
+	ents, err := d.ReadDirWith(r.Path, func(fd int) error {
+		if w != nil && dirwatch.Supported(fd) {
+			if _, err := w.Add(r.Path, fd); err == nil {
+				start, err = w.Sync()
+				watched = err == nil
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, refOpenError(id, r, err)
 	}
@@ -872,6 +902,12 @@ func (s *Store) expandRef(id ID, r BaseRef) (*Tree, error) {
 	// mtime and ctime.
 	if _, err := statRefIn(d, id, r); err != nil {
 		return nil, err
+	}
+	var ew expansionWatch
+	if watched {
+		if seq, err := w.Sync(); err == nil && w.Quiet(r.Path, start, false) {
+			ew = expansionWatch{w: w, seq: seq}
+		}
 	}
 	t = &Tree{Entries: make([]Entry, 0, len(ents))}
 	children := make([]BaseRef, 0, len(ents))
@@ -903,7 +939,25 @@ func (s *Store) expandRef(id ID, r BaseRef) (*Tree, error) {
 		m.refs[t.Entries[i].ID] = c
 	}
 	m.trees[id] = t
+	if ew.w != nil {
+		if m.watched == nil {
+			m.watched = make(map[ID]expansionWatch)
+		}
+		m.watched[id] = ew
+	}
 	return cloneTree(t), nil
+}
+
+// ExpansionWatch reports the change watcher w that watched the directory
+// of expansion id (Expanded) from before it was listed, and its sequence
+// number seq after the listing: while w reports no event in that directory
+// after seq, DIR still holds the listing.
+func (s *Store) ExpansionWatch(id ID) (w *dirwatch.Watcher, seq uint64, ok bool) {
+	m := &s.bases
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	x, ok := m.watched[id]
+	return x.w, x.seq, ok
 }
 
 // Expanded returns the listing this process handed out for the

@@ -1116,3 +1116,56 @@ func TestPublishGenerationWithResolve(t *testing.T) {
 	}
 	mustOK(t, s.WriteResolve(nil))
 }
+
+// TestExpansionWatch: a directory reference of an attached base is
+// watched before it is listed; ExpansionWatch reports the watcher and the
+// number after which an event in the directory means the listing no
+// longer holds. Without an attachment nothing is watched, and detaching
+// forgets the records (the watcher is closed).
+func TestExpansionWatch(t *testing.T) {
+	dir := baseDir(t)
+	s := openDir(t, t.TempDir(), store.Options{})
+	defer s.Close()
+	base, root, err := s.CreateBase(dir)
+	mustOK(t, err)
+	tr, err := s.GetTree(root) // expanded before any attachment
+	mustOK(t, err)
+	if _, _, ok := s.ExpansionWatch(root); ok {
+		t.Fatal("an expansion without an attached base is recorded as watched")
+	}
+	d, err := dirfd.Open(dir)
+	mustOK(t, err)
+	defer d.Close()
+	detach := s.AttachBase(base, d)
+	sub := entry(t, tr, "sub").ID
+	if _, ok := s.Expanded(sub); ok {
+		t.Fatal("sub expanded before anyone listed it")
+	}
+	_, err = s.GetTree(sub)
+	mustOK(t, err)
+	w, seq, ok := s.ExpansionWatch(sub)
+	if !ok || w == nil {
+		t.Fatal("the expansion of sub under an attached base was not watched")
+	}
+	if !w.Quiet("sub", seq, false) {
+		t.Fatal("sub reported changed with nothing written")
+	}
+	mustOK(t, os.WriteFile(filepath.Join(dir, "sub", "deep", "g"), []byte("x"), 0o644)) // below: not sub's own
+	if _, err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if !w.Quiet("sub", seq, false) {
+		t.Fatal("a write two levels down counted as an event in sub")
+	}
+	mustOK(t, os.WriteFile(filepath.Join(dir, "sub", "new"), []byte("x"), 0o644))
+	if _, err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if w.Quiet("sub", seq, false) {
+		t.Fatal("a new name in sub went unreported")
+	}
+	detach()
+	if _, _, ok := s.ExpansionWatch(sub); ok {
+		t.Fatal("detach kept the record of a closed watcher")
+	}
+}
