@@ -24,9 +24,9 @@ import (
 // PutGeneration and Resolve persist the refs that stored objects name.
 type baseMemo struct {
 	// mu protects every field below.
-	mu       sync.Mutex
-	refs     map[ID]BaseRef     // refs built by CreateBase, CurrentRef and expansions
-	trees    map[ID]*Tree       // expansions of directory refs (never handed out; cloned)
+	mu    sync.Mutex
+	refs  map[ID]BaseRef // refs built by CreateBase, CurrentRef and expansions
+	trees map[ID]*Tree   // expansions of directory refs (GetTree hands out clones; Expanded the tree, read-only)
 	// watched are the expansions listed under a watch of their base's
 	// change watcher, with no event during the listing (ExpansionWatch).
 	watched  map[ID]expansionWatch
