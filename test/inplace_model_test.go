@@ -16,14 +16,15 @@ import (
 
 // TestInPlaceUnderneathModel: random lease ends of an in-place mount in
 // which the view renames, rewrites, chmods, replaces by symlinks and
-// removes files and directories while
-// a program holding a descriptor from before the mount does the same
-// underneath, between the view's edits and the lease end. Whatever they
-// do, every lease end reconciles (an outcome, never an error: a head that
-// can no longer be materialized would wedge every later reconcile and the
-// unmount), and afterwards DIR underneath holds exactly the head; the
-// unmount leaves DIR equal to the head's export and the store checks
-// clean.
+// removes files and directories while a program holding a descriptor from
+// before the mount does the same underneath, between the view's edits and
+// the lease end. Whatever they do, every lease end reconciles (an outcome,
+// never an error: a head that can no longer be materialized would wedge
+// every later reconcile and the unmount), and afterwards DIR underneath
+// and the mount show exactly the head. Between rounds the workspace may be
+// unmounted while other programs edit DIR; the next mount takes their
+// edits in. The final unmount leaves DIR equal to the head's export and
+// the store checks clean.
 func TestInPlaceUnderneathModel(t *testing.T) {
 	files := []string{"a/f1", "a/f2", "b/g1", "top", "c/h1"}
 	dirs := []string{"a", "b", "c"}
@@ -117,11 +118,34 @@ func TestInPlaceUnderneathModel(t *testing.T) {
 			if v.stdout != shown.String() {
 				rt.Fatalf("round %d: the mount shows\n%s\nwant the head\n%s", round, v.stdout, shown.String())
 			}
+			if round == rounds-1 || !rapid.Bool().Draw(rt, "remount") {
+				continue
+			}
+			// Unmounted, other programs edit DIR; the next mount takes
+			// their edits in before it covers DIR again.
+			if o, _ := e.unmount(dir); o != "current" {
+				rt.Fatalf("round %d: unmount: outcome %s, want current", round, o)
+			}
+			for i, o := range rapid.SliceOfN(genOp, 0, 3).Draw(rt, "unmounted") {
+				underneath(under, o.kind, o.p, o.q, fmt.Sprintf("unmounted %d.%d\n", round, i))
+			}
+			if r := e.run(flags...); r.code != 0 {
+				rt.Fatalf("round %d: mount again: %s", round, r)
+			}
+			exp = e.dir + fmt.Sprintf("/remounted%d", round)
+			if r := e.run("export", "ws", exp); r.code != 0 {
+				rt.Fatalf("round %d: export after the remount: %s", round, r)
+			}
+			sameTree(t, fmt.Sprintf("DIR underneath after the remount in round %d, against the head", round), treeList(t, exp), treeList(t, underPath))
 		}
 		if o, _ := e.unmount(dir); o != "current" {
 			rt.Fatalf("unmount: outcome %s, want current", o)
 		}
-		sameTree(t, "DIR after the unmount, against the head", treeList(t, e.exportTo("ws", "final")), treeList(t, dir))
+		final := e.dir + "/final"
+		if r := e.run("export", "ws", final); r.code != 0 {
+			rt.Fatalf("export after the unmount: %s", r)
+		}
+		sameTree(t, "DIR after the unmount, against the head", treeList(t, final), treeList(t, dir))
 		e.fsck()
 	})
 }

@@ -270,6 +270,41 @@ func TestInPlaceRewriteUnderneathListedDirectory(t *testing.T) {
 	}
 }
 
+// TestInPlaceNameAddedAndRemovedUnderneath: a program adds a name to a
+// directory the view listed and removes it again underneath the mount:
+// the listing holds, but the directory's own fingerprint moved. The lease
+// end must name the directory as it is now; the head named the old
+// fingerprint before, readable only while the daemon remembered the
+// listing, so an export after the unmount failed.
+func TestInPlaceNameAddedAndRemovedUnderneath(t *testing.T) {
+	t.Parallel()
+	e := newMountEnv(t)
+	dir := filepath.Join(e.dir, "work")
+	writeTree(t, dir, inPlaceFiles(10))
+	e.ok("create", "ws", "--in-place", dir)
+	under, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer under.Close()
+	e.ok("mount", "ws")
+	waitFor(t, 30*time.Second, "the warm-up", func() bool { return !e.statusOf("ws").Warming })
+	e.execOK(dir, "printf 'v\\n' > top") // the root becomes a stored tree naming b
+	fd, err := unix.Openat(int(under.Fd()), "b/x", unix.O_WRONLY|unix.O_CREAT|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(fd)
+	if err := unix.Unlinkat(int(under.Fd()), "b/x", 0); err != nil {
+		t.Fatal(err)
+	}
+	e.execOK(dir, "true")
+	if o, _ := e.unmount(dir); o != "current" {
+		t.Fatalf("unmount: %s", o)
+	}
+	sameTree(t, "export after the unmount, against DIR", treeList(t, dir), treeList(t, e.exportTo("ws", "exp")))
+}
+
 // TestInPlaceLostContentDoesNotWedge: the view renames a file and a
 // directory it never changed (their content is still DIR's, by reference),
 // then a program holding a descriptor from before the mount rewrites the

@@ -490,7 +490,14 @@ func (d detector) entry(p string, e, cur *store.Entry, rs *store.RefStatus) (*st
 			// children names them as listed), so the listing is compared
 			// like a stored one.
 			if t, ok := d.m.st.Expanded(e.ID); ok {
-				return d.compareListing(p, e, cur, t)
+				ne, ch, err := d.compareListing(p, e, cur, t)
+				if err == nil && !ch && !same {
+					// The listing holds, the directory's own fingerprint
+					// moved (a name added and removed again): name it as it
+					// is now, or another process could not list it.
+					return cur, true, nil
+				}
+				return ne, ch, err
 			}
 		}
 		if same {
