@@ -29,30 +29,32 @@ func startInside(t *testing.T, dir, script string, env ...string) *exec.Cmd {
 	return cmd
 }
 
-// TestUnmountRefusesWhileInUse: unmount reconciles, but while a process
-// still works inside the mount it does not detach it (that process would
-// go on writing into a view nothing captures): it exits 4 naming the
-// process, the mount keeps serving, and what the process writes later is
-// captured by the next unmount — which also takes the workspace's name.
-// --lazy detaches a mount in use.
+// TestUnmountRefusesWhileInUse: while a process still works inside the
+// mount, unmount does nothing at all — ending its lease would capture and
+// switch the view under it (a git gc running there read corrupt objects),
+// and detaching the mount would let it write into a view nothing captures:
+// it exits 4 naming the process, and the mount, the window and the head
+// stay as they were. Once the process is done, unmount (which also takes
+// the workspace's name) captures everything it wrote. --lazy detaches a
+// mount in use.
 func TestUnmountRefusesWhileInUse(t *testing.T) {
 	t.Parallel()
 	e, mp := forkMounted(t, map[string]string{"base.txt": "base\n"})
 	gate := e.fifo("gate")
 	done := filepath.Join(e.dir, "done")
-	p := startInside(t, mp, `echo early > early.txt && read x < "$G" && echo late > late.txt && touch "$D"`, "G="+gate.path, "D="+done)
+	p := startInside(t, mp, `echo early > early.txt && read x < "$G" && echo late > late.txt && cat early.txt > copy.txt && touch "$D"`, "G="+gate.path, "D="+done)
 	w := gate.opened(30 * time.Second)
+	head := e.head("child")
 	r := e.fails(4, "unmount", mp)
 	want := fmt.Sprintf("in use by pid %d (sh)", p.Process.Pid)
-	if !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "hint: ") || !strings.Contains(r.stderr, "reconciled") {
+	if !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "hint: ") || !strings.Contains(r.stderr, "nothing was done") {
 		t.Fatalf("unmount of a mount in use: %s, want %q and a hint", r, want)
 	}
 	if !isMountpoint(mp) {
 		t.Fatal("the refused unmount detached the mount")
 	}
-	// The reconcile happened: the early write is in the workspace.
-	if got := e.exportTo("child", "after-refusal"); readFile(t, filepath.Join(got, "early.txt")) != "early\n" {
-		t.Fatal("early.txt was not captured by the refused unmount's reconcile")
+	if st := e.statusOf("child"); e.head("child") != head || len(st.Leases) != 1 {
+		t.Fatalf("the refused unmount touched the workspace: head %s (was %s), leases %+v", e.head("child"), head, st.Leases)
 	}
 	release(t, w)
 	if err := p.Wait(); err != nil {
@@ -67,8 +69,11 @@ func TestUnmountRefusesWhileInUse(t *testing.T) {
 	if isMountpoint(mp) {
 		t.Fatal("unmount by the workspace's name left it mounted")
 	}
-	if got := e.exportTo("child", "after-unmount"); readFile(t, filepath.Join(got, "late.txt")) != "late\n" {
-		t.Fatal("what the process wrote after the refusal was not captured")
+	got := e.exportTo("child", "after-unmount")
+	for name, want := range map[string]string{"early.txt": "early\n", "late.txt": "late\n", "copy.txt": "early\n"} {
+		if b := readFile(t, filepath.Join(got, name)); b != want {
+			t.Fatalf("%s after the unmount: %q, want %q", name, b, want)
+		}
 	}
 
 	// --lazy detaches at once.

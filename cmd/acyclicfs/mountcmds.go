@@ -184,10 +184,9 @@ func (a *app) cmdUnmount() *cobra.Command {
 		Long: `Finish every lease, capture, reconcile, unmount.
 
 MOUNTPOINT may also be the name of a mounted workspace. While another
-process still uses the mount (its working directory, an open file), the
-workspace is reconciled but stays mounted, and unmount exits 4 naming the
-processes; --lazy detaches it anyway (what they write afterwards is not
-captured).`,
+process still uses the mount (its working directory, an open file), unmount
+does nothing and exits 4 naming the processes; --lazy ends every lease and
+detaches it anyway (what they write afterwards is not captured).`,
 		Args: exactArgs(1, "MOUNTPOINT"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			mp := a.mountpath(args[0])

@@ -711,10 +711,20 @@ func (s *served) refresh() {
 
 // unmount ends every lease (the last close reconciles), publishes anything
 // left, unmounts and forgets the mount. While another process still uses
-// the mount (its working directory, an open file) it stays mounted and the
-// error wraps workspace.ErrBusy, unless lazy: then it is detached, and
-// that process goes on with a view nothing captures.
+// the mount (its working directory, an open file) nothing is done and the
+// error wraps workspace.ErrBusy, unless lazy: then its lease is ended too
+// and the mount detached, and that process goes on with a view nothing
+// captures. (A process that comes in after the check makes the unmount
+// itself fail: reconciled, still mounted, the same error.)
 func (s *served) unmount(lazy bool) (res workspace.Result, err error) {
+	if !lazy {
+		// Before anything: ending the leases of processes still at work
+		// in the mount would capture and switch the view under them (a
+		// git gc running there then read corrupt objects and EIO).
+		if users, uerr := s.mnt.Users(); uerr == nil && len(users) > 0 {
+			return workspace.Result{}, fmt.Errorf("%w: %w (nothing was done)", workspace.ErrBusy, &fusefs.BusyError{Mountpoint: s.mp, Users: users})
+		}
+	}
 	s.acquire(0)
 	s.last = workspace.Result{}
 	s.closing = true // new sessions are refused from here on
