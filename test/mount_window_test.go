@@ -431,3 +431,35 @@ func TestMountRightAfterLastUnmount(t *testing.T) {
 	}
 	e.ok("unmount", mp)
 }
+
+// TestExecBackgroundKeepsLease: a command that leaves a process behind in
+// its session (`cmd &`) does not end the session's lease when it exits:
+// the window stays open (exec prints still-active) while that process
+// still works in the mount, so nothing is captured or switched under it,
+// and the sweeper ends the lease — one final close capturing both writes —
+// once the process is gone.
+func TestExecBackgroundKeepsLease(t *testing.T) {
+	t.Parallel()
+	e, mp := forkMounted(t, map[string]string{"base.txt": "base\n"})
+	gate := e.fifo("gate")
+	head := e.head("child")
+	r := e.execSh(mp, `echo early > early.txt; (read x < "$G"; echo late > late.txt; cat early.txt > copy.txt) >/dev/null 2>&1 &`, "G="+gate.path)
+	if o, _ := parseOutcome(r.stderr); r.code != 0 || o != "still-active" {
+		t.Fatalf("exec whose command left a process behind: %s, want exit 0 and still-active", r)
+	}
+	w := gate.opened(30 * time.Second)
+	if st := e.statusOf("child"); e.head("child") != head || st.Window != "active" || len(st.Leases) != 1 {
+		t.Fatalf("after exec: head %s (was %s), window %s, leases %+v: want nothing captured and the session's lease open", e.head("child"), head, st.Window, st.Leases)
+	}
+	release(t, w)
+	e.waitIdle("child")
+	got := e.exportTo("child", "after")
+	for name, want := range map[string]string{"early.txt": "early\n", "late.txt": "late\n", "copy.txt": "early\n"} {
+		if b := readFile(t, filepath.Join(got, name)); b != want {
+			t.Fatalf("%s: %q, want %q", name, b, want)
+		}
+	}
+	if l := e.log("child"); len(l) < 2 || l[0].kind != "capture" || l[1].gen != head {
+		t.Fatalf("log %s: want one capture on top of %s", kinds(l), head)
+	}
+}

@@ -356,7 +356,12 @@ func (a *app) cmdLease() *cobra.Command {
 			if !ok {
 				return usageError{fmt.Errorf("lease end %s: no open lease %s", args[0], args[1])}
 			}
-			s.tracker.Unbind(o)
+			if s.tracker.Release(o) {
+				// exec's command left processes behind in its session:
+				// they keep the lease, and the sweeper ends it (and
+				// reconciles) once none is left.
+				return a.printOutcome(a.stdout, s.outcome(workspace.OutcomeStillActive))
+			}
 			res, err := s.endLease(o)
 			if err != nil {
 				return fmt.Errorf("lease end %s: %w", args[1], err)

@@ -399,6 +399,79 @@ func (t *Tracker) Unbind(owner Owner) {
 	}
 }
 
+// Release is Unbind for the end of exec's command: when the last Bind of
+// owner is released while processes it keys (its session, group or
+// process) are still alive — the command left children behind, which may
+// still be reading and writing in the mount — the owner stays, held as an
+// implicit lease is, and the sweeper ends it once none of them is left.
+// Ending it now would capture and switch the view under them. It reports
+// whether it kept the owner; if not, the owner is forgotten as by Unbind.
+func (t *Tracker) Release(owner Owner) bool {
+	t.mu.Lock()
+	o := t.owners[owner]
+	if o == nil || o.binds == 0 {
+		t.mu.Unlock()
+		return false
+	}
+	if o.binds > 1 || o.id < 0 {
+		t.mu.Unlock()
+		t.Unbind(owner)
+		return false
+	}
+	t.mu.Unlock()
+	alive := t.anyAlive(o.id)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.owners[owner] != o || o.binds == 0 {
+		return false // released meanwhile
+	}
+	o.binds--
+	if o.binds == 0 && alive {
+		o.lastRequest = t.now()
+		return true // phaseHeld, unbound: the sweeper's from now on
+	}
+	if o.binds == 0 {
+		o.phase = phaseGone
+		delete(t.owners, owner)
+	}
+	return false
+}
+
+// anyAlive reports whether a process with owner id id is alive: first the
+// request cache's threads of that owner (each checked by its start time),
+// then a scan of the proc tree (a child that has not sent a request yet;
+// true when the tree cannot be read: keeping a lease is the safe side).
+func (t *Tracker) anyAlive(id int) bool {
+	type cand struct {
+		pid   uint32
+		start uint64
+	}
+	var cs []cand
+	t.mu.RLock()
+	for pid, e := range t.pids {
+		if e.id == id && !e.ignored {
+			cs = append(cs, cand{pid, e.start})
+		}
+	}
+	t.mu.RUnlock()
+	buf := make([]byte, statBufSize)
+	for _, c := range cs {
+		if si, err := readStat(t.procRoot, int(c.pid), buf); err == nil && si.start == c.start {
+			return true
+		}
+	}
+	procs, err := t.scan()
+	if err != nil {
+		return true
+	}
+	for _, p := range procs {
+		if p.id == id {
+			return true
+		}
+	}
+	return false
+}
+
 // Owners lists the current owners (held, pending or ending) sorted by name
 // for status output.
 func (t *Tracker) Owners() []OwnerInfo {

@@ -559,3 +559,48 @@ func TestInsideMount(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseHandsLiveSessionToSweeper: Release of a bound owner whose
+// session still has a live process (exec's command left a child behind)
+// keeps the owner, unbound, and the sweeper ends it once the child is
+// gone; with no process left Release forgets it at once, as Unbind does.
+// A child found only by the proc scan (it sent no request) counts too.
+func TestReleaseHandsLiveSessionToSweeper(t *testing.T) {
+	fp := newFakeProc(t)
+	fp.add(400, 400, 400) // exec's command, the session leader
+	fp.add(401, 400, 400) // its child, left behind
+	rec := newRecorder()
+	tr := newTestTracker(t, fp, rec, nil)
+	tr.Bind("sid:400")
+	rec.mu.Lock()
+	rec.active["sid:400"] = true // the daemon opened the lease itself (lease bind)
+	rec.mu.Unlock()
+	mustAdmit(t, tr, 400)
+	fp.remove(400) // the command exits; 401 never sent a request
+	if !tr.Release("sid:400") {
+		t.Fatal("Release forgot an owner whose session still has a process")
+	}
+	if got := tr.Owners(); len(got) != 1 || got[0].Explicit {
+		t.Fatalf("Owners() = %+v, want one implicit owner", got)
+	}
+	tr.Sweep()
+	if _, e := rec.counts("sid:400"); e != 0 {
+		t.Fatal("ended while the child lives")
+	}
+	fp.remove(401)
+	tr.Sweep()
+	if _, e := rec.counts("sid:400"); e != 1 {
+		t.Fatalf("End called %d times after the child exited, want 1", e)
+	}
+
+	fp.add(500, 500, 500)
+	tr.Bind("sid:500")
+	fp.remove(500)
+	if tr.Release("sid:500") || len(tr.Owners()) != 0 {
+		t.Fatal("Release kept an owner with no process left")
+	}
+	tr.Bind("explicit:agent") // not a session: never kept
+	if tr.Release("explicit:agent") || len(tr.Owners()) != 0 {
+		t.Fatal("Release kept a foreign owner")
+	}
+}
