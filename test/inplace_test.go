@@ -167,6 +167,32 @@ func TestInPlaceMountEditUnmount(t *testing.T) {
 	e.fsck()
 }
 
+// openUnder opens DIR as a program that was there before the mount does:
+// after the mount the descriptor still reaches the directory underneath.
+func openUnder(t *testing.T, dir string) *os.File {
+	t.Helper()
+	f, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+// writeUnder writes content to name (created or truncated) underneath the
+// mount, through under.
+func writeUnder(t *testing.T, under *os.File, name, content string) {
+	t.Helper()
+	fd, err := unix.Openat(int(under.Fd()), name, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if _, err := unix.Write(fd, []byte(content)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestInPlaceWriteUnderneathWhileMounted: a program that opened DIR before
 // the mount writes into it underneath the mount, in a directory a lease end
 // already stored and in an unresolved one (a new name): the next lease end takes both in as an
@@ -178,11 +204,7 @@ func TestInPlaceWriteUnderneathWhileMounted(t *testing.T) {
 	dir := filepath.Join(e.dir, "work")
 	writeTree(t, dir, inPlaceFiles(100))
 	e.ok("create", "ws", "--in-place", dir)
-	under, err := os.Open(dir) // a descriptor to DIR from before the mount
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer under.Close()
+	under := openUnder(t, dir)
 	// Without the warm-up the view lists only what the tool looks at.
 	e.ok("mount", "ws", "--warm-entries", "0")
 	e.execOK(dir, "printf 'more\\n' >> a/f1")
@@ -195,19 +217,8 @@ func TestInPlaceWriteUnderneathWhileMounted(t *testing.T) {
 	if st := e.statusOf("ws"); st.WatchedDirs != 4 {
 		t.Fatalf("status: %d directories of DIR watched, want 4 (the root, a, b, bulk)", st.WatchedDirs)
 	}
-	writeAt := func(name, content string) {
-		t.Helper()
-		fd, err := unix.Openat(int(under.Fd()), name, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer unix.Close(fd)
-		if _, err := unix.Write(fd, []byte(content)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	writeAt("a/f2", "underneath\n")
-	writeAt("bulk/new", "new\n")
+	writeUnder(t, under, "a/f2", "underneath\n")
+	writeUnder(t, under, "bulk/new", "new\n")
 	e.execOK(dir, "true")
 	if l := e.log("ws"); l[0].kind != "external" {
 		t.Fatalf("log after writes underneath the mount and a lease end: %s, want external on top", kinds(l))
@@ -238,24 +249,13 @@ func TestInPlaceRewriteUnderneathListedDirectory(t *testing.T) {
 	dir := filepath.Join(e.dir, "work")
 	writeTree(t, dir, inPlaceFiles(10))
 	e.ok("create", "ws", "--in-place", dir)
-	under, err := os.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer under.Close()
+	under := openUnder(t, dir)
 	e.ok("mount", "ws")
 	waitFor(t, 30*time.Second, "the warm-up", func() bool { return !e.statusOf("ws").Warming })
 	if _, r := e.execOK(dir, "cat b/c/f3"); r.stdout != "three\n" {
 		t.Fatalf("b/c/f3 before: %q", r.stdout)
 	}
-	fd, err := unix.Openat(int(under.Fd()), "b/c/f3", unix.O_WRONLY|unix.O_TRUNC|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := unix.Write(fd, []byte("rewritten\n")); err != nil {
-		t.Fatal(err)
-	}
-	unix.Close(fd)
+	writeUnder(t, under, "b/c/f3", "rewritten\n")
 	if _, r := e.execOK(dir, "true"); !strings.Contains(r.stderr, "rebased") {
 		t.Fatalf("lease end after a rewrite underneath: %s, want rebased", r)
 	}
@@ -282,19 +282,11 @@ func TestInPlaceNameAddedAndRemovedUnderneath(t *testing.T) {
 	dir := filepath.Join(e.dir, "work")
 	writeTree(t, dir, inPlaceFiles(10))
 	e.ok("create", "ws", "--in-place", dir)
-	under, err := os.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer under.Close()
+	under := openUnder(t, dir)
 	e.ok("mount", "ws")
 	waitFor(t, 30*time.Second, "the warm-up", func() bool { return !e.statusOf("ws").Warming })
 	e.execOK(dir, "printf 'v\\n' > top") // the root becomes a stored tree naming b
-	fd, err := unix.Openat(int(under.Fd()), "b/x", unix.O_WRONLY|unix.O_CREAT|unix.O_CLOEXEC, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	unix.Close(fd)
+	writeUnder(t, under, "b/x", "")
 	if err := unix.Unlinkat(int(under.Fd()), "b/x", 0); err != nil {
 		t.Fatal(err)
 	}
@@ -320,27 +312,15 @@ func TestInPlaceLostContentDoesNotWedge(t *testing.T) {
 	dir := filepath.Join(e.dir, "work")
 	writeTree(t, dir, inPlaceFiles(10))
 	e.ok("create", "ws", "--in-place", dir)
-	under, err := os.Open(dir) // a descriptor to DIR from before the mount
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer under.Close()
+	under := openUnder(t, dir)
 	// No warm-up: nothing lists b before the program changes it, so the
 	// view's z names a listing DIR no longer has.
 	e.ok("mount", "ws", "--warm-entries", "0")
 	gate := e.fifo("gate")
 	run := e.startExec(dir, `mv a/f1 a/g1 && mv a/f2 a/h2 && mv b z && read x < "$G"`, "G="+gate.path)
 	w := gate.opened(30 * time.Second)
-	for name, content := range map[string]string{"a/f1": "rewritten underneath\n", "b/new": "new underneath\n"} {
-		fd, err := unix.Openat(int(under.Fd()), name, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := unix.Write(fd, []byte(content)); err != nil {
-			t.Fatal(err)
-		}
-		unix.Close(fd)
-	}
+	writeUnder(t, under, "a/f1", "rewritten underneath\n")
+	writeUnder(t, under, "b/new", "new underneath\n")
 	// As git's lock files did under a mount: the program renames the file
 	// to the name the view gave it.
 	if err := unix.Renameat(int(under.Fd()), "a/f2", int(under.Fd()), "a/h2"); err != nil {
