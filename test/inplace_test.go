@@ -167,6 +167,17 @@ func TestInPlaceMountEditUnmount(t *testing.T) {
 	e.fsck()
 }
 
+// newInPlaceEnv writes files into DIR (e.dir/work) and makes it the
+// in-place workspace ws.
+func newInPlaceEnv(t *testing.T, files map[string]string) (*env, string) {
+	t.Helper()
+	e := newMountEnv(t)
+	dir := filepath.Join(e.dir, "work")
+	writeTree(t, dir, files)
+	e.ok("create", "ws", "--in-place", dir)
+	return e, dir
+}
+
 // openUnder opens DIR as a program that was there before the mount does:
 // after the mount the descriptor still reaches the directory underneath.
 func openUnder(t *testing.T, dir string) *os.File {
@@ -200,10 +211,7 @@ func writeUnder(t *testing.T, under *os.File, name, content string) {
 // directories from events), and the mount shows them.
 func TestInPlaceWriteUnderneathWhileMounted(t *testing.T) {
 	t.Parallel()
-	e := newMountEnv(t)
-	dir := filepath.Join(e.dir, "work")
-	writeTree(t, dir, inPlaceFiles(100))
-	e.ok("create", "ws", "--in-place", dir)
+	e, dir := newInPlaceEnv(t, inPlaceFiles(100))
 	under := openUnder(t, dir)
 	// Without the warm-up the view lists only what the tool looks at.
 	e.ok("mount", "ws", "--warm-entries", "0")
@@ -245,10 +253,7 @@ func TestInPlaceWriteUnderneathWhileMounted(t *testing.T) {
 // content in (it read EIO in the mount, and export failed, before).
 func TestInPlaceRewriteUnderneathListedDirectory(t *testing.T) {
 	t.Parallel()
-	e := newMountEnv(t)
-	dir := filepath.Join(e.dir, "work")
-	writeTree(t, dir, inPlaceFiles(10))
-	e.ok("create", "ws", "--in-place", dir)
+	e, dir := newInPlaceEnv(t, inPlaceFiles(10))
 	under := openUnder(t, dir)
 	e.ok("mount", "ws")
 	waitFor(t, 30*time.Second, "the warm-up", func() bool { return !e.statusOf("ws").Warming })
@@ -278,10 +283,7 @@ func TestInPlaceRewriteUnderneathListedDirectory(t *testing.T) {
 // listing, so an export after the unmount failed.
 func TestInPlaceNameAddedAndRemovedUnderneath(t *testing.T) {
 	t.Parallel()
-	e := newMountEnv(t)
-	dir := filepath.Join(e.dir, "work")
-	writeTree(t, dir, inPlaceFiles(10))
-	e.ok("create", "ws", "--in-place", dir)
+	e, dir := newInPlaceEnv(t, inPlaceFiles(10))
 	under := openUnder(t, dir)
 	e.ok("mount", "ws")
 	waitFor(t, 30*time.Second, "the warm-up", func() bool { return !e.statusOf("ws").Warming })
@@ -308,10 +310,7 @@ func TestInPlaceNameAddedAndRemovedUnderneath(t *testing.T) {
 // reported as conflicts; nothing DIR holds is lost; the workspace unmounts.
 func TestInPlaceLostContentDoesNotWedge(t *testing.T) {
 	t.Parallel()
-	e := newMountEnv(t)
-	dir := filepath.Join(e.dir, "work")
-	writeTree(t, dir, inPlaceFiles(10))
-	e.ok("create", "ws", "--in-place", dir)
+	e, dir := newInPlaceEnv(t, inPlaceFiles(10))
 	under := openUnder(t, dir)
 	// No warm-up: nothing lists b before the program changes it, so the
 	// view's z names a listing DIR no longer has.

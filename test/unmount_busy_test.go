@@ -92,10 +92,7 @@ func TestUnmountRefusesWhileInUse(t *testing.T) {
 // underneath, under the same path: it does not make the unmount busy.
 func TestInPlaceUnmountIgnoresProcessesUnderneath(t *testing.T) {
 	t.Parallel()
-	e := newMountEnv(t)
-	dir := filepath.Join(e.dir, "work")
-	writeTree(t, dir, map[string]string{"a": "a\n"})
-	e.ok("create", "ws", "--in-place", dir)
+	e, dir := newInPlaceEnv(t, map[string]string{"a": "a\n"})
 	startInside(t, dir, `exec sleep 600`) // before the mount: underneath
 	e.ok("mount", "ws")
 	e.execOK(dir, "echo b > b")
