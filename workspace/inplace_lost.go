@@ -85,22 +85,19 @@ func (m *Manager) replaceLost(d detector, pres *preserver, p string, mid, hid st
 			return store.ID{}, false, err
 		}
 	}
-	out := &store.Tree{Entries: make([]store.Entry, 0, len(ht.Entries))}
-	changed := false
-	for _, e := range ht.Entries {
+	return m.rewriteTree(hid, ht, func(e store.Entry) (*store.Entry, bool, error) {
 		var me store.Entry
 		inM := false
 		if mt != nil {
 			me, inM = mt.Lookup(e.Name)
 		}
 		if inM && me.ID == e.ID && me.Kind == e.Kind {
-			out.Entries = append(out.Entries, e)
-			continue
+			return &e, false, nil
 		}
 		ep := joinRel(p, e.Name)
 		ok, err := m.holdsContent(e)
 		if err != nil {
-			return store.ID{}, false, fmt.Errorf("%s: %w", ep, err)
+			return nil, false, fmt.Errorf("%s: %w", ep, err)
 		}
 		if !ok {
 			cur, moved, err := m.successor(d, ep, e)
@@ -112,35 +109,46 @@ func (m *Manager) replaceLost(d detector, pres *preserver, p string, mid, hid st
 				}
 			}
 			if err != nil {
-				return store.ID{}, false, fmt.Errorf("%s: %w", ep, err)
-			}
-			if cur != nil {
-				out.Entries = append(out.Entries, *cur)
+				return nil, false, fmt.Errorf("%s: %w", ep, err)
 			}
 			*lost = append(*lost, ConflictInfo{Path: ep, Kind: ConflictLostUnderneath})
-			changed = true
-			continue
+			return cur, true, nil
 		}
-		if e.Kind == store.KindDir {
-			var sub store.ID
-			if inM && me.Kind == store.KindDir {
-				sub = me.ID
-			}
-			id, ch, err := m.replaceLost(d, pres, ep, sub, e.ID, lost)
-			if err != nil {
-				return store.ID{}, false, err
-			}
-			if ch {
-				e.ID, changed = id, true
-			}
+		if e.Kind != store.KindDir {
+			return &e, false, nil
 		}
-		out.Entries = append(out.Entries, e)
+		var sub store.ID
+		if inM && me.Kind == store.KindDir {
+			sub = me.ID
+		}
+		id, ch, err := m.replaceLost(d, pres, ep, sub, e.ID, lost)
+		e.ID = id
+		return &e, ch, err
+	})
+}
+
+// rewriteTree stores tree t (id) with each entry replaced by what f
+// returns for it (nil: left out); changed reports whether f changed any,
+// and when none did the result is id itself, nothing stored.
+func (m *Manager) rewriteTree(id store.ID, t *store.Tree, f func(store.Entry) (_ *store.Entry, changed bool, _ error)) (store.ID, bool, error) {
+	out := &store.Tree{Entries: make([]store.Entry, 0, len(t.Entries))}
+	changed := false
+	for _, e := range t.Entries {
+		ne, ch, err := f(e)
+		if err != nil {
+			return store.ID{}, false, err
+		}
+		if ne != nil {
+			out.Entries = append(out.Entries, *ne)
+		}
+		changed = changed || ch
 	}
 	if !changed {
-		return hid, false, nil
+		return id, false, nil
 	}
-	id, err := m.st.PutTree(out)
-	return id, true, err
+	out.Sort() // replacements keep their names: this only guards the encoding
+	nid, err := m.st.PutTree(out)
+	return nid, true, err
 }
 
 // successor is what DIR holds now in place of the lost entry e at path p:
@@ -212,25 +220,18 @@ func (m *Manager) baseWithoutLost(b, o, t store.ID) (store.ID, bool, error) {
 	if err != nil {
 		return store.ID{}, false, err
 	}
-	out := &store.Tree{Entries: make([]store.Entry, 0, len(bt.Entries))}
-	changed := false
-	for _, e := range bt.Entries {
+	return m.rewriteTree(b, bt, func(e store.Entry) (*store.Entry, bool, error) {
 		oe, inO := ot.Lookup(e.Name)
 		te, inT := tt.Lookup(e.Name)
 		if inO && oe.ID == e.ID || inT && te.ID == e.ID {
-			out.Entries = append(out.Entries, e)
-			continue // one side kept it: the merge takes the other whole
+			return &e, false, nil // one side kept it: the merge takes the other whole
 		}
 		if e.Kind != store.KindDir {
 			ok, err := m.holdsContent(e)
-			if err != nil {
-				return store.ID{}, false, err
+			if !ok || err != nil {
+				return nil, !ok, err
 			}
-			if ok {
-				out.Entries = append(out.Entries, e)
-			}
-			changed = changed || !ok
-			continue
+			return &e, false, nil
 		}
 		var sub [2]store.ID
 		for j, x := range []struct {
@@ -242,17 +243,7 @@ func (m *Manager) baseWithoutLost(b, o, t store.ID) (store.ID, bool, error) {
 			}
 		}
 		id, ch, err := m.baseWithoutLost(e.ID, sub[0], sub[1])
-		if err != nil {
-			return store.ID{}, false, err
-		}
-		if ch {
-			e.ID, changed = id, true
-		}
-		out.Entries = append(out.Entries, e)
-	}
-	if !changed {
-		return b, false, nil
-	}
-	id, err := m.st.PutTree(out)
-	return id, true, err
+		e.ID = id
+		return &e, ch, err
+	})
 }
