@@ -30,20 +30,21 @@ import (
 // The warm-up is admitted without a lease (the Mount recognises its
 // threads), so it never pins the view or waits for a reconcile, and it
 // reads no file contents. It runs breadth first (skipping a git
-// repository's loose-object directories: looseObjectDir) and stops after about
-// Config.WarmEntries names, at Unmount, or on an error that is not about
-// one directory (warmSkippable); it pauses while the daemon holds it
-// (HoldWarm, during reconciles) and never crosses into another
-// filesystem mounted below the mountpoint.
+// repository's loose-object directories: looseObjectDir) and stops after
+// about Config.WarmEntries names, at Unmount, or on an error that is not
+// about one directory (warmSkippable); it pauses while the daemon holds it
+// (HoldWarm, during reconciles) and never crosses into another filesystem
+// mounted below the mountpoint.
 //
 // Listings cache names that exist; a tool also asks for names that do not.
 // git status opens .gitignore in every directory it scans, and each miss
 // is a LOOKUP round trip unless the kernel holds a negative entry (cached
 // for the entry timeout, like a positive one). When the root holds .git,
 // the walker looks up each of gitProbes that a directory's listing lacks
-// (outside .git, which git does not scan), so the kernel caches the miss: one request per directory in the
-// background instead of one in git's path. A view switch that adds such a
-// name invalidates it as any other new name (reconcileDir).
+// (outside .git, which git does not scan), so the kernel caches the miss:
+// one request per directory in the background instead of one in git's
+// path. A view switch that adds such a name invalidates it as any other
+// new name (reconcileDir).
 //
 // A view switch can overlap a listing: the reply was computed on the old
 // view and the kernel may apply it after the switch's invalidations. The
@@ -256,12 +257,8 @@ func (w *warmer) finished(dir []string, ents []warmEntry) {
 	w.busy--
 	objects := len(dir) >= 2 && dir[len(dir)-2] == ".git" && dir[len(dir)-1] == "objects"
 	for _, e := range ents {
-		if e.dir {
-			sub := append(dir[:len(dir):len(dir)], e.name)
-			if objects && looseObjectDir(e.name) {
-				continue
-			}
-			w.queue = append(w.queue, sub)
+		if e.dir && !(objects && looseObjectDir(e.name)) {
+			w.queue = append(w.queue, append(dir[:len(dir):len(dir)], e.name))
 		}
 	}
 	w.cond.Broadcast()

@@ -221,8 +221,8 @@ func (d detector) quietDir(p string, e, cur *store.Entry, t *store.Tree) (_ *sto
 					ne = x
 					break
 				}
-				if t, ok := d.m.st.Expanded(x.ID); ok && rs.IsRef && !rs.Resolved {
-					if ne, ch, err = d.compareListing(cp, x, x, t); err != nil {
+				if xt, ok := d.m.st.Expanded(x.ID); ok && rs.IsRef && !rs.Resolved {
+					if ne, ch, err = d.compareListing(cp, x, x, xt); err != nil {
 						return nil, false, false, err
 					}
 					break
