@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"bufio"
 	"errors"
 	"os"
 	"os/exec"
@@ -75,11 +76,20 @@ func TestUsersFindsCwdInside(t *testing.T) {
 }
 
 // startSleeper runs sleep with working directory dir until the test ends.
+// The shell enters dir after exec: a chdir between fork and exec would
+// need this very process, suspended in vfork, to serve the lookup.
 func startSleeper(t *testing.T, dir string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command("sleep", "600")
-	cmd.Dir = dir
+	cmd := exec.Command("sh", "-c", `cd "$1" && echo in && exec sleep 600`, "sh", dir)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// "in" once the shell is in dir.
+	if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
