@@ -821,6 +821,12 @@ func (p *preserver) replaced(oldRoot, newRoot store.ID) error {
 		return lostIsNothing(err)
 	}
 	nt, err := p.newTree(newRoot)
+	if errors.Is(err, store.ErrBaseChanged) {
+		// What replaces it is a listing already lost (a directory moved
+		// there in the view, then changed underneath): nothing tells what
+		// it keeps, so keep all of the old one.
+		return p.tree(oldRoot)
+	}
 	if err != nil {
 		return err
 	}
