@@ -63,7 +63,7 @@ func relGenOp(r *rand.Rand, existing, files, dirs []string) relOp {
 	case 0, 1:
 		p, b := pick(30), data()
 		return relOp{fmt.Sprintf("create %s (%d bytes)", p, len(b)), func(root string) (string, error) {
-			fd, err := syscall.Open(filepath.Join(root, p), syscall.O_CREAT|syscall.O_EXCL|syscall.O_WRONLY, 0o644)
+			fd, err := syscall.Open(filepath.Join(root, p), syscall.O_CREAT|syscall.O_EXCL|syscall.O_WRONLY|syscall.O_CLOEXEC, 0o644)
 			if err != nil {
 				return "", err
 			}
@@ -74,7 +74,7 @@ func relGenOp(r *rand.Rand, existing, files, dirs []string) relOp {
 	case 2, 3:
 		p, b, off := pickFile(), data(), int64(r.Intn(200))
 		return relOp{fmt.Sprintf("write %s at %d (%d bytes)", p, off, len(b)), func(root string) (string, error) {
-			fd, err := syscall.Open(filepath.Join(root, p), syscall.O_WRONLY, 0)
+			fd, err := syscall.Open(filepath.Join(root, p), syscall.O_WRONLY|syscall.O_CLOEXEC, 0)
 			if err != nil {
 				return "", err
 			}
@@ -131,7 +131,7 @@ func relGenOp(r *rand.Rand, existing, files, dirs []string) relOp {
 	default:
 		p := pick(80)
 		return relOp{"fsync " + p, func(root string) (string, error) {
-			fd, err := syscall.Open(filepath.Join(root, p), syscall.O_RDONLY, 0)
+			fd, err := syscall.Open(filepath.Join(root, p), syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 			if err != nil {
 				return "", err
 			}
