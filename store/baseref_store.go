@@ -973,15 +973,6 @@ func (s *Store) Expanded(id ID) (*Tree, bool) {
 	return t, ok
 }
 
-// IsExpanded reports whether Expanded has a listing for id.
-func (s *Store) IsExpanded(id ID) bool {
-	m := &s.bases
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	_, ok := m.trees[id]
-	return ok
-}
-
 func cloneTree(t *Tree) *Tree {
 	return &Tree{Entries: append([]Entry(nil), t.Entries...)}
 }

@@ -540,7 +540,8 @@ func (d detector) leaf(id store.ID, rs *store.RefStatus) bool {
 	if !rs.IsRef || rs.Resolved {
 		return false
 	}
-	return !d.m.st.IsExpanded(id)
+	_, listed := d.m.st.Expanded(id)
+	return !listed
 }
 
 // compareListing is entry for a directory whose listing t the tree (or
