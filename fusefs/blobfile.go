@@ -3,6 +3,7 @@ package fusefs
 import (
 	"os"
 
+	"github.com/acyclicfs/acyclicfs/internal/osfile"
 	"github.com/acyclicfs/acyclicfs/store"
 )
 
@@ -29,5 +30,5 @@ func openBlob(objects Objects, id store.ID) (*os.File, error) {
 	if v, ok := objects.(BlobFileOpener); ok {
 		return v.OpenBlobFile(id)
 	}
-	return os.Open(objects.BlobPath(id))
+	return osfile.Open(objects.BlobPath(id), os.O_RDONLY, 0)
 }

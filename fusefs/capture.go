@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/acyclicfs/acyclicfs/internal/osfile"
 	"github.com/acyclicfs/acyclicfs/store"
 )
 
@@ -276,7 +277,7 @@ func (o *overlay) storeFile(c *inode, e *store.Entry, cw *captureWriter) error {
 
 // hashFile returns the blob ID of a file's content without storing it.
 func hashFile(path string) (store.ID, error) {
-	f, err := os.Open(path)
+	f, err := osfile.Open(path, os.O_RDONLY, 0)
 	if err != nil {
 		return store.ID{}, err
 	}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/acyclicfs/acyclicfs/internal/osfile"
 )
 
 // File locks (flock and fcntl) are implemented like go-fuse's loopback:
@@ -29,7 +31,7 @@ func (h *handle) lockFd() (int, syscall.Errno) {
 	defer h.lockMu.Unlock()
 	if h.lockFile == nil {
 		p := h.m.ov.lockPath(h.in.num)
-		f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
+		f, err := osfile.Open(p, os.O_RDWR|os.O_CREATE, 0o600)
 		if err != nil {
 			return -1, toErrno(err)
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 
+	"github.com/acyclicfs/acyclicfs/internal/osfile"
 	"github.com/acyclicfs/acyclicfs/store"
 )
 
@@ -320,7 +321,7 @@ func (o *overlay) replaceOpenUpper(c *inode, ne store.Entry) error {
 			return err
 		}
 	} else {
-		tmp, err := os.CreateTemp(o.upperDir(), "switch-*")
+		tmp, err := osfile.CreateTemp(o.upperDir(), "switch-")
 		if err != nil {
 			return err
 		}

@@ -11,6 +11,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/acyclicfs/acyclicfs/internal/osfile"
 )
 
 // copyBufSize is large enough for BLAKE3's SIMD paths to hash several
@@ -136,7 +138,7 @@ func copyHashing(f *os.File, h *BlobHasher, r io.Reader) (int64, error) {
 
 func cloneOrCopy(path string) fillFunc {
 	return func(f *os.File, h *BlobHasher) (int64, error) {
-		src, err := os.Open(path)
+		src, err := osfile.Open(path, os.O_RDONLY, 0)
 		if err != nil {
 			return 0, fmt.Errorf("write blob from %s: %w", path, err)
 		}
@@ -169,7 +171,7 @@ func (s *Store) writeTemp(fill fillFunc, sync bool) (string, ID, int64, error) {
 	if s.readOnly {
 		return "", ID{}, 0, fmt.Errorf("write blob: %w", ErrReadOnly)
 	}
-	f, err := os.CreateTemp(s.tmpDir(), "blob-*")
+	f, err := osfile.CreateTemp(s.tmpDir(), "blob-")
 	if err != nil {
 		return "", ID{}, 0, fmt.Errorf("write blob: %w", err)
 	}
@@ -290,7 +292,7 @@ func (s *Store) OpenBlob(id ID) (io.ReadCloser, error) {
 
 // openBlobObject is OpenBlob of an object file.
 func (s *Store) openBlobObject(id ID) (io.ReadCloser, error) {
-	f, err := os.Open(s.BlobPath(id))
+	f, err := osfile.Open(s.BlobPath(id), os.O_RDONLY, 0)
 	if err != nil {
 		return nil, blobOpenError(id, err)
 	}

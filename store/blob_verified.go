@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/acyclicfs/acyclicfs/internal/osfile"
 )
 
 // OpenBlobFile opens blob id's file for reading by offset (the mount serves
@@ -42,7 +44,7 @@ func (s *Store) OpenBlobFile(id ID) (*os.File, error) {
 
 // openBlobObjectFile is OpenBlobFile of an object file.
 func (s *Store) openBlobObjectFile(id ID) (*os.File, error) {
-	f, err := os.Open(s.BlobPath(id))
+	f, err := osfile.Open(s.BlobPath(id), os.O_RDONLY, 0)
 	if err != nil {
 		return nil, blobOpenError(id, err)
 	}
