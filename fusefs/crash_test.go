@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 
@@ -151,6 +152,34 @@ func testCrashRecovery(t *testing.T, pt bool) {
 	delete(got, "gone")
 	if d := diffMaps(got, want); d != "" {
 		t.Fatalf("recovered capture differs:\n%s", d)
+	}
+	// The killed mount's upper-file pool (files named by reserved inode
+	// numbers) is gone: every upper file left belongs to an inode.
+	ov, err := openOverlay(state, objs2, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uppers := map[string]bool{}
+	var walk func(d *inode)
+	walk = func(d *inode) {
+		for _, c := range d.children {
+			if c.upper {
+				uppers[strconv.FormatUint(c.num, 10)] = true
+			}
+			if c.isDir() {
+				walk(c)
+			}
+		}
+	}
+	walk(ov.root)
+	ents, err := os.ReadDir(filepath.Join(state, "upper"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if !uppers[e.Name()] {
+			t.Errorf("upper file %s left after recovery, no inode has it", e.Name())
+		}
 	}
 
 	// Remounting the same StateDir replays it.

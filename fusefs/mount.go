@@ -168,7 +168,8 @@ func MountAt(mountpoint string, cfg Config) (*Mount, error) {
 		notifyC: make(chan struct{}, 1), doneC: make(chan struct{})}
 	m.readOnly.Store(cfg.ReadOnly)
 	ov.retainLimit = max(cfg.RetainUpperBytes, 0)
-	ov.pool = startUpperPool(ov.upperDir())
+	ov.pool = newUpperPool(ov.upperDir(), ov.reserveIno)
+	ov.pool.start()
 	m.rootNode = &node{m: m, in: ov.root}
 	entryT := cfg.EntryTimeout
 	attrT := cfg.AttrTimeout

@@ -12,6 +12,8 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/acyclicfs/acyclicfs/internal/osfile"
 )
 
 // Getattr answers from the overlay, and for upper files from the backing
@@ -142,14 +144,20 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 			ino.atime = atime.UnixNano()
 		}
 		if ino.upper {
-			ts := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, {Nsec: unix.UTIME_OMIT}}
+			ts := [2]unix.Timespec{{Nsec: unix.UTIME_OMIT}, {Nsec: unix.UTIME_OMIT}}
 			if aok {
 				ts[0] = unix.NsecToTimespec(ino.atime)
 			}
 			if mok {
 				ts[1] = unix.NsecToTimespec(ino.mtime)
 			}
-			if err := unix.UtimesNanoAt(unix.AT_FDCWD, ov.upperPath(ino.num), ts, 0); err != nil {
+			var err error
+			if ino.upperFile != nil { // open (tar's futimens): no path lookup
+				err = futimens(int(ino.upperFile.Fd()), &ts)
+			} else {
+				err = unix.UtimesNanoAt(unix.AT_FDCWD, ov.upperPath(ino.num), ts[:], 0)
+			}
+			if err != nil {
 				ov.mu.Unlock()
 				return toErrno(err)
 			}
@@ -369,7 +377,7 @@ func (m *Mount) open(in *inode, flags uint32) (fs.FileHandle, uint32, syscall.Er
 	h := &handle{m: m, in: in}
 	if in.upper {
 		if in.upperFile == nil {
-			f, err := os.OpenFile(ov.upperPath(in.num), os.O_RDWR, 0)
+			f, err := osfile.Open(ov.upperPath(in.num), os.O_RDWR, 0)
 			if err != nil {
 				return nil, 0, toErrno(err)
 			}

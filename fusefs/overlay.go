@@ -282,6 +282,15 @@ func (o *overlay) newInode(mode, uid, gid uint32) *inode {
 	return c
 }
 
+// reserveIno allocates an inode number for the upper-file pool.
+func (o *overlay) reserveIno() uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := o.nextIno
+	o.nextIno++
+	return n
+}
+
 // children returns d's loaded children or errNeedLoad. Caller holds mu.
 func (o *overlay) children(d *inode) (map[string]*inode, error) {
 	if !d.isDir() {

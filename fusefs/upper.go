@@ -6,8 +6,11 @@ import (
 	"os"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/acyclicfs/acyclicfs/internal/osfile"
 )
 
 // copyUp gives a regular file an upper file holding its current content
@@ -34,7 +37,7 @@ func (o *overlay) copyUp(in *inode, trunc bool) error {
 	hasLower := in.hasLower
 	o.mu.Unlock()
 
-	tmp, err := os.CreateTemp(o.upperDir(), "copyup-*")
+	tmp, err := osfile.CreateTemp(o.upperDir(), "copyup-")
 	if err != nil {
 		return fmt.Errorf("copy-up: %w", err)
 	}
@@ -101,27 +104,40 @@ func cloneOrCopy(dst, src *os.File) error {
 
 // createUpper makes an empty upper file for a new inode and keeps it open
 // as the inode's backing file, for the open that follows a create. It
-// takes a file from the pool when there is one (a rename), else creates
-// one. Caller holds mu.
+// takes a file from the pool when there is one — in, not yet linked
+// anywhere, then takes the pool file's inode number (its own stays
+// unused) — else creates one. Caller holds mu.
 func (o *overlay) createUpper(in *inode) error {
-	path := o.upperPath(in.num)
-	f := o.pool.take(path)
+	num, f := o.pool.take()
 	if f != nil {
 		// A pool file has the times of its creation: give it the inode's.
-		ts := []unix.Timespec{unix.NsecToTimespec(in.atime), unix.NsecToTimespec(in.mtime)}
-		if err := unix.UtimesNanoAt(unix.AT_FDCWD, path, ts, 0); err != nil {
+		ts := [2]unix.Timespec{unix.NsecToTimespec(in.atime), unix.NsecToTimespec(in.mtime)}
+		if err := futimens(int(f.Fd()), &ts); err != nil {
 			f.Close()
+			os.Remove(o.upperPath(num))
 			f = nil
+		} else {
+			in.num = num
 		}
 	}
 	if f == nil {
 		var err error
-		f, err = os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o600)
+		f, err = osfile.Open(o.upperPath(in.num), os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o600)
 		if err != nil {
 			return fmt.Errorf("create upper file: %w", err)
 		}
 	}
 	in.upperFile = f
 	in.upper = true
+	return nil
+}
+
+// futimens sets an open file's times (utimensat with no path, as the C
+// library's futimens: no path lookup, unlike UtimesNanoAt).
+func futimens(fd int, ts *[2]unix.Timespec) error {
+	_, _, e := unix.Syscall6(unix.SYS_UTIMENSAT, uintptr(fd), 0, uintptr(unsafe.Pointer(ts)), 0, 0, 0)
+	if e != 0 {
+		return e
+	}
 	return nil
 }

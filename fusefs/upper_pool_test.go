@@ -3,28 +3,28 @@ package fusefs
 import (
 	"os"
 	"path/filepath"
-	"strings"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 )
 
-func poolFiles(t *testing.T, dir string) []string {
+// existing returns which of nums name a file in dir.
+func existing(t *testing.T, dir string, nums []uint64) []uint64 {
 	t.Helper()
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), "pool-") {
-			names = append(names, e.Name())
+	var out []uint64
+	for _, n := range nums {
+		if _, err := os.Stat(filepath.Join(dir, strconv.FormatUint(n, 10))); err == nil {
+			out = append(out, n)
+		} else if !os.IsNotExist(err) {
+			t.Fatal(err)
 		}
 	}
-	return names
+	return out
 }
 
-// openPoolFiles lists this process's descriptors open on pool files.
-func openPoolFiles(t *testing.T) []string {
+// openFilesIn lists this process's descriptors open on files in dir.
+func openFilesIn(t *testing.T, dir string) []string {
 	t.Helper()
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
@@ -33,48 +33,58 @@ func openPoolFiles(t *testing.T) []string {
 	var open []string
 	for _, e := range ents {
 		target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
-		if err == nil && strings.HasPrefix(filepath.Base(target), "pool-") {
+		if err == nil && filepath.Dir(target) == dir {
 			open = append(open, target)
 		}
 	}
 	return open
 }
 
-// TestUpperPoolTakeAndClose: take renames a pool file into place, close
-// deletes what is left.
+// TestUpperPoolTakeAndClose: the pool's files are named by reserved
+// numbers, taken oldest first without renaming; close deletes what is
+// left.
 func TestUpperPoolTakeAndClose(t *testing.T) {
 	dir := t.TempDir()
-	p := &upperPool{dir: dir, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	next := uint64(100)
+	p := newUpperPool(dir, func() uint64 { next++; return next })
 	for p.fill() {
 	}
-	if n := len(poolFiles(t, dir)); n != poolSize {
-		t.Fatalf("%d pool files, want %d", n, poolSize)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if open := openPoolFiles(t); len(open) != 0 {
+	if len(ents) != poolSize || len(p.nums) != poolSize {
+		t.Fatalf("%d files, %d numbers, want %d", len(ents), len(p.nums), poolSize)
+	}
+	if open := openFilesIn(t, dir); len(open) != 0 {
 		t.Fatalf("a full pool holds descriptors: %v", open)
 	}
-	f := p.take(filepath.Join(dir, "7"))
-	if f == nil {
-		t.Fatal("take from a full pool gave nothing")
+	num, f := p.take()
+	if f == nil || num != 101 {
+		t.Fatalf("take from a full pool gave %d, %v; want 101 and a file", num, f)
 	}
 	if _, err := f.WriteString("data"); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
-	if b, err := os.ReadFile(filepath.Join(dir, "7")); err != nil || string(b) != "data" {
+	if b, err := os.ReadFile(filepath.Join(dir, "101")); err != nil || string(b) != "data" {
 		t.Fatalf("taken file: %q %v", b, err)
 	}
-	go p.run()
+	left := slices.Clone(p.nums)
+	p.start()
 	p.close()
 	p.close() // idempotent
-	if left := poolFiles(t, dir); len(left) != 0 {
-		t.Fatalf("pool files left after close: %v", left)
+	if got := existing(t, dir, left); len(got) != 0 {
+		t.Fatalf("pool files left after close: %v", got)
 	}
-	if f := p.take(filepath.Join(dir, "8")); f != nil {
+	if got := existing(t, dir, []uint64{101}); len(got) != 1 {
+		t.Fatal("close deleted the taken file")
+	}
+	if _, f := p.take(); f != nil {
 		t.Fatal("take after close gave a file")
 	}
 	var nilPool *upperPool
-	if nilPool.take(filepath.Join(dir, "9")) != nil {
+	if _, f := nilPool.take(); f != nil {
 		t.Fatal("nil pool gave a file")
 	}
 	nilPool.close()
@@ -91,8 +101,9 @@ func TestCreateFromPool(t *testing.T) {
 	}
 	old := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 	p.mu.Lock()
-	for _, name := range p.names {
-		if err := os.Chtimes(name, old, old); err != nil {
+	fromPool := slices.Clone(p.nums[:10])
+	for _, num := range p.nums {
+		if err := os.Chtimes(p.path(num), old, old); err != nil {
 			p.mu.Unlock()
 			t.Fatal(err)
 		}
@@ -117,11 +128,22 @@ func TestCreateFromPool(t *testing.T) {
 			t.Fatalf("%s: %q", name, got)
 		}
 	}
+	// The creates took the pool's oldest files, in place.
+	upper := filepath.Join(state, "upper")
+	for i, num := range fromPool {
+		if b, err := os.ReadFile(filepath.Join(upper, strconv.FormatUint(num, 10))); err != nil || string(b) != "x" {
+			t.Fatalf("create %d: pool file %d holds %q, %v", i, num, b, err)
+		}
+	}
 	if err := m.Unmount(); err != nil {
 		t.Fatal(err)
 	}
 	m.Wait()
-	if left := poolFiles(t, filepath.Join(state, "upper")); len(left) != 0 {
-		t.Fatalf("pool files left after unmount: %v", left)
+	ents, err := os.ReadDir(upper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != len(fromPool) {
+		t.Fatalf("%d upper files after unmount, want the %d created (pool files left?)", len(ents), len(fromPool))
 	}
 }
