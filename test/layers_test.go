@@ -28,6 +28,7 @@ var layers = map[string]int{
 	"internal/dirfd":     -1,
 	"internal/dirwatch":  -1,
 	"internal/fusectl":   -1,
+	"internal/osfile":    -1,
 	"rebase/rebasetest":  2,
 }
 
