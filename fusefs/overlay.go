@@ -22,7 +22,9 @@ type link struct {
 }
 
 // inode is one object of the overlay view. All fields are protected by
-// overlay.mu except num, which never changes.
+// overlay.mu except num, which never changes once the inode is in the
+// tree (createUpper gives a new file the number of its pool file before
+// it is linked).
 type inode struct {
 	num uint64
 
