@@ -185,6 +185,7 @@ func (o *overlay) trashUpper(num uint64) {
 		o.unsnapped = true
 	}
 }
+
 func (o *overlay) upperPath(num uint64) string {
 	return filepath.Join(o.upperDir(), strconv.FormatUint(num, 10))
 }
