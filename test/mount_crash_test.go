@@ -249,8 +249,25 @@ func TestCrashWhileIdle(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitDead(t, mp)
+	// With the daemon gone, exec and lease at the dead mount say so and
+	// name the workspace to mount again (exit 1); a directory that never
+	// was a mount of this store is a usage error (exit 2).
+	r := e.fails(1, "exec", mp, "--", "true")
+	if !strings.Contains(r.stderr, "the daemon that served this mount is gone (workspace w)") || !strings.Contains(r.stderr, "hint: 'acyclicfs mount WORKSPACE'") {
+		t.Errorf("exec at a dead mount: %s", r)
+	}
+	e.fails(1, "lease", "begin", mp, "--owner", "o")
+	other := t.TempDir()
+	r = e.fails(2, "exec", other, "--", "true")
+	if !strings.Contains(r.stderr, "not an acyclicfs mount of this store (and no daemon is running)") || !strings.Contains(r.stderr, "hint: mount a workspace there first") {
+		t.Errorf("exec at a plain directory: %s", r)
+	}
 	if r := e.run("mount", "w", mp); r.code != 0 {
 		t.Fatalf("remount: %s", r)
+	}
+	r = e.fails(2, "exec", other, "--", "true")
+	if !strings.Contains(r.stderr, "not an acyclicfs mount of this store") || strings.Contains(r.stderr, "no daemon") {
+		t.Errorf("exec at a plain directory, daemon running: %s", r)
 	}
 	if got := inSession(t, mp, "cat d/x"); got != "x\n" {
 		t.Fatalf("after remount: %q", got)

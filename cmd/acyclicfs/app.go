@@ -151,3 +151,9 @@ func rangeArgs(lo, hi int, names string) cobra.PositionalArgs {
 }
 
 var errNoDaemon = errors.New("daemon is not running")
+
+// errDaemonGone: a MOUNTPOINT argument names a mount whose daemon died.
+var errDaemonGone = fmt.Errorf("%w: the daemon that served this mount is gone", errNoDaemon)
+
+// errNotAMount: a MOUNTPOINT argument names no mount of this store.
+var errNotAMount = errors.New("not an acyclicfs mount of this store")

@@ -78,6 +78,10 @@ func hint(err error) string {
 		return "remove the children first, or pass --recursive"
 	case errors.Is(err, store.ErrAmbiguous):
 		return "give more characters of the generation id"
+	case errors.Is(err, errNotAMount):
+		return "mount a workspace there first: 'acyclicfs mount NAME MOUNTPOINT'"
+	case errors.Is(err, errDaemonGone):
+		return "'acyclicfs mount WORKSPACE' mounts it again and recovers what the dead daemon left; 'acyclicfs unmount MOUNTPOINT' captures it and detaches"
 	case errors.Is(err, fusefs.ErrInUse):
 		return "leave the directory (cd out) and end those processes, then unmount again; or pass --lazy to detach it now (their later writes are not captured)"
 	case errors.Is(err, store.ErrLocked):

@@ -396,14 +396,30 @@ func (a *app) cmdLease() *cobra.Command {
 }
 
 func (a *app) servedAt(mp string) (*served, error) {
-	if err := a.needDaemon("lease"); err != nil {
-		return nil, err
+	if a.d == nil {
+		return nil, a.unserved("lease", a.mountpath(mp))
 	}
 	s := a.d.byMountpoint(a.mountpath(mp))
 	if s == nil {
-		return nil, usageError{fmt.Errorf("%s is not an acyclicfs mount of this store", a.mountpath(mp))}
+		return nil, usageError{fmt.Errorf("%s: %w", a.mountpath(mp), errNotAMount)}
 	}
 	return s, nil
+}
+
+// unserved explains why mp cannot be used while no daemon runs: it is a
+// mount whose daemon died (the store still records it), or no mount of
+// this store at all.
+func (a *app) unserved(what, mp string) error {
+	if m, err := a.manager(); err == nil {
+		if recs, err := m.MountRecords(); err == nil {
+			for _, rec := range recs {
+				if rec.Mountpoint == mp {
+					return fmt.Errorf("%s %s: %w (workspace %s)", what, mp, errDaemonGone, rec.Workspace)
+				}
+			}
+		}
+	}
+	return usageError{fmt.Errorf("%s %s: %w (and no daemon is running)", what, mp, errNotAMount)}
 }
 
 func (s *served) ownerOfLease(id window.LeaseID) (sessions.Owner, bool) {
@@ -445,7 +461,7 @@ func (a *app) runExec(mp string, argv []string) error {
 	}
 	c := newClient(dir)
 	if !c.alive() {
-		return fmt.Errorf("exec %s: %w", mp, errNoDaemon)
+		return a.unserved("exec", mp)
 	}
 	exe, err := os.Executable()
 	if err != nil {
