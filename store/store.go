@@ -104,6 +104,9 @@ type Store struct {
 	bases baseMemo
 	// baseReads counts opens of base files' content (BaseReads).
 	baseReads atomic.Int64
+
+	tmpNext atomic.Uint64          // next tmp shard (tmpShard)
+	tmpMade [tmpShards]atomic.Bool // tmp shards made by this process
 }
 
 // Open opens the store in dir, creating it unless opt.ReadOnly. It never

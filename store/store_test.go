@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -329,13 +330,23 @@ func TestReopenPersists(t *testing.T) {
 	storetest.MustCreate(t, s, "main", "", gen, store.ID{})
 	mustOK(t, s.PutMeta("ns", "k", []byte("v")))
 	mustOK(t, s.Close())
-	// Stray temp files from a "crash" are cleaned at open.
+	// Stray temp files from a "crash" are cleaned at open, in tmp and in
+	// its shard directories.
 	stray := filepath.Join(dir, "tmp", "blob-123")
 	mustOK(t, os.WriteFile(stray, []byte("partial"), 0o600))
+	mustOK(t, os.MkdirAll(filepath.Join(dir, "tmp", "3"), 0o755))
+	strayShard := filepath.Join(dir, "tmp", "3", "blob-456")
+	mustOK(t, os.WriteFile(strayShard, []byte("partial"), 0o600))
 
 	s = storetest.MustOpenDir(t, dir, store.Options{})
-	if _, err := os.Stat(stray); !errors.Is(err, os.ErrNotExist) {
-		t.Fatal("stray temp file survived open")
+	for _, p := range []string{stray, strayShard} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("stray temp file %s survived open", p)
+		}
+	}
+	// A blob written after the open recreates its shard.
+	if _, err := s.WriteBlobBytes([]byte("after the crash")); err != nil {
+		t.Fatal(err)
 	}
 	w, err := s.GetWorkspace("main")
 	mustOK(t, err)
@@ -559,12 +570,20 @@ func TestFailedBlobWriteLeavesNothing(t *testing.T) {
 	}
 }
 
+// assertEmptyTmp checks that tmp holds no file (its shard directories may
+// remain).
 func assertEmptyTmp(t *testing.T, s *store.Store) {
 	t.Helper()
-	ents, err := os.ReadDir(filepath.Join(s.Dir(), "tmp"))
+	var files []string
+	err := filepath.WalkDir(filepath.Join(s.Dir(), "tmp"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			files = append(files, p)
+		}
+		return err
+	})
 	mustOK(t, err)
-	if len(ents) != 0 {
-		t.Fatalf("tmp not empty: %v", ents)
+	if len(files) != 0 {
+		t.Fatalf("tmp not empty: %v", files)
 	}
 }
 
