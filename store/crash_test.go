@@ -3,8 +3,10 @@ package store_test
 import (
 	"bufio"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -63,10 +65,16 @@ func TestCrashMidWrite(t *testing.T) {
 			t.Fatalf("head log not contiguous: %+v", log)
 		}
 	}
-	ents, err := os.ReadDir(dir + "/tmp")
+	var left []string
+	err = filepath.WalkDir(dir+"/tmp", func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			left = append(left, p)
+		}
+		return err
+	})
 	mustOK(t, err)
-	if len(ents) != 0 {
-		t.Fatalf("temp files survived reopen: %v", ents)
+	if len(left) != 0 {
+		t.Fatalf("temp files survived reopen: %v", left)
 	}
 }
 

@@ -299,8 +299,11 @@ func TestOpenShrinksTmp(t *testing.T) {
 	mustOK(t, err)
 	mustOK(t, s.Close())
 	tmp := filepath.Join(dir, "tmp")
+	shard := filepath.Join(tmp, "5") // a shard grown by a batch, as tmp itself was by older versions
+	mustOK(t, os.Mkdir(shard, 0o755))
 	for i := range 5000 {
 		mustOK(t, os.WriteFile(filepath.Join(tmp, fmt.Sprintf("blob-staged-%06d", i)), nil, 0o600))
+		mustOK(t, os.WriteFile(filepath.Join(shard, fmt.Sprintf("blob-staged-%06d", i)), nil, 0o600))
 	}
 	grown, err := os.Stat(tmp)
 	mustOK(t, err)
