@@ -213,8 +213,8 @@ func (s *Store) writeTemp(fill fillFunc, sync bool) (string, ID, int64, error) {
 const tmpShards = 8
 
 // tmpShard returns the next subdirectory of tmp for a temp blob file,
-// making it on first use (an open of the store removes them with the rest
-// of tmp).
+// making it on first use (an open of the store empties the shards, and
+// makes again those a batch has grown: cleanTmp).
 func (s *Store) tmpShard() (string, error) {
 	i := s.tmpNext.Add(1) % tmpShards
 	d := filepath.Join(s.tmpDir(), strconv.FormatUint(i, 10))

@@ -399,8 +399,8 @@ func (s *Store) cleanTmp() error {
 		p := filepath.Join(s.tmpDir(), e.Name())
 		if fi, err := e.Info(); err == nil && fi.IsDir() && fi.Size() <= maxTmpDirSize {
 			// A shard (tmpShard) of normal size is kept, emptied: removing
-			// a directory costs 10-25 ms here once a batch has grown it,
-			// and only a grown one needs making again (see below).
+			// a directory that a batch has grown costs 13-25 ms here, and
+			// only a grown one needs making again (see below).
 			if err := removeContents(p); err != nil {
 				return fmt.Errorf("open store %s: clean tmp: %w", s.dir, err)
 			}
