@@ -207,23 +207,14 @@ func (t *Tracker) scan() ([]procRec, error) {
 // FUSE requests carry thread ids, which /proc resolves but does not list, so
 // such entries are kept while the thread lives with the same start time.
 func (t *Tracker) checkUnlisted(live map[int]uint64) map[uint32]bool {
-	type cached struct {
-		pid   uint32
-		start uint64
-	}
-	var todo []cached
-	t.mu.RLock()
-	for pid, e := range t.pids {
-		if _, ok := live[int(pid)]; !ok && !e.ignored {
-			todo = append(todo, cached{pid, e.start})
-		}
-	}
-	t.mu.RUnlock()
+	todo := t.cachedPids(func(pid uint32, _ *pidEntry) bool {
+		_, ok := live[int(pid)]
+		return !ok
+	})
 	checked := make(map[uint32]bool, len(todo))
 	buf := make([]byte, statBufSize)
 	for _, c := range todo {
-		si, err := readStat(t.procRoot, int(c.pid), buf)
-		checked[c.pid] = err == nil && si.start == c.start
+		checked[c.pid] = t.running(c, buf)
 	}
 	return checked
 }

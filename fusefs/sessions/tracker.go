@@ -442,21 +442,10 @@ func (t *Tracker) Release(owner Owner) bool {
 // then a scan of the proc tree (a child that has not sent a request yet;
 // true when the tree cannot be read: keeping a lease is the safe side).
 func (t *Tracker) anyAlive(id int) bool {
-	type cand struct {
-		pid   uint32
-		start uint64
-	}
-	var cs []cand
-	t.mu.RLock()
-	for pid, e := range t.pids {
-		if e.id == id && !e.ignored {
-			cs = append(cs, cand{pid, e.start})
-		}
-	}
-	t.mu.RUnlock()
+	cs := t.cachedPids(func(_ uint32, e *pidEntry) bool { return e.id == id })
 	buf := make([]byte, statBufSize)
 	for _, c := range cs {
-		if si, err := readStat(t.procRoot, int(c.pid), buf); err == nil && si.start == c.start {
+		if t.running(c, buf) {
 			return true
 		}
 	}
@@ -470,6 +459,33 @@ func (t *Tracker) anyAlive(id int) bool {
 		}
 	}
 	return false
+}
+
+// cachedPid is a request cache entry's thread and its start time.
+type cachedPid struct {
+	pid   uint32
+	start uint64
+}
+
+// cachedPids copies out the request cache's entries, ignored ones left out,
+// that keep accepts; it takes the read lock itself.
+func (t *Tracker) cachedPids(keep func(pid uint32, e *pidEntry) bool) []cachedPid {
+	var out []cachedPid
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	for pid, e := range t.pids {
+		if !e.ignored && keep(pid, e) {
+			out = append(out, cachedPid{pid, e.start})
+		}
+	}
+	return out
+}
+
+// running reports whether c's thread still runs: its stat reads, with the
+// same start time (buf is readStat's buffer).
+func (t *Tracker) running(c cachedPid, buf []byte) bool {
+	si, err := readStat(t.procRoot, int(c.pid), buf)
+	return err == nil && si.start == c.start
 }
 
 // Owners lists the current owners (held, pending or ending) sorted by name
