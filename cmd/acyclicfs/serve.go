@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -279,35 +278,10 @@ func checkMountpoint(mp string) error {
 	return nil
 }
 
-// findMount looks mp up in /proc/self/mountinfo: its device minor (the
-// FUSE connection number for a FUSE mount) and filesystem type.
-func findMount(mp string) (minor, fstype string, found bool) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return "", "", false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 || unescapeMount(f[4]) != mp {
-			continue
-		}
-		_, post, _ := strings.Cut(line, " - ")
-		_, minor, _ = strings.Cut(f[2], ":")
-		fstype, _, _ = strings.Cut(post, " ")
-		return minor, fstype, true
-	}
-	return "", "", false
-}
-
 // isMounted reports whether mp is a mountpoint.
 func isMounted(mp string) bool {
-	_, _, found := findMount(mp)
+	_, _, found := fusectl.Find(mp)
 	return found
-}
-
-func unescapeMount(s string) string {
-	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
-	return r.Replace(s)
 }
 
 // recoverMount finishes the work of a mount whose daemon died: detach its
@@ -841,11 +815,7 @@ func (d *daemon) waitOrphanLeases(ws string) {
 // Requests blocked on a dead or wedged server fail instead of hanging, and
 // a server thread stuck in the kernel is released.
 func abortFuse(mp string) {
-	minor, fstype, found := findMount(mp)
-	if !found || !strings.HasPrefix(fstype, "fuse") || minor == "" {
-		return
-	}
-	_ = fusectl.Abort(minor)
+	_ = fusectl.AbortAt(mp)
 }
 
 // storeObjects is what a mount reads and writes: the store, with batched

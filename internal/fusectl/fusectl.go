@@ -52,14 +52,44 @@ func ensureMounted() error {
 
 // isMounted reports whether /proc/self/mountinfo lists a mount at Dir.
 func isMounted() (bool, error) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
+	if _, err := os.Stat("/proc/self/mountinfo"); err != nil {
 		return false, fmt.Errorf("read mountinfo: %w", err)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == Dir {
-			return true, nil
-		}
+	_, _, found := Find(Dir)
+	return found, nil
+}
+
+// Find looks mp up in /proc/self/mountinfo: its device minor (the FUSE
+// connection number of a FUSE mount) and file system type. It asks
+// nothing of the mount itself, so it works on a wedged one.
+func Find(mp string) (minor, fstype string, found bool) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return "", "", false
 	}
-	return false, nil
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 || unescapeMount(f[4]) != mp {
+			continue
+		}
+		_, post, _ := strings.Cut(line, " - ")
+		_, minor, _ = strings.Cut(f[2], ":")
+		fstype, _, _ = strings.Cut(post, " ")
+		return minor, fstype, true
+	}
+	return "", "", false
+}
+
+func unescapeMount(s string) string {
+	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
+	return r.Replace(s)
+}
+
+// AbortAt aborts the FUSE connection mounted at mp, if mp is a FUSE mount.
+func AbortAt(mp string) error {
+	minor, fstype, found := Find(mp)
+	if !found || !strings.HasPrefix(fstype, "fuse") || minor == "" {
+		return nil
+	}
+	return Abort(minor)
 }
