@@ -270,6 +270,7 @@ type mountOpts struct {
 	retain      int64   // Config.RetainUpperBytes
 	warm        int     // Config.WarmEntries
 	objects     Objects // served instead of objs (which still builds the lower tree)
+	uring       bool    // Config.Uring
 }
 
 // mountT mounts root under a temp dir and unmounts at cleanup.
@@ -287,7 +288,7 @@ func mountT(t testing.TB, objs *fakeObjects, root store.ID, o *mountOpts) (*Moun
 		served = o.objects
 	}
 	m, err := MountAt(mnt, Config{Objects: served, Root: root, StateDir: o.stateDir,
-		Passthrough: o.passthrough, Admitter: o.admitter, FsName: "fusefs-test", EnableXattrs: o.xattrs, PassthroughClean: o.ptClean, RetainUpperBytes: o.retain, WarmEntries: o.warm, Debug: os.Getenv("FUSEFS_DEBUG") != ""})
+		Passthrough: o.passthrough, Admitter: o.admitter, FsName: "fusefs-test", EnableXattrs: o.xattrs, PassthroughClean: o.ptClean, RetainUpperBytes: o.retain, WarmEntries: o.warm, Debug: os.Getenv("FUSEFS_DEBUG") != "", Uring: o.uring})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,3 +373,19 @@ func waitOpenHandles(m *Mount, n int) {
 }
 
 func stringsContains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// needUring makes FUSE over io_uring available or skips: as root it turns
+// the fuse module's enable_uring on (it only lets servers that ask for
+// io_uring have it), as CI does.
+func needUring(t testing.TB) {
+	t.Helper()
+	if UringAvailable() == nil {
+		return
+	}
+	if os.Geteuid() == 0 {
+		_ = os.WriteFile(uringParamPath, []byte("1"), 0o644)
+	}
+	if err := UringAvailable(); err != nil {
+		t.Skip(err)
+	}
+}

@@ -82,6 +82,9 @@ func (h *handle) setLock(lk *fuse.FileLock, flags uint32, wait bool) syscall.Err
 		}
 		if !wait {
 			op |= syscall.LOCK_NB
+		} else {
+			h.m.lockWaits.Add(1)
+			defer h.m.lockWaits.Add(-1)
 		}
 		return toErrno(syscall.Flock(fd, op))
 	}
@@ -90,6 +93,8 @@ func (h *handle) setLock(lk *fuse.FileLock, flags uint32, wait bool) syscall.Err
 	op := unix.F_OFD_SETLK
 	if wait {
 		op = unix.F_OFD_SETLKW
+		h.m.lockWaits.Add(1)
+		defer h.m.lockWaits.Add(-1)
 	}
 	return toErrno(syscall.FcntlFlock(uintptr(fd), op, &flk))
 }

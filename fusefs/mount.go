@@ -11,6 +11,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/acyclicfs/acyclicfs/internal/fusectl"
 	"github.com/acyclicfs/acyclicfs/store"
 )
 
@@ -26,6 +27,15 @@ type Objects interface {
 	WriteBlobFile(path string) (store.ID, int64, error)
 	WriteBlobBytes(b []byte) (store.ID, error)
 	PutTree(t *store.Tree) (store.ID, error)
+}
+
+// nowAdmitter is an Admitter that can tell without blocking whether
+// Admit(pid) would return at once. The io_uring transport answers such
+// requests on its queue's thread and the others on goroutines of their
+// own, so that a session's first request, which may wait for a lease,
+// holds up no other request from its CPU.
+type nowAdmitter interface {
+	AdmitsNow(pid uint32) bool
 }
 
 // Admitter is consulted at the start of every request with the caller's
@@ -92,6 +102,10 @@ type Config struct {
 	// ReadOnly mounts the view read-only from the start (see
 	// Mount.SetReadOnly): every change fails with EROFS.
 	ReadOnly bool
+	// Uring serves the mount's requests over io_uring (uring.go) instead
+	// of read(2) and write(2) on /dev/fuse. Mount fails with
+	// ErrUringUnavailable where the kernel does not offer it.
+	Uring bool
 	// WarmEntries, when positive, lists up to that many names of the view
 	// through the mount right after mounting, so that the kernel caches
 	// their entries and attributes before tools ask (warm.go).
@@ -123,6 +137,10 @@ type Mount struct {
 	daemonLookups, daemonGetattrs              atomic.Int64
 
 	readOnly atomic.Bool // changes fail with EROFS (readonly.go)
+
+	uring *uringTransport // Config.Uring: the rings serving requests
+
+	lockWaits atomic.Int64 // lock requests (SETLKW) being waited on
 
 	warm warmer // the metadata warm-up (warm.go)
 	// switchStarted counts view switches begun; switchNotified is the
@@ -199,13 +217,31 @@ func MountAt(mountpoint string, cfg Config) (*Mount, error) {
 			ExtraCapabilities: killprivCaps(cfg.AllowOther, os.Geteuid()),
 		},
 	}
+	if cfg.Uring {
+		if err := UringAvailable(); err != nil {
+			ov.pool.close()
+			return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
+		}
+		opts.MountOptions.ExtraCapabilities |= fuse.CAP_OVER_IO_URING
+	}
 	m.dirs = newDirsFS(fs.NewNodeFS(m.rootNode, opts))
-	server, err := fuse.NewServer(m.dirs, mountpoint, &opts.MountOptions)
+	server, fuseFD, err := newServer(m.dirs, mountpoint, &opts.MountOptions, cfg.Uring)
 	if err != nil {
 		ov.pool.close()
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
 	go server.Serve()
+	if cfg.Uring {
+		// Until every queue has a ring the kernel holds all requests back,
+		// WaitMount's included.
+		if err := m.startUring(server, fuseFD, &opts.MountOptions); err != nil {
+			_ = fusectl.AbortAt(mountpoint)
+			_ = server.Unmount()
+			server.Wait()
+			ov.pool.close()
+			return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
+		}
+	}
 	if err := server.WaitMount(); err != nil {
 		// As fs.Mount: the serve loop ends by itself when the mount failed.
 		ov.pool.close()
@@ -214,6 +250,9 @@ func MountAt(mountpoint string, cfg Config) (*Mount, error) {
 	m.server = server
 	go func() {
 		server.Wait()
+		if m.uring != nil {
+			m.uring.stop()
+		}
 		ov.pool.close()
 		close(m.doneC)
 	}()
@@ -222,6 +261,70 @@ func MountAt(mountpoint string, cfg Config) (*Mount, error) {
 		m.startWarm(cfg.WarmEntries)
 	}
 	return m, nil
+}
+
+// serverMu makes newServer's descriptor census exact: nothing else in
+// the process opens /dev/fuse while it is held.
+var serverMu sync.Mutex
+
+// newServer is fuse.NewServer, which mounts and answers INIT; with
+// wantFD it also returns the connection's /dev/fuse descriptor, which
+// go-fuse keeps to itself (the io_uring transport submits on it).
+func newServer(fsys fuse.RawFileSystem, mountpoint string, opts *fuse.MountOptions, wantFD bool) (*fuse.Server, int, error) {
+	if !wantFD {
+		s, err := fuse.NewServer(fsys, mountpoint, opts)
+		return s, -1, err
+	}
+	serverMu.Lock()
+	defer serverMu.Unlock()
+	before := fuseFDs()
+	s, err := fuse.NewServer(fsys, mountpoint, opts)
+	if err != nil {
+		return nil, -1, err
+	}
+	fd := -1
+	for n := range fuseFDs() {
+		if !before[n] {
+			if fd >= 0 {
+				return s, -1, fmt.Errorf("io_uring: more than one new /dev/fuse descriptor")
+			}
+			fd = n
+		}
+	}
+	if fd < 0 {
+		return s, -1, fmt.Errorf("io_uring: no new /dev/fuse descriptor")
+	}
+	return s, fd, nil
+}
+
+// UringRequests is the number of requests answered over io_uring (0 for
+// a mount served through read and write on /dev/fuse).
+func (m *Mount) UringRequests() int64 {
+	if m.uring == nil {
+		return 0
+	}
+	return m.uring.answered.Load()
+}
+
+// startUring serves the mount over io_uring, when the kernel took it up.
+func (m *Mount) startUring(server *fuse.Server, fuseFD int, opts *fuse.MountOptions) error {
+	if fuseFD < 0 {
+		return fmt.Errorf("%w: the /dev/fuse descriptor was not found", ErrUringUnavailable)
+	}
+	kernel := server.KernelSettings()
+	if kernel.Flags64()&fuse.CAP_OVER_IO_URING == 0 {
+		return fmt.Errorf("%w: the kernel did not offer it at INIT", ErrUringUnavailable)
+	}
+	var admitsNow func(uint32) bool
+	if na, ok := m.cfg.Admitter.(nowAdmitter); ok {
+		admitsNow = na.AdmitsNow
+	}
+	t, err := startUring(fuse.NewProtocolServer(m.dirs, opts), fuseFD, kernel, opts.MaxWrite, admitsNow)
+	if err != nil {
+		return err
+	}
+	m.uring = t
+	return nil
 }
 
 // mountOptions is the kernel's permission model for a mount. A mount only

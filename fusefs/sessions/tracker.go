@@ -226,6 +226,19 @@ func (t *Tracker) Admit(pid uint32) error {
 	return t.admitSlow(pid, e)
 }
 
+// AdmitsNow reports whether Admit(pid) would return at once: pid is 0,
+// ignored, or its owner holds a lease. It takes the same read lock as
+// Admit's fast path and blocks on nothing else.
+func (t *Tracker) AdmitsNow(pid uint32) bool {
+	if pid == 0 {
+		return true
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	e := t.pids[pid]
+	return e != nil && (e.ignored || e.os != nil && e.os.phase == phaseHeld)
+}
+
 // admitSlow resolves pid's owner (from the cache entry e when present,
 // otherwise from the proc tree) and waits for or opens its lease.
 func (t *Tracker) admitSlow(pid uint32, e *pidEntry) error {
