@@ -4,7 +4,7 @@ BIN       ?= bin/acyclicfs
 STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $(shell $(GO) env GOPATH)/bin/staticcheck)
 PKGS      := ./...
 
-.PHONY: all build demo test check fmt fmt-check vet staticcheck tidy-check unit race bench bench-profile bench-fs bench-deps bench-micro clean
+.PHONY: all build demo test check fmt fmt-check vet staticcheck tidy-check unit race race-uring bench bench-profile bench-fs bench-deps bench-micro clean
 
 all: build
 
@@ -19,7 +19,7 @@ demo: build
 
 # Everything CI checks: formatting, vet, staticcheck, go mod tidy, and every
 # test (unit, property, mount, end-to-end through the binary) under -race.
-test: fmt-check vet staticcheck tidy-check race
+test: fmt-check vet staticcheck tidy-check race race-uring
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
@@ -48,6 +48,17 @@ unit:
 # which go test's result cache cannot see.
 race:
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+
+# The tool and window tests once more with every mount served over
+# io_uring (mount --uring), where the kernel has it: the fuse module's
+# enable_uring is turned on first when root may (it only lets servers that
+# ask for io_uring have it). About 15 s.
+URING_PARAM := /sys/module/fuse/parameters/enable_uring
+race-uring:
+	@if [ ! -e $(URING_PARAM) ]; then echo "race-uring: skipped: this kernel has no FUSE over io_uring"; exit 0; fi; \
+	[ -w $(URING_PARAM) ] && echo 1 > $(URING_PARAM) || true; \
+	if ! grep -qx 'Y\|1' $(URING_PARAM); then echo "race-uring: skipped: $(URING_PARAM) is off and not writable"; exit 0; fi; \
+	ACYCLICFS_TEST_URING=1 $(GO) test -race -count=1 -timeout 10m -run 'TestTool|TestWindow|TestMountUring' ./test/
 
 # Side by side against a native directory, go-fuse loopback and
 # fuse-overlayfs: every system in 2 runs (cp -a / git worktree in the fork

@@ -54,6 +54,10 @@ func newMountEnv(t *testing.T) *env {
 // outcomes are the reconcile outcomes printed by unmount, exec, lease end.
 var outcomes = map[string]bool{"current": true, "rebased": true, "conflicted": true, "still-active": true}
 
+// uringEnv, set to 1, makes mountAt mount with --uring: `make test` runs
+// the tool and window tests once more that way (make test-uring).
+const uringEnv = "ACYCLICFS_TEST_URING"
+
 // mountAt mounts workspace name at a fresh directory under e.dir and
 // returns the mountpoint.
 func (e *env) mountAt(name string, flags ...string) string {
@@ -61,6 +65,9 @@ func (e *env) mountAt(name string, flags ...string) string {
 	mp := filepath.Join(e.dir, "mnt-"+name)
 	if err := os.MkdirAll(mp, 0o755); err != nil {
 		e.t.Fatal(err)
+	}
+	if os.Getenv(uringEnv) == "1" {
+		flags = append(flags, "--uring")
 	}
 	if got := e.ok(append([]string{"mount", name, mp}, flags...)...); got != mp {
 		e.t.Fatalf("mount printed %q, want %q", got, mp)
@@ -334,6 +341,8 @@ type statusWS struct {
 	Warmed      int64  `json:"warmed"`
 	Warming     bool   `json:"warming"`
 	WatchedDirs int    `json:"watched_dirs"`
+	// UringRequests: requests answered over io_uring (mount --uring).
+	UringRequests int64 `json:"uring_requests"`
 }
 
 type statusJSON struct {

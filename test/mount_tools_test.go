@@ -24,18 +24,23 @@ func (e *env) toolEnv() []string {
 
 // toolMount creates workspace w (from a one-file tree), mounts it and
 // returns the mountpoint.
-func toolMount(t *testing.T) (*env, string) {
+func toolMount(t *testing.T, flags ...string) (*env, string) {
 	e := newMountEnv(t)
 	src := filepath.Join(e.dir, "src")
 	writeTree(t, src, map[string]string{"seed.txt": "seed\n"})
 	e.ok("create", "w", "--from", src)
-	return e, e.mountAt("w")
+	return e, e.mountAt("w", flags...)
 }
 
 // unmountAndExport unmounts, checks the outcome and the capture in the log,
 // and exports the workspace.
 func (e *env) unmountAndExport(mp string) string {
 	e.t.Helper()
+	if os.Getenv(uringEnv) == "1" {
+		if n := e.statusOf("w").UringRequests; n == 0 {
+			e.t.Fatalf("mounted with --uring, but status reports no request answered over io_uring")
+		}
+	}
 	if o, _ := e.unmount(mp); o != "current" {
 		e.t.Fatalf("unmount of a root workspace: outcome %q, want current", o)
 	}

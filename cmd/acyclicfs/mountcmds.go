@@ -100,6 +100,7 @@ func (a *app) cmdMount() *cobra.Command {
 	f.StringVar(&by, "lease-by", "sid", "lease owner key: sid, pgid or pid")
 	f.DurationVar(&idle, "idle-close", 0, "also end a lease after this long with no request, open file or cwd in the mount")
 	f.BoolVar(&opt.debug, "debug", false, "log every FUSE request to the daemon log")
+	f.BoolVar(&opt.uring, "uring", false, "serve FUSE requests over io_uring (Linux 6.14+, fuse module parameter enable_uring=1); fails where the kernel does not offer it")
 	f.BoolVar(&opt.xattrs, "xattrs", false, "serve user xattrs (off by default: with them the kernel asks for security.capability before every write)")
 	warmFlag(f, &opt)
 	return c

@@ -114,6 +114,9 @@ ln -s %[1]s/pkg %[3]s/pkg`, shq(goroot), shq(e.tarball), shq(gr))
 
 // acyCmd runs the acyclicfs CLI against the bench store.
 func (e *benchEnv) acyCmd(ctx context.Context, args ...string) (cmdResult, error) {
+	if e.cfg.uring && len(args) > 0 && args[0] == "mount" {
+		args = append(args[:len(args):len(args)], "--uring")
+	}
 	return runCmd(ctx, "/", nil, append([]string{e.acy, "--store", e.store}, args...)...)
 }
 
