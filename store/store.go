@@ -162,6 +162,10 @@ func Open(dir string, opt Options) (*Store, error) {
 	if err != nil {
 		return nil, classifyOpenError(abs, err)
 	}
+	if err := checkLength(db, metaPath); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open store %s: %w", abs, err)
+	}
 	s.db = db
 	if !opt.ReadOnly {
 		if err := s.addBuckets(); err != nil {
@@ -221,6 +225,24 @@ func waitLockFree(path string, shared bool, timeout time.Duration) {
 // publish commit (64 KiB to 512 KiB). The mapping is address space only:
 // pages are read in as bbolt touches them, as before.
 const initialMmapSize = 1 << 30
+
+// checkLength refuses a meta.db shorter than the pages its meta page
+// counts (a truncated file). The mapping reaches past the end of the file
+// (initialMmapSize), so bbolt would not notice until it touched a missing
+// page, with a SIGBUS; and a file grown in 16 MiB steps can lose its sparse
+// tail harmlessly, so its size alone says nothing.
+func checkLength(db *bolt.DB, path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", metaFileName, err)
+	}
+	return db.View(func(tx *bolt.Tx) error {
+		if need := tx.Size(); fi.Size() < need {
+			return fmt.Errorf("%s is %d bytes, shorter than the %d its pages take (truncated): %w", metaFileName, fi.Size(), need, ErrCorrupt)
+		}
+		return nil
+	})
+}
 
 // openBolt is bolt.Open with its panics on damaged pages (it reads the
 // freelist at open) turned into errors.
