@@ -263,20 +263,22 @@ func MountAt(mountpoint string, cfg Config) (*Mount, error) {
 	return m, nil
 }
 
-// serverMu makes newServer's descriptor census exact: nothing else in
-// the process opens /dev/fuse while it is held.
+// serverMu makes newServer's descriptor census exact: every mount of
+// this package opens /dev/fuse under it, and nothing else in the process
+// opens it.
 var serverMu sync.Mutex
 
 // newServer is fuse.NewServer, which mounts and answers INIT; with
 // wantFD it also returns the connection's /dev/fuse descriptor, which
-// go-fuse keeps to itself (the io_uring transport submits on it).
+// go-fuse keeps to itself (the io_uring transport submits on it), or -1
+// when the census cannot tell it (the caller then aborts the mount).
 func newServer(fsys fuse.RawFileSystem, mountpoint string, opts *fuse.MountOptions, wantFD bool) (*fuse.Server, int, error) {
+	serverMu.Lock()
+	defer serverMu.Unlock()
 	if !wantFD {
 		s, err := fuse.NewServer(fsys, mountpoint, opts)
 		return s, -1, err
 	}
-	serverMu.Lock()
-	defer serverMu.Unlock()
 	before := fuseFDs()
 	s, err := fuse.NewServer(fsys, mountpoint, opts)
 	if err != nil {
@@ -286,13 +288,10 @@ func newServer(fsys fuse.RawFileSystem, mountpoint string, opts *fuse.MountOptio
 	for n := range fuseFDs() {
 		if !before[n] {
 			if fd >= 0 {
-				return s, -1, fmt.Errorf("io_uring: more than one new /dev/fuse descriptor")
+				return s, -1, nil // more than one: cannot tell
 			}
 			fd = n
 		}
-	}
-	if fd < 0 {
-		return s, -1, fmt.Errorf("io_uring: no new /dev/fuse descriptor")
 	}
 	return s, fd, nil
 }
@@ -309,7 +308,7 @@ func (m *Mount) UringRequests() int64 {
 // startUring serves the mount over io_uring, when the kernel took it up.
 func (m *Mount) startUring(server *fuse.Server, fuseFD int, opts *fuse.MountOptions) error {
 	if fuseFD < 0 {
-		return fmt.Errorf("%w: the /dev/fuse descriptor was not found", ErrUringUnavailable)
+		return fmt.Errorf("%w: the mount's /dev/fuse descriptor could not be told apart", ErrUringUnavailable)
 	}
 	kernel := server.KernelSettings()
 	if kernel.Flags64()&fuse.CAP_OVER_IO_URING == 0 {
