@@ -374,18 +374,11 @@ func waitOpenHandles(m *Mount, n int) {
 
 func stringsContains(s, sub string) bool { return strings.Contains(s, sub) }
 
-// needUring makes FUSE over io_uring available or skips: as root it turns
-// the fuse module's enable_uring on (it only lets servers that ask for
-// io_uring have it), as CI does.
+// needUring makes FUSE over io_uring available (as root, as CI runs) or
+// skips.
 func needUring(t testing.TB) {
 	t.Helper()
-	if UringAvailable() == nil {
-		return
-	}
-	if os.Geteuid() == 0 {
-		_ = os.WriteFile(uringParamPath, []byte("1"), 0o644)
-	}
-	if err := UringAvailable(); err != nil {
+	if err := TurnOnUring(); err != nil {
 		t.Skip(err)
 	}
 }

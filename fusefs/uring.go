@@ -59,6 +59,17 @@ func UringAvailable() error {
 	return nil
 }
 
+// TurnOnUring turns the fuse module's enable_uring on where it exists and
+// the caller may write it (root), then reports UringAvailable. The switch
+// only lets FUSE servers that ask for io_uring have it.
+func TurnOnUring() error {
+	if UringAvailable() == nil {
+		return nil
+	}
+	_ = os.WriteFile(uringParamPath, []byte("1"), 0o644)
+	return UringAvailable()
+}
+
 const (
 	uringEntries   = 4       // ring entries registered per CPU queue
 	uringHdrSize   = 288     // struct fuse_uring_req_header
@@ -185,6 +196,11 @@ func possibleCPUs() (int, error) {
 func (q *uringQueue) wake() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.signalLocked()
+}
+
+// signalLocked completes the ring's eventfd read; q.mu is held.
+func (q *uringQueue) signalLocked() {
 	if q.evfd >= 0 {
 		var one [8]byte
 		one[0] = 1
@@ -354,9 +370,7 @@ func (q *uringQueue) answerOff(i int) {
 		return
 	}
 	q.done = append(q.done, i)
-	var one [8]byte
-	one[0] = 1
-	_, _ = unix.Write(q.evfd, one[:])
+	q.signalLocked()
 }
 
 // mayBlock reports whether answering the entry's request may wait for
@@ -376,17 +390,12 @@ func (q *uringQueue) answer(i int) {
 	inLen := int(*(*uint32)(unsafe.Pointer(&e.hdr[0])))
 	psz := int(*(*uint32)(unsafe.Pointer(&e.hdr[uringEntOff+16])))
 	opsz := inLen - int(unsafe.Sizeof(fuse.InHeader{})) - psz
-	if opsz < 0 || opsz > 128 || psz > len(e.payload) {
-		// Not a request this code understands: answer EIO.
-		oh := (*fuse.OutHeader)(unsafe.Pointer(&e.hdr[0]))
-		unique := (*fuse.InHeader)(unsafe.Pointer(&e.hdr[0])).Unique
-		*oh = fuse.OutHeader{Length: 16, Status: -int32(syscall.EIO), Unique: unique}
-		*(*uint32)(unsafe.Pointer(&e.hdr[uringEntOff+16])) = 0
-		return
+	n, st := 0, fuse.EIO // not a request this code understands
+	if opsz >= 0 && opsz <= 128 && psz <= len(e.payload) {
+		q.t.answered.Add(1)
+		in := [][]byte{e.hdr[:unsafe.Sizeof(fuse.InHeader{})], e.hdr[uringOpInOff : uringOpInOff+opsz], e.payload[:psz]}
+		n, st = q.t.ps.HandleRequest(in, [][]byte{e.scratch[:], e.payload})
 	}
-	q.t.answered.Add(1)
-	in := [][]byte{e.hdr[:unsafe.Sizeof(fuse.InHeader{})], e.hdr[uringOpInOff : uringOpInOff+opsz], e.payload[:psz]}
-	n, st := q.t.ps.HandleRequest(in, [][]byte{e.scratch[:], e.payload})
 	if !st.Ok() || n < 16 {
 		unique := (*fuse.InHeader)(unsafe.Pointer(&e.hdr[0])).Unique
 		oh := (*fuse.OutHeader)(unsafe.Pointer(&e.scratch[0]))

@@ -3,25 +3,17 @@ package test
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/acyclicfs/acyclicfs/fusefs"
 )
 
-// needUring makes FUSE over io_uring available or skips the test: as root
-// it turns the fuse module's enable_uring on, which only lets servers that
-// ask for io_uring have it (CI runs as root).
+// needUring makes FUSE over io_uring available (as root, as CI runs) or
+// skips the test.
 func needUring(t *testing.T) {
 	t.Helper()
-	const param = "/sys/module/fuse/parameters/enable_uring"
-	b, err := os.ReadFile(param)
-	if err != nil {
-		t.Skipf("no FUSE over io_uring here: %v", err)
-	}
-	if v := strings.TrimSpace(string(b)); v == "Y" || v == "1" {
-		return
-	}
-	if err := os.WriteFile(param, []byte("1"), 0o644); err != nil {
-		t.Skipf("FUSE over io_uring is off and cannot be turned on: %v", err)
+	if err := fusefs.TurnOnUring(); err != nil {
+		t.Skip(err)
 	}
 }
 
