@@ -629,6 +629,9 @@ type RefStatus struct {
 // base reference and whether it is resolved. Detection of changes in an
 // in-place directory asks this for every directory entry of a listing.
 func (s *Store) RefStatuses(ids []ID) ([]RefStatus, error) {
+	if len(ids) == 0 {
+		return nil, nil // no transaction: a detection asks for every directory it checks, most have no subdirectories
+	}
 	out := make([]RefStatus, len(ids))
 	err := s.view(func(tx *bolt.Tx) error {
 		resolved := tx.Bucket(bucketBaseResolved)

@@ -198,7 +198,7 @@ func (d detector) quietDir(p string, e, cur *store.Entry, t *store.Tree) (_ *sto
 	uses := slices.Clone(q.uses) // appended to: not the remembered slice
 	fd := d
 	fd.uses = &uses
-	out := &store.Tree{Entries: make([]store.Entry, 0, len(t.Entries))}
+	out := lazyTree{old: t.Entries}
 	for i := range t.Entries {
 		x := &t.Entries[i]
 		cp := joinRel(p, x.Name)
@@ -252,11 +252,7 @@ func (d detector) quietDir(p string, e, cur *store.Entry, t *store.Tree) (_ *sto
 			leafChanged = leafChanged || ch
 		}
 		changed = changed || ch
-		if ne != nil {
-			c := *ne
-			c.Name = x.Name
-			out.Entries = append(out.Entries, c)
-		}
+		out.add(i, ne)
 	}
 	// Names DIR held when p was remembered that t lacks (quiet since: DIR
 	// holds them still, unless an lstat says otherwise).
@@ -273,11 +269,11 @@ func (d detector) quietDir(p string, e, cur *store.Entry, t *store.Tree) (_ *sto
 			return nil, false, false, err
 		}
 		if c != nil {
-			out.Entries = append(out.Entries, *c)
+			out.extra(*c)
 			changed, leafChanged = true, true
 		}
 	}
-	ne, err := d.result(e, cur, out, changed)
+	ne, err := d.result(e, cur, &out, changed)
 	if err != nil {
 		return nil, false, false, err
 	}

@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"fmt"
 	"maps"
 	"os"
 	"path"
@@ -279,4 +280,48 @@ func TestWatchListingRefusesUnreportedFileSystems(t *testing.T) {
 	if lw := d.watchListing("local", local); !lw.ok {
 		t.Fatal("a local directory was not watched")
 	}
+}
+
+// lazyTree must build exactly what copying every outcome would: the old
+// entry where an outcome is the old entry itself, the outcome (under the
+// old name) where it differs, nothing where there is none, extras after.
+func TestLazyTreeMatchesEagerCopy(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		n := rapid.IntRange(0, 20).Draw(rt, "n")
+		old := make([]store.Entry, n)
+		for i := range old {
+			old[i] = store.Entry{Name: fmt.Sprintf("e%02d", i), Kind: store.KindFile, Size: int64(i)}
+		}
+		l := lazyTree{old: old}
+		var want []store.Entry
+		for i := range old {
+			var ne *store.Entry
+			switch rapid.IntRange(0, 3).Draw(rt, "outcome") {
+			case 0, 1: // the old entry itself (the common case)
+				ne = &old[i]
+			case 2: // a new entry, possibly named otherwise
+				ne = &store.Entry{Name: "other", Kind: store.KindFile, Size: 1000 + int64(i)}
+			}
+			if ne != nil {
+				c := *ne
+				c.Name = old[i].Name
+				want = append(want, c)
+			}
+			l.add(i, ne)
+		}
+		for k := rapid.IntRange(0, 2).Draw(rt, "extras"); k > 0; k-- {
+			e := store.Entry{Name: fmt.Sprintf("x%d", k), Kind: store.KindFile}
+			want = append(want, e)
+			l.extra(e)
+		}
+		got := l.tree().Entries
+		if len(got) != len(want) {
+			rt.Fatalf("got %d entries, want %d", len(got), len(want))
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				rt.Fatalf("entry %d: got %+v, want %+v", i, got[i], want[i])
+			}
+		}
+	})
 }

@@ -609,7 +609,7 @@ func (d detector) listDir(p string, e, cur *store.Entry, t *store.Tree) (*store.
 	var leafDirs []leafDir // unresolved directory references, for the watcher
 	fd := d
 	fd.uses = &uses
-	out := &store.Tree{Entries: make([]store.Entry, 0, len(t.Entries))}
+	out := lazyTree{old: t.Entries}
 	for i := range t.Entries {
 		old := &t.Entries[i]
 		cp := joinRel(p, old.Name)
@@ -639,18 +639,14 @@ func (d detector) listDir(p string, e, cur *store.Entry, t *store.Tree) (*store.
 			return nil, false, err
 		}
 		changed = changed || ch
-		if ne != nil {
-			c := *ne
-			c.Name = old.Name
-			out.Entries = append(out.Entries, c)
-		}
+		out.add(i, ne)
 	}
 	for name, st := range stats {
 		if isMaterializeTemp(name) || !store.ValidName(name) {
 			continue
 		}
 		if ne := d.listed(joinRel(p, name), name, st, store.ID{}); ne != nil {
-			out.Entries = append(out.Entries, *ne)
+			out.extra(*ne)
 			changed, filesChanged = true, true
 		}
 	}
@@ -659,7 +655,7 @@ func (d detector) listDir(p string, e, cur *store.Entry, t *store.Tree) (*store.
 	} else {
 		uses = d.m.detect.usesOf(key)
 	}
-	ne, err := d.result(e, cur, out, changed)
+	ne, err := d.result(e, cur, &out, changed)
 	if err != nil {
 		return nil, false, err
 	}
@@ -673,12 +669,13 @@ func (d detector) listDir(p string, e, cur *store.Entry, t *store.Tree) (*store.
 
 // result is what a directory's check returns: e itself when nothing in it
 // changed, else an entry naming out (stored) with DIR's mtime from cur.
-func (d detector) result(e, cur *store.Entry, out *store.Tree, changed bool) (*store.Entry, error) {
+func (d detector) result(e, cur *store.Entry, out *lazyTree, changed bool) (*store.Entry, error) {
 	if !changed {
 		return e, nil
 	}
-	out.Sort()
-	id, err := d.m.st.PutTree(out)
+	t := out.tree()
+	t.Sort()
+	id, err := d.m.st.PutTree(t)
 	if err != nil {
 		return nil, err
 	}
@@ -925,4 +922,50 @@ func (p *preserver) tree(id store.ID) error {
 		}
 	}
 	return nil
+}
+
+// lazyTree builds a checked directory's new tree only once one of its
+// entries differs from the old tree's: a detection walks every directory
+// it verifies, and copying each unchanged listing (100,000 entries at
+// every lease end over a 100,000-file tree) cost more than the checks.
+type lazyTree struct {
+	old  []store.Entry
+	seen int         // entries of old passed to add so far
+	out  *store.Tree // nil while every entry added was old's own
+}
+
+// add records the i-th entry's outcome: ne is what the new tree holds
+// for old[i] (nil: nothing). Entries are added in order, each once.
+func (l *lazyTree) add(i int, ne *store.Entry) {
+	if l.out == nil && ne == &l.old[i] {
+		l.seen = i + 1
+		return
+	}
+	l.materialize()
+	l.seen = i + 1
+	if ne != nil {
+		c := *ne
+		c.Name = l.old[i].Name
+		l.out.Entries = append(l.out.Entries, c)
+	}
+}
+
+// extra appends an entry old does not name.
+func (l *lazyTree) extra(e store.Entry) {
+	l.materialize()
+	l.out.Entries = append(l.out.Entries, e)
+}
+
+// tree is the new tree (unsorted), built if nothing differed so far.
+func (l *lazyTree) tree() *store.Tree {
+	l.materialize()
+	return l.out
+}
+
+func (l *lazyTree) materialize() {
+	if l.out != nil {
+		return
+	}
+	l.out = &store.Tree{Entries: make([]store.Entry, 0, len(l.old))}
+	l.out.Entries = append(l.out.Entries, l.old[:l.seen]...)
 }
