@@ -126,6 +126,20 @@ func TestInPlaceMountEditUnmount(t *testing.T) {
 	if _, r = e.execOK(dir, "readlink link"); r.stdout != "a/f1\n" {
 		t.Fatalf("readlink link = %q", r.stdout)
 	}
+	// status --json times the last final close: a lease that changed
+	// nothing wrote nothing into DIR; one that changed two files wrote
+	// exactly those, and its parts fit in its total.
+	if lr := e.statusOf("ws").LastReconcile; lr == nil || lr.Edits != 0 || lr.MaterializeMS != 0 {
+		t.Fatalf("last_reconcile after a lease that only read: %+v, want one with no edits", lr)
+	}
+	two := "echo two >> a/f1 && echo two > two.txt"
+	e.execOK(dir, two)
+	nativeSh(t, native, two)
+	lr := e.statusOf("ws").LastReconcile
+	if lr == nil || lr.Edits != 2 || lr.MaterializeMS <= 0 || lr.CaptureMS <= 0 ||
+		lr.TotalMS+0.3 < lr.CaptureMS+lr.DetectMS+lr.MaterializeMS {
+		t.Fatalf("last_reconcile after a lease writing two files: %+v, want 2 edits, each part timed, within the total", lr)
+	}
 
 	edits := `printf 'more\n' >> a/f1 && echo new > new.txt && rm a/f2 && mkdir -p n/m &&
 		echo deep > n/m/x && chmod +x top && rm -r b && ln -s top link2 && rm bulk/d03/f0003`

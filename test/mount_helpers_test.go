@@ -343,6 +343,14 @@ type statusWS struct {
 	WatchedDirs int    `json:"watched_dirs"`
 	// UringRequests: requests answered over io_uring (mount --uring).
 	UringRequests int64 `json:"uring_requests"`
+	// LastReconcile: where the mount's last final close spent its time.
+	LastReconcile *struct {
+		TotalMS       float64 `json:"total_ms"`
+		CaptureMS     float64 `json:"capture_ms"`
+		DetectMS      float64 `json:"detect_ms"`
+		MaterializeMS float64 `json:"materialize_ms"`
+		Edits         int     `json:"materialized_edits"`
+	} `json:"last_reconcile"`
 }
 
 type statusJSON struct {

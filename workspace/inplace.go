@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -233,7 +234,8 @@ func (m *Manager) syncInPlace(name string, lost []ConflictInfo) (Result, error) 
 	if err != nil {
 		return Result{Workspace: name}, err
 	}
-	res := Result{Workspace: name, Outcome: OutcomeCurrent, Head: w.Head, Base: w.Base}
+	res := Result{Workspace: name, Outcome: OutcomeCurrent, Head: w.Head, Base: w.Base, Sync: &SyncTiming{}}
+	start := time.Now()
 	// A directory that went away (moved, deleted, replaced by a file) is
 	// not "everything deleted": refuse, and keep every generation as is.
 	if fi, err := os.Lstat(st.Dir); err != nil || !fi.IsDir() {
@@ -321,10 +323,14 @@ func (m *Manager) syncInPlace(name string, lost []ConflictInfo) (Result, error) 
 			return res, err
 		}
 	}
+	res.Sync.Detect = time.Since(start)
 	if w.Head != st.Materialized {
-		if err := m.materializeInPlace(name, st, rev, w.Head); err != nil {
+		mstart := time.Now()
+		n, err := m.materializeInPlace(name, st, rev, w.Head)
+		if err != nil {
 			return res, err
 		}
+		res.Sync.Materialize, res.Sync.Edits = time.Since(mstart), n
 	}
 	if changed || len(lost) > 0 {
 		m.headChanged(name)

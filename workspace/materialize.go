@@ -74,40 +74,35 @@ type matEdit struct {
 	PreMtime int64      `json:"pre_mtime,omitempty"`
 }
 
-// MaterializeStats is what a materialization did.
-type MaterializeStats struct {
-	Edits int
-}
-
-func (m *Manager) materializeInPlace(name string, st inPlaceState, rev uint64, to store.ID) error {
+func (m *Manager) materializeInPlace(name string, st inPlaceState, rev uint64, to store.ID) (int, error) {
 	fromRoot, err := m.rootOf(st.Materialized)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	toRoot, err := m.rootOf(to)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	changes, err := rebase.Diff(merger{m.st}, fromRoot, toRoot)
 	if err != nil {
-		return fmt.Errorf("plan materialization of %s: %w", name, err)
+		return 0, fmt.Errorf("plan materialization of %s: %w", name, err)
 	}
 	edits, err := m.planEdits(fromRoot, toRoot, changes)
 	if err != nil {
-		return fmt.Errorf("plan materialization of %s: %w", name, err)
+		return 0, fmt.Errorf("plan materialization of %s: %w", name, err)
 	}
 	j := matJournal{Version: 1, Op: newOperationID(), Workspace: name, Dir: st.Dir, Base: st.Base,
 		From: st.Materialized, To: to, Phase: "prepared", Edits: edits}
 	if len(edits) > 0 {
 		if _, err := m.cs.CompareAndSwap(familyMaterialize, name, 0, j); err != nil {
-			return fmt.Errorf("journal materialization of %s: %w", name, err)
+			return 0, fmt.Errorf("journal materialization of %s: %w", name, err)
 		}
 		failpoint.Hit("materialize.after-prepared")
 		if err := m.applyEdits(&j); err != nil {
-			return err
+			return 0, err
 		}
 	}
-	return m.completeMaterialization(name, st, rev, &j, len(edits) > 0)
+	return len(edits), m.completeMaterialization(name, st, rev, &j, len(edits) > 0)
 }
 
 // planEdits turns a diff into ordered, idempotent edits: removals deepest

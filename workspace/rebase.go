@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/acyclicfs/acyclicfs/rebase"
 	"github.com/acyclicfs/acyclicfs/store"
@@ -49,6 +50,21 @@ type Result struct {
 	// Markers lists paths where conflict markers were written (or, for
 	// binary files, ours was kept).
 	Markers []ConflictInfo `json:"markers,omitempty"`
+	// Sync is where an in-place reconciliation (SyncInPlace) spent its
+	// time; nil for other operations.
+	Sync *SyncTiming `json:"-"`
+}
+
+// SyncTiming splits an in-place reconciliation: Detect is the comparison
+// of DIR with what it should hold (and the merge of what changed there),
+// Materialize writing the head into DIR under its journal (planning,
+// preimages, the edits and their fsyncs, completion); Edits counts the
+// journal's edits (files written or removed, directories made or
+// removed).
+type SyncTiming struct {
+	Detect      time.Duration
+	Materialize time.Duration
+	Edits       int
 }
 
 // conflictRecord is stored under meta namespace "conflicts", key workspace.

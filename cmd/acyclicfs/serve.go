@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -54,8 +55,25 @@ type served struct {
 	leases  map[sessions.Owner]*heldLease
 	pinned  store.ID // generation the view shows (overlay base)
 	last    workspace.Result
+	timing  *reconcileTiming // the last final close's (nil: none yet)
 	closing bool
 }
+
+// reconcileTiming is where the last final close spent its time: status
+// --json's last_reconcile, in milliseconds. Capture covers capturing the
+// mount's changes and publishing them; detect and materialize are an
+// in-place workspace's comparison of its directory with what it should
+// hold and the journaled write of the head into it (workspace.SyncTiming).
+type reconcileTiming struct {
+	TotalMS       float64 `json:"total_ms"`
+	CaptureMS     float64 `json:"capture_ms"`
+	DetectMS      float64 `json:"detect_ms,omitempty"`
+	MaterializeMS float64 `json:"materialize_ms,omitempty"`
+	Edits         int     `json:"materialized_edits,omitempty"`
+}
+
+// millis is d in milliseconds, to a tenth.
+func millis(d time.Duration) float64 { return math.Round(d.Seconds()*1e4) / 10 }
 
 type heldLease struct {
 	owner    sessions.Owner
@@ -485,12 +503,22 @@ func (s *served) outcome(o workspace.Outcome) workspace.Result {
 // with the last lease's permit, close the lease (claiming the reconcile
 // ticket), rebase onto the pending parent, switch the view, complete.
 // Called with s.lock held.
-func (s *served) reconcileLast(lease window.Lease) (workspace.Result, error) {
+func (s *served) reconcileLast(lease window.Lease) (_ workspace.Result, err error) {
 	defer s.mnt.HoldWarm()() // the warm-up waits: it would compete for the CPU and the overlay
+	start := time.Now()
+	t := &reconcileTiming{}
+	defer func() {
+		if err == nil {
+			t.TotalMS = millis(time.Since(start))
+			s.timing = t
+		}
+	}()
 	m := s.d.m
 	ctx := context.Background()
 	permit := lease.Permit
-	if err := s.captureAndPublish(&permit); err != nil {
+	err = s.captureAndPublish(&permit)
+	t.CaptureMS = millis(time.Since(start))
+	if err != nil {
 		if !workspace.IsFenced(err) {
 			return workspace.Result{}, err
 		}
@@ -516,6 +544,9 @@ func (s *served) reconcileLast(lease window.Lease) (workspace.Result, error) {
 		res, err := s.syncInPlace()
 		if err != nil {
 			return res, err
+		}
+		if res.Sync != nil {
+			t.DetectMS, t.MaterializeMS, t.Edits = millis(res.Sync.Detect), millis(res.Sync.Materialize), res.Sync.Edits
 		}
 		// Complete the window's ticket now: left for the next session's
 		// Begin, the window showed reconciling while idle and that Begin

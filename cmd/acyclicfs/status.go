@@ -32,6 +32,8 @@ type statusRow struct {
 	Behind        bool                     `json:"behind_parent"`
 	Conflicts     []workspace.ConflictInfo `json:"conflicts,omitempty"`
 	LastOutcome   string                   `json:"last_outcome,omitempty"`
+	// LastReconcile: where the mount's last final close spent its time.
+	LastReconcile *reconcileTiming `json:"last_reconcile,omitempty"`
 	// InPlace is the directory of an in-place workspace; Materialized the
 	// generation that directory holds (behind the head while a
 	// materialization is pending).
@@ -146,6 +148,7 @@ func (a *app) statusOf(m *workspace.Manager, w store.Workspace) (statusRow, erro
 			row.UringRequests = s.mnt.UringRequests()
 			if s.acquire(100 * time.Millisecond) {
 				row.LastOutcome = string(s.last.Outcome)
+				row.LastReconcile = s.timing
 				s.release()
 			}
 		}

@@ -27,7 +27,12 @@ type inplaceSize struct {
 	// capture); ten is the overhead of appending to 10 files spread over 10
 	// directories: its lease end captures, then materializes into DIR.
 	noop, ten []time.Duration
-	unmount   []time.Duration // after the 10 changes were materialized
+	// materialize is the 10-change lease end's materialization into DIR
+	// as the daemon timed it (status --json's last_reconcile: journal,
+	// preimages, writes and fsyncs, completion); reconcile its whole final
+	// close (capture, publish, detection, materialization, view switch).
+	materialize, reconcile []time.Duration
+	unmount                []time.Duration // after the 10 changes were materialized
 }
 
 // inplaceGit holds the git status measurements over the Go src tree.
@@ -172,6 +177,15 @@ func (e *benchEnv) inplaceOnce(ctx context.Context, sz *inplaceSize, dir, name s
 		return err
 	}
 	sz.ten = append(sz.ten, wall-work)
+	lr, err := e.lastReconcile(ctx, name)
+	if err != nil {
+		return err
+	}
+	if lr.Edits != 10 {
+		return fmt.Errorf("the 10-change lease end materialized %d edits, want 10", lr.Edits)
+	}
+	sz.materialize = append(sz.materialize, msDur(lr.MaterializeMS))
+	sz.reconcile = append(sz.reconcile, msDur(lr.TotalMS))
 	r, err = e.acyCmd(ctx, "unmount", dir)
 	if err != nil {
 		forceUnmount(dir)
@@ -205,6 +219,38 @@ func tenSpread(root string, n int, tag string) string {
 	b.WriteString("true")
 	return b.String()
 }
+
+// lastReconcile is status --json's timing of name's last final close.
+func (e *benchEnv) lastReconcile(ctx context.Context, name string) (reconcileTiming, error) {
+	r, err := e.acyCmd(ctx, "--json", "status")
+	if err != nil {
+		return reconcileTiming{}, err
+	}
+	var st struct {
+		Workspaces []struct {
+			Workspace     string           `json:"workspace"`
+			LastReconcile *reconcileTiming `json:"last_reconcile"`
+		} `json:"workspaces"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+		return reconcileTiming{}, fmt.Errorf("parse status --json: %w", err)
+	}
+	for _, w := range st.Workspaces {
+		if w.Workspace == name && w.LastReconcile != nil {
+			return *w.LastReconcile, nil
+		}
+	}
+	return reconcileTiming{}, fmt.Errorf("status --json shows no last_reconcile for %s", name)
+}
+
+// reconcileTiming is status --json's last_reconcile.
+type reconcileTiming struct {
+	TotalMS       float64 `json:"total_ms"`
+	MaterializeMS float64 `json:"materialize_ms"`
+	Edits         int     `json:"materialized_edits"`
+}
+
+func msDur(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
 
 // baseReads is the daemon's count of in-place files read for content.
 func (e *benchEnv) baseReads(ctx context.Context) (int64, error) {
@@ -382,13 +428,14 @@ func (r *results) inplaceMarkdown(b *strings.Builder) {
 	ir := r.inplace
 	b.WriteString("\n## acyclicfs only: in-place workspaces\n\n")
 	fmt.Fprintf(b, "%d run(s), median (min–max). Synthetic trees of small distinct files, 100 per directory. *create* is `acyclicfs create NAME --in-place DIR`, *mount* `acyclicfs mount NAME` over DIR (starting the daemon), both end to end; *base reads* is `base_reads` of `acyclicfs --json status` after the mount and its warm-up (files of DIR read for content); *warm-up* runs from the start of `mount` until `status --json` reports the mount's metadata warm-up done (polled every 10 ms; the leases start after it). *lease end* is the overhead of `acyclicfs exec DIR -- …` beyond the workload: for `true` (nothing to capture; the least of three) and for appending to 10 files in 10 directories (the lease end captures, then materializes the 10 files into DIR). *unmount* follows; the harness then checks DIR natively for the 10 changes.\n\n", ir.runs)
-	hdr := []string{"files", "create --in-place", "mount", "base reads after mount and warm-up", "warm-up", "lease end, no change", "lease end, 10 changes (capture + materialize)", "unmount"}
+	hdr := []string{"files", "create --in-place", "mount", "base reads after mount and warm-up", "warm-up", "lease end, no change", "lease end, 10 changes (capture + materialize)", "its final close (daemon)", "its materialization (daemon)", "unmount"}
 	writeRow(b, hdr)
 	writeSep(b, len(hdr))
 	for _, s := range ir.sizes {
 		writeRow(b, []string{fmt.Sprintf("%d", s.files), fmtStat(durStat(s.create)), fmtStat(durStat(s.mount)), intStat(s.reads),
-			fmtStat(durStat(s.warmUp)), fmtStat(durStat(s.noop)), fmtStat(durStat(s.ten)), fmtStat(durStat(s.unmount))})
+			fmtStat(durStat(s.warmUp)), fmtStat(durStat(s.noop)), fmtStat(durStat(s.ten)), fmtStat(durStat(s.reconcile)), fmtStat(durStat(s.materialize)), fmtStat(durStat(s.unmount))})
 	}
+	b.WriteString("\n*its final close* and *its materialization* are the daemon's own timing of the 10-change lease end (`last_reconcile` of `acyclicfs --json status`: `total_ms`, and `materialize_ms` — planning, preimages, the journal, the writes into DIR with their fsyncs, completion).\n")
 	if len(ir.sizes) > 1 {
 		small, large := ir.sizes[0], ir.sizes[len(ir.sizes)-1]
 		b.WriteString("\n")
@@ -417,6 +464,9 @@ func (r *results) inplaceMarkdown(b *strings.Builder) {
 		default:
 			fmt.Fprintf(b, "- capture + materialization of 10 files at %d files (lease end with 10 changes − least of %d no-op lease ends, per run): %s — ≤ 50 ms: %s\n",
 				s.files, noopLeases, fmtSec(mat.med), metStr(mat.med <= 0.05))
+		}
+		if m := durStat(s.materialize); m.n > 0 {
+			fmt.Fprintf(b, "- materialization of 10 changed files at %d files (the daemon's materialize_ms): %s — ≤ 50 ms: %s\n", s.files, fmtSec(m.med), metStr(m.med <= 0.05))
 		}
 	}
 	if g := ir.git; g != nil {
