@@ -516,9 +516,7 @@ func (s *served) reconcileLast(lease window.Lease) (_ workspace.Result, err erro
 	m := s.d.m
 	ctx := context.Background()
 	permit := lease.Permit
-	err = s.captureAndPublish(&permit)
-	t.CaptureMS = millis(time.Since(start))
-	if err != nil {
+	if err = s.captureAndPublish(&permit); err != nil {
 		if !workspace.IsFenced(err) {
 			return workspace.Result{}, err
 		}
@@ -529,6 +527,7 @@ func (s *served) reconcileLast(lease window.Lease) (_ workspace.Result, err erro
 			return workspace.Result{}, err
 		}
 	}
+	t.CaptureMS = millis(time.Since(start))
 	failpoint.Hit("reconcile.after-publish")
 	fin, err := m.Windows().Finish(ctx, lease)
 	if err != nil {
