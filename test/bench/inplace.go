@@ -220,27 +220,32 @@ func tenSpread(root string, n int, tag string) string {
 	return b.String()
 }
 
+// statusJSON runs `acyclicfs --json status [args]` and decodes it into v.
+func (e *benchEnv) statusJSON(ctx context.Context, v any, args ...string) error {
+	r, err := e.acyCmd(ctx, append([]string{"--json", "status"}, args...)...)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal([]byte(r.stdout), v); err != nil {
+		return fmt.Errorf("parse status --json: %w", err)
+	}
+	return nil
+}
+
 // lastReconcile is status --json's timing of name's last final close.
 func (e *benchEnv) lastReconcile(ctx context.Context, name string) (reconcileTiming, error) {
-	r, err := e.acyCmd(ctx, "--json", "status")
-	if err != nil {
-		return reconcileTiming{}, err
-	}
 	var st struct {
 		Workspaces []struct {
-			Workspace     string           `json:"workspace"`
 			LastReconcile *reconcileTiming `json:"last_reconcile"`
 		} `json:"workspaces"`
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
-		return reconcileTiming{}, fmt.Errorf("parse status --json: %w", err)
+	if err := e.statusJSON(ctx, &st, name); err != nil {
+		return reconcileTiming{}, err
 	}
-	for _, w := range st.Workspaces {
-		if w.Workspace == name && w.LastReconcile != nil {
-			return *w.LastReconcile, nil
-		}
+	if len(st.Workspaces) == 0 || st.Workspaces[0].LastReconcile == nil {
+		return reconcileTiming{}, fmt.Errorf("status --json shows no last_reconcile for %s", name)
 	}
-	return reconcileTiming{}, fmt.Errorf("status --json shows no last_reconcile for %s", name)
+	return *st.Workspaces[0].LastReconcile, nil
 }
 
 // reconcileTiming is status --json's last_reconcile.
@@ -254,17 +259,11 @@ func msDur(ms float64) time.Duration { return time.Duration(ms * float64(time.Mi
 
 // baseReads is the daemon's count of in-place files read for content.
 func (e *benchEnv) baseReads(ctx context.Context) (int64, error) {
-	r, err := e.acyCmd(ctx, "--json", "status")
-	if err != nil {
-		return 0, err
-	}
 	var st struct {
 		BaseReads int64 `json:"base_reads"`
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
-		return 0, fmt.Errorf("parse status --json: %w", err)
-	}
-	return st.BaseReads, nil
+	err := e.statusJSON(ctx, &st)
+	return st.BaseReads, err
 }
 
 // inplaceGitStatus commits a copy of the Go src tree to git natively, makes

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -355,17 +354,13 @@ func (a *acyInst) root() string { return a.mp }
 // the daemon reports no event for it.
 func (e *benchEnv) waitWarmed(ctx context.Context, ws string, since time.Time) (time.Duration, error) {
 	for {
-		r, err := e.acyCmd(ctx, "--json", "status", ws)
-		if err != nil {
-			return 0, err
-		}
 		var st struct {
 			Workspaces []struct {
 				Warming bool `json:"warming"`
 			} `json:"workspaces"`
 		}
-		if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
-			return 0, fmt.Errorf("parse status --json: %w", err)
+		if err := e.statusJSON(ctx, &st, ws); err != nil {
+			return 0, err
 		}
 		if len(st.Workspaces) == 0 || !st.Workspaces[0].Warming {
 			return time.Since(since), nil
