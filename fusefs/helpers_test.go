@@ -271,6 +271,7 @@ type mountOpts struct {
 	warm        int     // Config.WarmEntries
 	objects     Objects // served instead of objs (which still builds the lower tree)
 	uring       bool    // Config.Uring
+	preferUring bool    // Config.PreferUring
 }
 
 // mountT mounts root under a temp dir and unmounts at cleanup.
@@ -288,7 +289,7 @@ func mountT(t testing.TB, objs *fakeObjects, root store.ID, o *mountOpts) (*Moun
 		served = o.objects
 	}
 	m, err := MountAt(mnt, Config{Objects: served, Root: root, StateDir: o.stateDir,
-		Passthrough: o.passthrough, Admitter: o.admitter, FsName: "fusefs-test", EnableXattrs: o.xattrs, PassthroughClean: o.ptClean, RetainUpperBytes: o.retain, WarmEntries: o.warm, Debug: os.Getenv("FUSEFS_DEBUG") != "", Uring: o.uring})
+		Passthrough: o.passthrough, Admitter: o.admitter, FsName: "fusefs-test", EnableXattrs: o.xattrs, PassthroughClean: o.ptClean, RetainUpperBytes: o.retain, WarmEntries: o.warm, Debug: os.Getenv("FUSEFS_DEBUG") != "", Uring: o.uring, PreferUring: o.preferUring})
 	if err != nil {
 		t.Fatal(err)
 	}

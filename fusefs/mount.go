@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -106,6 +107,10 @@ type Config struct {
 	// of read(2) and write(2) on /dev/fuse. Mount fails with
 	// ErrUringUnavailable where the kernel does not offer it.
 	Uring bool
+	// PreferUring serves the mount over io_uring where the kernel offers
+	// it and through /dev/fuse otherwise: a mount whose rings cannot be
+	// set up is taken down and mounted again without them. Uring wins.
+	PreferUring bool
 	// WarmEntries, when positive, lists up to that many names of the view
 	// through the mount right after mounting, so that the kernel caches
 	// their entries and attributes before tools ask (warm.go).
@@ -156,6 +161,20 @@ type Mount struct {
 // named Mount cannot coexist with the Mount type) and returns once
 // the kernel serves it.
 func MountAt(mountpoint string, cfg Config) (*Mount, error) {
+	if cfg.PreferUring && !cfg.Uring && UringAvailable() == nil {
+		c := cfg
+		c.Uring = true
+		m, err := mountAt(mountpoint, c)
+		if !errors.Is(err, ErrUringUnavailable) {
+			return m, err
+		}
+		// The rings could not be set up (io_uring turned off by sysctl,
+		// say): the aborted mount is gone; serve /dev/fuse instead.
+	}
+	return mountAt(mountpoint, cfg)
+}
+
+func mountAt(mountpoint string, cfg Config) (*Mount, error) {
 	if cfg.Objects == nil {
 		return nil, ErrNoObjects
 	}
@@ -239,6 +258,9 @@ func MountAt(mountpoint string, cfg Config) (*Mount, error) {
 			_ = server.Unmount()
 			server.Wait()
 			ov.pool.close()
+			if !errors.Is(err, ErrUringUnavailable) {
+				err = fmt.Errorf("%w: %w", ErrUringUnavailable, err)
+			}
 			return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 		}
 	}
@@ -296,6 +318,15 @@ func newServer(fsys fuse.RawFileSystem, mountpoint string, opts *fuse.MountOptio
 	return s, fd, nil
 }
 
+// Transport names how the mount's requests reach the daemon: "io_uring"
+// or "dev-fuse" (read and write on /dev/fuse).
+func (m *Mount) Transport() string {
+	if m.uring != nil {
+		return "io_uring"
+	}
+	return "dev-fuse"
+}
+
 // UringRequests is the number of requests answered over io_uring (0 for
 // a mount served through read and write on /dev/fuse).
 func (m *Mount) UringRequests() int64 {
@@ -304,6 +335,10 @@ func (m *Mount) UringRequests() int64 {
 	}
 	return m.uring.answered.Load()
 }
+
+// uringSetupFault, set by tests, fails the rings' setup after INIT as a
+// kernel that refuses io_uring would (sysctl kernel.io_uring_disabled).
+var uringSetupFault func() error
 
 // startUring serves the mount over io_uring, when the kernel took it up.
 func (m *Mount) startUring(server *fuse.Server, fuseFD int, opts *fuse.MountOptions) error {
@@ -317,6 +352,11 @@ func (m *Mount) startUring(server *fuse.Server, fuseFD int, opts *fuse.MountOpti
 	var admitsNow func(uint32) bool
 	if na, ok := m.cfg.Admitter.(nowAdmitter); ok {
 		admitsNow = na.AdmitsNow
+	}
+	if uringSetupFault != nil {
+		if err := uringSetupFault(); err != nil {
+			return err
+		}
 	}
 	t, err := startUring(fuse.NewProtocolServer(m.dirs, opts), fuseFD, kernel, opts.MaxWrite, admitsNow)
 	if err != nil {

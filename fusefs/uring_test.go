@@ -1,9 +1,11 @@
 package fusefs
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,4 +111,73 @@ func TestUringLockWaitDoesNotBlockItsQueue(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiting flock did not get the lock after its release")
 	}
+}
+
+// PreferUring serves over io_uring where the kernel offers it.
+func TestPreferUringServesOverRings(t *testing.T) {
+	needUring(t)
+	objs := newFakeObjects(t)
+	root := objs.build(t, spec{"f": "x"})
+	m, mnt := mountT(t, objs, root, &mountOpts{preferUring: true})
+	if got := m.Transport(); got != "io_uring" {
+		t.Fatalf("Transport() = %q, want io_uring", got)
+	}
+	before := m.UringRequests()
+	if b, err := os.ReadFile(filepath.Join(mnt, "f")); err != nil || string(b) != "x" {
+		t.Fatalf("read f: %q, %v", b, err)
+	}
+	if m.UringRequests() == before {
+		t.Fatal("reading a file through the mount sent no request over the rings")
+	}
+}
+
+// A kernel that offers io_uring at INIT but refuses the rings' setup
+// (io_uring turned off by sysctl, say): with PreferUring the aborted
+// mount is taken down and the view mounted again over /dev/fuse, fully
+// usable; with Uring alone the mount fails with ErrUringUnavailable and
+// leaves no mount behind.
+func TestPreferUringFallsBackWhenRingsFail(t *testing.T) {
+	needUring(t)
+	uringSetupFault = func() error { return errors.New("injected: io_uring_setup: operation not permitted") }
+	t.Cleanup(func() { uringSetupFault = nil })
+	objs := newFakeObjects(t)
+	root := objs.build(t, spec{"d/f": "x"})
+
+	mnt := t.TempDir()
+	_, err := MountAt(mnt, Config{Objects: objs, Root: root, StateDir: t.TempDir(), Uring: true})
+	if !errors.Is(err, ErrUringUnavailable) {
+		t.Fatalf("Uring with failing rings: err = %v, want ErrUringUnavailable", err)
+	}
+	if mounted(t, mnt) {
+		t.Fatalf("a failed mount left %s mounted", mnt)
+	}
+
+	m, mnt := mountT(t, objs, root, &mountOpts{preferUring: true})
+	if got := m.Transport(); got != "dev-fuse" {
+		t.Fatalf("Transport() = %q, want dev-fuse", got)
+	}
+	if b, err := os.ReadFile(filepath.Join(mnt, "d", "f")); err != nil || string(b) != "x" {
+		t.Fatalf("read d/f: %q, %v", b, err)
+	}
+	if err := os.WriteFile(filepath.Join(mnt, "d", "g"), []byte("y"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if m.UringRequests() != 0 {
+		t.Fatalf("%d requests over rings that were never set up", m.UringRequests())
+	}
+}
+
+// mounted reports whether dir is a mountpoint (in /proc/self/mountinfo).
+func mounted(t *testing.T, dir string) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == dir {
+			return true
+		}
+	}
+	return false
 }
