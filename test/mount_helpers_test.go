@@ -54,9 +54,11 @@ func newMountEnv(t *testing.T) *env {
 // outcomes are the reconcile outcomes printed by unmount, exec, lease end.
 var outcomes = map[string]bool{"current": true, "rebased": true, "conflicted": true, "still-active": true}
 
-// uringEnv, set to 1, makes mountAt mount with --uring: `make test` runs
-// the tool and window tests once more that way (make test-uring).
-const uringEnv = "ACYCLICFS_TEST_URING"
+// transportEnv, when set, makes mountAt mount with --transport and its
+// value: `make test` runs the tool and window tests once more with
+// dev-fuse (make race-devfuse), the main pass leaving the default, auto,
+// to take io_uring.
+const transportEnv = "ACYCLICFS_TEST_TRANSPORT"
 
 // mountAt mounts workspace name at a fresh directory under e.dir and
 // returns the mountpoint.
@@ -66,8 +68,8 @@ func (e *env) mountAt(name string, flags ...string) string {
 	if err := os.MkdirAll(mp, 0o755); err != nil {
 		e.t.Fatal(err)
 	}
-	if os.Getenv(uringEnv) == "1" {
-		flags = append(flags, "--uring")
+	if t := os.Getenv(transportEnv); t != "" {
+		flags = append(flags, "--transport", t)
 	}
 	if got := e.ok(append([]string{"mount", name, mp}, flags...)...); got != mp {
 		e.t.Fatalf("mount printed %q, want %q", got, mp)
@@ -341,8 +343,10 @@ type statusWS struct {
 	Warmed      int64  `json:"warmed"`
 	Warming     bool   `json:"warming"`
 	WatchedDirs int    `json:"watched_dirs"`
-	// UringRequests: requests answered over io_uring (mount --uring).
-	UringRequests int64 `json:"uring_requests"`
+	// Transport: io_uring or dev-fuse (mount --transport); UringRequests:
+	// requests answered over io_uring.
+	Transport     string `json:"transport"`
+	UringRequests int64  `json:"uring_requests"`
 	// LastReconcile: where the mount's last final close spent its time.
 	LastReconcile *struct {
 		TotalMS       float64 `json:"total_ms"`

@@ -36,9 +36,14 @@ func toolMount(t *testing.T, flags ...string) (*env, string) {
 // and exports the workspace.
 func (e *env) unmountAndExport(mp string) string {
 	e.t.Helper()
-	if os.Getenv(uringEnv) == "1" {
-		if n := e.statusOf("w").UringRequests; n == 0 {
-			e.t.Fatalf("mounted with --uring, but status reports no request answered over io_uring")
+	switch st := e.statusOf("w"); os.Getenv(transportEnv) {
+	case "io_uring":
+		if st.Transport != "io_uring" || st.UringRequests == 0 {
+			e.t.Fatalf("mounted with --transport io_uring, but status reports transport %q and %d requests answered over io_uring", st.Transport, st.UringRequests)
+		}
+	case "dev-fuse":
+		if st.Transport != "dev-fuse" || st.UringRequests != 0 {
+			e.t.Fatalf("mounted with --transport dev-fuse, but status reports transport %q and %d requests answered over io_uring", st.Transport, st.UringRequests)
 		}
 	}
 	if o, _ := e.unmount(mp); o != "current" {

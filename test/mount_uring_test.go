@@ -3,6 +3,7 @@ package test
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/acyclicfs/acyclicfs/fusefs"
@@ -24,6 +25,9 @@ func TestMountUring(t *testing.T) {
 	t.Parallel()
 	needUring(t)
 	e, mp := toolMount(t, "--uring")
+	if tr := e.statusOf("w").Transport; tr != "io_uring" {
+		t.Fatalf("mount --uring: status reports transport %q", tr)
+	}
 	before := e.statusOf("w").UringRequests // the warm-up's
 	script := `set -e
 mkdir -p d/e
@@ -47,4 +51,53 @@ ls d/e | wc -l
 	if _, err := os.Stat(filepath.Join(out, "d", "e", "f1")); !os.IsNotExist(err) {
 		t.Fatalf("export still has d/e/f1 (err %v)", err)
 	}
+}
+
+// mount --transport: auto (the default) takes io_uring where the kernel
+// offers it, dev-fuse keeps to /dev/fuse, and a bad or contradictory
+// choice is a usage error that mounts nothing.
+func TestMountTransport(t *testing.T) {
+	t.Parallel()
+	needUring(t)
+	e := newMountEnv(t)
+	src := filepath.Join(e.dir, "src")
+	writeTree(t, src, map[string]string{"seed.txt": "seed\n"})
+	e.ok("create", "w", "--from", src)
+	e.ok("fork", "w", "v")
+	bad := filepath.Join(e.dir, "mnt-bad")
+	if err := os.MkdirAll(bad, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, flags := range [][]string{{"--transport", "uring"}, {"--transport", ""}, {"--uring", "--transport", "dev-fuse"}} {
+		r := e.fails(2, append([]string{"mount", "w", bad}, flags...)...)
+		if !strings.Contains(r.stderr, "--transport") && !strings.Contains(r.stderr, "--uring") {
+			t.Errorf("mount %v: stderr %q names neither flag", flags, r.stderr)
+		}
+	}
+	if st := e.statusOf("w"); st.Transport != "" {
+		t.Fatalf("after refused mounts, w reports transport %q", st.Transport)
+	}
+
+	auto := filepath.Join(e.dir, "mnt-auto")
+	dev := filepath.Join(e.dir, "mnt-dev")
+	for _, d := range []string{auto, dev} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.ok("mount", "w", auto)
+	e.ok("mount", "v", dev, "--transport", "dev-fuse")
+	for _, mp := range []string{auto, dev} {
+		if err := os.WriteFile(filepath.Join(mp, "new.txt"), []byte(mp), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := e.statusOf("w"); st.Transport != "io_uring" || st.UringRequests == 0 {
+		t.Errorf("default mount: transport %q, %d requests over io_uring; want io_uring", st.Transport, st.UringRequests)
+	}
+	if st := e.statusOf("v"); st.Transport != "dev-fuse" || st.UringRequests != 0 {
+		t.Errorf("mount --transport dev-fuse: transport %q, %d requests over io_uring", st.Transport, st.UringRequests)
+	}
+	e.unmount(auto)
+	e.unmount(dev)
 }

@@ -240,6 +240,9 @@ func (a *app) cmdContextMount() *cobra.Command {
 			if opt.warmEntries < 0 {
 				return usageError{fmt.Errorf("context mount: --warm-entries must not be negative")}
 			}
+			if err := checkTransport(cmd.Flags(), &opt); err != nil {
+				return usageError{fmt.Errorf("context mount: %w", err)}
+			}
 			opt.leaseTTL, opt.leaseBy, opt.idleClose = ttl, b, idle
 			m, err := a.contextManager()
 			if err != nil {
@@ -284,6 +287,7 @@ func (a *app) cmdContextMount() *cobra.Command {
 	f.StringVar(&by, "lease-by", "sid", "lease owner key: sid, pgid or pid")
 	f.DurationVar(&idle, "idle-close", 0, "also end a lease after this long with no request, open file or cwd in the mount")
 	f.BoolVar(&opt.xattrs, "xattrs", false, "serve user xattrs")
+	transportFlag(f, &opt)
 	warmFlag(f, &opt)
 	return c
 }

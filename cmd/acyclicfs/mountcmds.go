@@ -72,6 +72,9 @@ func (a *app) cmdMount() *cobra.Command {
 			if opt.warmEntries < 0 {
 				return usageError{fmt.Errorf("mount: --warm-entries must not be negative")}
 			}
+			if err := checkTransport(cmd.Flags(), &opt); err != nil {
+				return usageError{fmt.Errorf("mount: %w", err)}
+			}
 			opt.leaseTTL, opt.leaseBy, opt.idleClose = ttl, b, idle
 			mp := a.mountpath(args[1])
 			if a.d == nil {
@@ -100,10 +103,40 @@ func (a *app) cmdMount() *cobra.Command {
 	f.StringVar(&by, "lease-by", "sid", "lease owner key: sid, pgid or pid")
 	f.DurationVar(&idle, "idle-close", 0, "also end a lease after this long with no request, open file or cwd in the mount")
 	f.BoolVar(&opt.debug, "debug", false, "log every FUSE request to the daemon log")
-	f.BoolVar(&opt.uring, "uring", false, "serve FUSE requests over io_uring (Linux 6.14+, fuse module parameter enable_uring=1); fails where the kernel does not offer it")
+	transportFlag(f, &opt)
 	f.BoolVar(&opt.xattrs, "xattrs", false, "serve user xattrs (off by default: with them the kernel asks for security.capability before every write)")
 	warmFlag(f, &opt)
 	return c
+}
+
+// The values of mount --transport.
+const (
+	transportAuto   = "auto"     // io_uring where the kernel offers it, else /dev/fuse
+	transportUring  = "io_uring" // io_uring or fail
+	transportDevice = "dev-fuse" // read(2) and write(2) on /dev/fuse
+)
+
+// transportFlag defines --transport and its shorthand --uring.
+func transportFlag(f *pflag.FlagSet, opt *mountOptions) {
+	f.StringVar(&opt.transport, "transport", transportAuto,
+		"how the kernel's requests reach the daemon: auto (io_uring where the kernel offers it, else /dev/fuse), io_uring (fail where it is not offered: Linux 6.14+, fuse module parameter enable_uring=1) or dev-fuse")
+	f.Bool("uring", false, "same as --transport io_uring")
+}
+
+// checkTransport validates --transport and folds --uring into it.
+func checkTransport(f *pflag.FlagSet, opt *mountOptions) error {
+	switch opt.transport {
+	case transportAuto, transportUring, transportDevice:
+	default:
+		return fmt.Errorf("--transport: %q is not one of auto, io_uring, dev-fuse", opt.transport)
+	}
+	if uring, _ := f.GetBool("uring"); uring {
+		if f.Changed("transport") && opt.transport != transportUring {
+			return fmt.Errorf("--uring contradicts --transport %s", opt.transport)
+		}
+		opt.transport = transportUring
+	}
+	return nil
 }
 
 // defaultWarmEntries bounds the warm-up of a mount: the Go distribution's
@@ -152,7 +185,10 @@ func (a *app) mountForeground(ws, mp string, opt mountOptions) error {
 	if opt.xattrs {
 		args = append(args, "--xattrs")
 	}
-	args = append(args, "--warm-entries", strconv.Itoa(opt.warmEntries))
+	if opt.debug {
+		args = append(args, "--debug")
+	}
+	args = append(args, "--transport", opt.transport, "--warm-entries", strconv.Itoa(opt.warmEntries))
 	if opt.waitWarm {
 		args = append(args, "--wait-warm")
 	}

@@ -118,8 +118,9 @@ type mountOptions struct {
 	idleClose  time.Duration
 	debug      bool
 	xattrs     bool
-	// uring serves the mount's requests over io_uring.
-	uring bool
+	// transport is how the kernel's requests reach the daemon: auto,
+	// io_uring or dev-fuse (transportFlag).
+	transport string
 	// warmEntries bounds the metadata warm-up after mounting (0: none).
 	warmEntries int
 	// waitWarm: the mount command returns once the warm-up has ended.
@@ -246,7 +247,7 @@ func (d *daemon) mountWorkspace(ws, mp string, opt mountOptions) (*served, []str
 	}
 	mnt, err := fusefs.MountAt(mp, fusefs.Config{Objects: storeObjects{m.Store()}, Root: root, StateDir: stateDir,
 		Admitter: tr, AllowOther: opt.allowOther, BaseInodes: m.DerivesFromInPlace(ws), Debug: opt.debug, FsName: "acyclicfs:" + ws, Passthrough: true, EnableXattrs: opt.xattrs,
-		WarmEntries: opt.warmEntries, Uring: opt.uring,
+		WarmEntries: opt.warmEntries, Uring: opt.transport == transportUring, PreferUring: opt.transport == transportAuto,
 		ReadOnly: s.readOnly.Load()})
 	if err != nil {
 		tr.Close()

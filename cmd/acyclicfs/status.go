@@ -43,9 +43,11 @@ type statusRow struct {
 	// Warming is true while it runs (mount --warm-entries).
 	Warmed  int64 `json:"warmed,omitempty"`
 	Warming bool  `json:"warming,omitempty"`
-	// UringRequests counts the requests a mount mounted with --uring
-	// answered over io_uring.
-	UringRequests int64 `json:"uring_requests,omitempty"`
+	// Transport is how a mounted workspace's requests reach the daemon:
+	// io_uring or dev-fuse (mount --transport). UringRequests counts the
+	// requests answered over io_uring.
+	Transport     string `json:"transport,omitempty"`
+	UringRequests int64  `json:"uring_requests,omitempty"`
 	// WatchedDirs counts the directories of an in-place workspace's
 	// directory that the daemon watches for changes (inotify) while it is
 	// mounted; absent when detection lists them instead (not mounted, not
@@ -145,7 +147,7 @@ func (a *app) statusOf(m *workspace.Manager, w store.Workspace) (statusRow, erro
 	if a.d != nil {
 		if s := a.d.get(w.Name); s != nil {
 			row.Warmed, row.Warming = s.mnt.Warmed()
-			row.UringRequests = s.mnt.UringRequests()
+			row.Transport, row.UringRequests = s.mnt.Transport(), s.mnt.UringRequests()
 			if s.acquire(100 * time.Millisecond) {
 				row.LastOutcome = string(s.last.Outcome)
 				row.LastReconcile = s.timing
