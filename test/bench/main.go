@@ -60,7 +60,7 @@ type config struct {
 	profSys    []string // systems the census covers
 	noForks    bool
 	noInPlace  bool
-	uring      bool // every acyclicfs mount with --uring
+	transport  string // every acyclicfs mount's --transport
 	acyclicfs  string
 	loopback   string
 	repo       string
@@ -97,7 +97,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&cfg.seqMiB, "seq-mib", 1024, "size of the sequential write/read file in MiB")
 	fs.StringVar(&forkSizes, "fork-sizes", "1000,100000", "tree sizes (files) for the acyclicfs-only fork and capture measurements")
 	fs.BoolVar(&cfg.noForks, "no-forks", false, "skip the acyclicfs-only fork and capture measurements")
-	fs.BoolVar(&cfg.uring, "uring", false, "mount acyclicfs with --uring (FUSE over io_uring; turn the fuse module's enable_uring on first)")
+	fs.StringVar(&cfg.transport, "transport", "auto", "acyclicfs mount --transport: auto (io_uring where the fuse module's enable_uring is on), io_uring or dev-fuse")
 	fs.BoolVar(&cfg.noInPlace, "no-inplace", false, "skip the acyclicfs-only in-place workspace measurements (1,000/10,000/100,000 files; -quick: up to 10,000)")
 	fs.StringVar(&cfg.dir, "dir", "", "work directory (default: a fresh directory under $TMPDIR)")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the work directory")

@@ -33,10 +33,13 @@ type benchEnv struct {
 	loopback string // go-fuse loopback binary
 	goBin    string // the go command
 	notes    []string
-	skipped  map[string]string // system -> why it was skipped
-	cl       *cleaner
-	importNs time.Duration // acyclicfs create --from lower
-	mountSeq int
+	// transports: what status --json reported for the mounts (io_uring,
+	// dev-fuse), for the report.
+	transports map[string]bool
+	skipped    map[string]string // system -> why it was skipped
+	cl         *cleaner
+	importNs   time.Duration // acyclicfs create --from lower
+	mountSeq   int
 }
 
 // prepare builds the tools, the tarball and the lower tree, and the
@@ -113,8 +116,8 @@ ln -s %[1]s/pkg %[3]s/pkg`, shq(goroot), shq(e.tarball), shq(gr))
 
 // acyCmd runs the acyclicfs CLI against the bench store.
 func (e *benchEnv) acyCmd(ctx context.Context, args ...string) (cmdResult, error) {
-	if e.cfg.uring && len(args) > 0 && args[0] == "mount" {
-		args = append(args[:len(args):len(args)], "--uring")
+	if len(args) > 0 && args[0] == "mount" {
+		args = append(args[:len(args):len(args)], "--transport", e.cfg.transport)
 	}
 	return runCmd(ctx, "/", nil, append([]string{e.acy, "--store", e.store}, args...)...)
 }
@@ -343,6 +346,17 @@ func (e *benchEnv) openAcyclicfs(ctx context.Context, tag string, debug bool) (i
 	if _, err := e.acyCmd(ctx, args...); err != nil {
 		forceUnmount(mp)
 		return nil, err
+	}
+	var st struct {
+		Workspaces []struct {
+			Transport string `json:"transport"`
+		} `json:"workspaces"`
+	}
+	if err := e.statusJSON(ctx, &st, name); err == nil && len(st.Workspaces) == 1 {
+		if e.transports == nil {
+			e.transports = map[string]bool{}
+		}
+		e.transports[st.Workspaces[0].Transport] = true
 	}
 	return &acyInst{e: e, name: name, mp: mp, debug: debug}, nil
 }
