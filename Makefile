@@ -60,17 +60,22 @@ race:
 race-devfuse:
 	ACYCLICFS_TEST_TRANSPORT=dev-fuse $(GO) test -race -count=1 -timeout 10m -run 'TestTool|TestWindow' ./test/
 
+# Every system's files on a fresh journaled ext4 (a loop-mounted sparse
+# image under $TMPDIR, deleted afterwards), not on whatever the host's root
+# file system is: BENCH_FS= runs in a plain directory under $TMPDIR.
+BENCH_FS ?= -fresh-fs 32G
+
 # Side by side against a native directory, go-fuse loopback and
 # fuse-overlayfs: every system in 2 runs (cp -a / git worktree in the fork
 # table once). 11.8 minutes on this 2-core VM with a load average of 2.
 # Writes docs/benchmarks.md and docs/benchmarks.png.
 bench: bench-deps
-	$(GO) run ./test/bench -runs 2
+	$(GO) run ./test/bench -runs 2 $(BENCH_FS)
 
 # bench and a census of FUSE requests per workload (acyclicfs mounted with
 # --debug): about a minute more. make bench carries the last census over.
 bench-profile: bench-deps
-	$(GO) run ./test/bench -runs 2 -profile -profile-systems acyclicfs
+	$(GO) run ./test/bench -runs 2 -profile -profile-systems acyclicfs $(BENCH_FS)
 
 bench-fs: bench
 

@@ -53,6 +53,7 @@ type config struct {
 	seqMiB     int
 	forkSizes  []int
 	dir        string
+	freshFS    string // -fresh-fs: size of a fresh ext4 holding the work directory
 	keep       bool
 	out        string
 	png        string
@@ -100,6 +101,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&cfg.transport, "transport", "auto", "acyclicfs mount --transport: auto (io_uring where the fuse module's enable_uring is on), io_uring or dev-fuse")
 	fs.BoolVar(&cfg.noInPlace, "no-inplace", false, "skip the acyclicfs-only in-place workspace measurements (1,000/10,000/100,000 files; -quick: up to 10,000)")
 	fs.StringVar(&cfg.dir, "dir", "", "work directory (default: a fresh directory under $TMPDIR)")
+	fs.StringVar(&cfg.freshFS, "fresh-fs", "", "make the work directory a fresh journaled ext4 of this size (truncate syntax, e.g. 24G) in a loop-mounted image under $TMPDIR, deleted afterwards; excludes -dir and -keep")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the work directory")
 	fs.StringVar(&cfg.out, "out", "docs/benchmarks.md", "markdown report to write (empty: stdout only)")
 	fs.StringVar(&cfg.png, "png", "docs/benchmarks.png", "PNG chart of ratios to write (empty: none)")
@@ -188,6 +190,21 @@ func run(ctx context.Context, cfg *config) (err error) {
 	}
 	cfg.repo = repo
 	work := cfg.dir
+	if cfg.freshFS != "" {
+		if cfg.dir != "" || cfg.keep {
+			return errors.New("-fresh-fs excludes -dir and -keep: the file system goes when the harness ends")
+		}
+		mp, drop, err := freshFS(ctx, cfg.freshFS)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if derr := drop(); derr != nil && err == nil {
+				err = fmt.Errorf("-fresh-fs: %w", derr)
+			}
+		}()
+		work = filepath.Join(mp, "work")
+	}
 	if work == "" {
 		work, err = os.MkdirTemp("", "acyclicfs-bench-")
 		if err != nil {
@@ -203,6 +220,9 @@ func run(ctx context.Context, cfg *config) (err error) {
 	cl := &cleaner{}
 	defer func() {
 		cl.run()
+		if cfg.freshFS != "" {
+			return // the whole file system goes
+		}
 		if !cfg.keep {
 			if rerr := os.RemoveAll(work); rerr != nil && err == nil {
 				err = fmt.Errorf("remove work dir: %w", rerr)

@@ -119,6 +119,9 @@ func (r *results) markdown() string {
 	b.WriteString("- Same tree everywhere: `$(go env GOROOT)/src` laid out as a GOROOT (`src/`, `VERSION`, `go.env`, `pkg` → the real toolchain). **native**: a fresh `cp -a` copy per run. **loopback**: go-fuse v2.12.1's `example/loopback` over a fresh copy. **fuse-overlayfs**: a fresh upper directory over the shared pristine tree. **acyclicfs**: `fork` of a workspace imported once from the tree, mounted; every workload runs as `acyclicfs exec MOUNTPOINT -- …` (one explicit lease per workload). Each mount starts the daemon's metadata warm-up (`--warm-entries`, default 50,000 names: the tree is listed through the mount in the background); the timed runs do not wait for it, the request census does.\n")
 	b.WriteString("- The time is that of the workload process only (a wrapper inside the mount times `sh -c SCRIPT`). For acyclicfs, *lease overhead* is the rest of the `exec` wall time: binding the lease, and at its end capture, publish and reconcile. *daemon CPU* is the acyclicfs daemon's user+system CPU over the whole `exec` (workload and lease end), from /proc/PID/stat.\n")
 	fmt.Fprintf(&b, "- Sequential file: %d MiB. Work directory on `%s`.\n", cfg.seqMiB, r.env.fsDescription())
+	if cfg.freshFS != "" {
+		fmt.Fprintf(&b, "- The work directory, and with it every system's files (native copies, the acyclicfs store, the peers' directories), is on a fresh %s ext4 with a journal, inode tables initialised up front, loop-mounted from a sparse image (`-fresh-fs`): the same new, mostly empty file system for every system, whatever the host's root file system is.\n", cfg.freshFS)
+	}
 	if len(r.env.transports) > 0 {
 		fmt.Fprintf(&b, "- acyclicfs mounts with `--transport %s`; their requests went over: %s (`status --json`).\n", cfg.transport, strings.Join(slices.Sorted(maps.Keys(r.env.transports)), ", "))
 	}
