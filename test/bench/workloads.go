@@ -95,7 +95,7 @@ var workloads = []*workload{
 	{
 		name: "git-status", title: "git status (clean, warm)", goal: 1.5,
 		warm: func(p params) string {
-			return fmt.Sprintf(`cd %s && { [ -d .git ] || { git init -q && git add -A && git -c user.name=b -c user.email=b@example.com commit -qm bench; }; } && git status --porcelain >/dev/null`, shq(p.goroot()))
+			return fmt.Sprintf(`cd %s && { [ -d .git ] || { git init -q && git config gc.auto 0 && git add -A && git -c user.name=b -c user.email=b@example.com commit -qm bench; }; } && git status --porcelain >/dev/null`, shq(p.goroot()))
 		},
 		timed: func(p params) string {
 			return fmt.Sprintf("cd %s && git status --porcelain >/dev/null", shq(p.goroot()))
