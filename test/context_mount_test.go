@@ -190,7 +190,14 @@ func TestContextMountFreezeReadOnly(t *testing.T) {
 	mp := e.mountAt("app")
 	wantErrno(t, "create in a frozen root's new mount", os.WriteFile(filepath.Join(mp, "x"), nil, 0o644), syscall.EROFS)
 	e.unmount(mp)
-	e.ok("context", "mount", "main")
+	e.fails(2, "context", "mount", "main", "--transport", "ring") // a usage error mounts nothing
+	if tr := e.statusOf("lib").Transport; tr != "" {
+		t.Fatalf("after a refused context mount, lib reports transport %q", tr)
+	}
+	e.ok("context", "mount", "main", "--transport", "dev-fuse")
+	if tr := e.statusOf("lib").Transport; tr != "dev-fuse" {
+		t.Fatalf("context mount --transport dev-fuse: lib reports transport %q", tr)
+	}
 	wantErrno(t, "create after context mount of a frozen context", os.WriteFile(filepath.Join(mpLib, "x"), nil, 0o644), syscall.EROFS)
 	if got := readFile(t, filepath.Join(mpLib, "f")); got != "lib 1\n" {
 		t.Fatalf("read lib/f: %q", got)
