@@ -120,7 +120,7 @@ func (r *results) markdown() string {
 	b.WriteString("- The time is that of the workload process only (a wrapper inside the mount times `sh -c SCRIPT`). For acyclicfs, *lease overhead* is the rest of the `exec` wall time: binding the lease, and at its end capture, publish and reconcile. *daemon CPU* is the acyclicfs daemon's user+system CPU over the whole `exec` (workload and lease end), from /proc/PID/stat.\n")
 	fmt.Fprintf(&b, "- Sequential file: %d MiB. Work directory on `%s`.\n", cfg.seqMiB, r.env.fsDescription())
 	if cfg.freshFS != "" {
-		fmt.Fprintf(&b, "- The work directory, and with it every system's files (native copies, the acyclicfs store, the peers' directories), is on a fresh %s ext4 with a journal, inode tables initialised up front, loop-mounted from a sparse image (`-fresh-fs`): the same new, mostly empty file system for every system, whatever the host's root file system is.\n", cfg.freshFS)
+		fmt.Fprintf(&b, "- The work directory, and with it every system's files (native copies, the acyclicfs store, the peers' directories), is on a fresh %s ext4 with a journal, inode tables initialised up front, on a loop device doing direct I/O over a sparse image (`-fresh-fs`): the same new, mostly empty file system for every system, whatever the host's root file system is.\n", cfg.freshFS)
 	}
 	if len(r.env.transports) > 0 {
 		fmt.Fprintf(&b, "- acyclicfs mounts with `--transport %s`; their requests went over: %s (`status --json`).\n", cfg.transport, strings.Join(slices.Sorted(maps.Keys(r.env.transports)), ", "))
