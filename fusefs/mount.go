@@ -336,6 +336,15 @@ func (m *Mount) UringRequests() int64 {
 	return m.uring.answered.Load()
 }
 
+// uringOffThread is the number of io_uring requests answered off their
+// queue's thread (tests).
+func (m *Mount) uringOffThread() int64 {
+	if m.uring == nil {
+		return 0
+	}
+	return m.uring.offThread.Load()
+}
+
 // uringSetupFault, set by tests, fails the rings' setup after INIT as a
 // kernel that refuses io_uring would (sysctl kernel.io_uring_disabled).
 var uringSetupFault func() error
@@ -351,7 +360,10 @@ func (m *Mount) startUring(server *fuse.Server, fuseFD int, opts *fuse.MountOpti
 	}
 	var admitsNow func(uint32) bool
 	if na, ok := m.cfg.Admitter.(nowAdmitter); ok {
-		admitsNow = na.AdmitsNow
+		// The warm-up's walkers are admitted without a lease (admit): their
+		// requests never wait, so they are answered on the queue's thread
+		// like any admitted tool's, not handed to a goroutine each.
+		admitsNow = func(pid uint32) bool { return m.isWarmer(pid) || na.AdmitsNow(pid) }
 	}
 	if uringSetupFault != nil {
 		if err := uringSetupFault(); err != nil {

@@ -98,6 +98,7 @@ type uringTransport struct {
 	queues    []*uringQueue
 	wg        sync.WaitGroup
 	answered  atomic.Int64 // requests answered through the rings
+	offThread atomic.Int64 // of those, answered off their queue's thread
 }
 
 type uringQueue struct {
@@ -341,6 +342,7 @@ func (q *uringQueue) loop(first []uringCQE) {
 				q.mu.Lock()
 				q.inflight++
 				q.mu.Unlock()
+				q.t.offThread.Add(1)
 				go q.answerOff(i)
 				continue
 			}

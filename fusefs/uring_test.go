@@ -181,3 +181,29 @@ func mounted(t *testing.T, dir string) bool {
 	}
 	return false
 }
+
+// slowAdmitter admits everyone but never "now": as for a tracker that has
+// not seen a pid yet, every tool request over io_uring is answered off its
+// queue's thread.
+type slowAdmitter struct{}
+
+func (slowAdmitter) Admit(uint32) error        { return nil }
+func (slowAdmitter) AdmitsNow(pid uint32) bool { return pid == 0 }
+
+// The warm-up's walkers are admitted without a lease, so their listings
+// over io_uring are answered on the queue's thread: a handful of requests
+// (the mount's own probe, say) go off the thread, not one or more per
+// directory listed.
+func TestUringWarmUpAnsweredInline(t *testing.T) {
+	needUring(t)
+	objs := newFakeObjects(t)
+	root := objs.build(t, gridSpec(40, 5, 3, "d%02d", "f%02d"))
+	m, _ := mountT(t, objs, root, &mountOpts{uring: true, admitter: slowAdmitter{}, warm: 10000})
+	waitWarm(t, m)
+	if n, _ := m.Warmed(); n < 200 {
+		t.Fatalf("warm-up listed %d names, want all 240", n)
+	}
+	if off := m.uringOffThread(); off > 10 {
+		t.Fatalf("%d requests answered off their queue's thread during a warm-up of 41 directories; want the walkers' answered inline", off)
+	}
+}
