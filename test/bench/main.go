@@ -194,8 +194,11 @@ func run(ctx context.Context, cfg *config) (err error) {
 		if cfg.dir != "" || cfg.keep {
 			return errors.New("-fresh-fs excludes -dir and -keep: the file system goes when the harness ends")
 		}
-		mp, drop, err := freshFS(ctx, cfg.freshFS)
-		if err != nil {
+		// Not :=, which would shadow the named err the deferred drop
+		// reports its failure through.
+		var mp string
+		var drop func() error
+		if mp, drop, err = freshFS(ctx, cfg.freshFS); err != nil {
 			return err
 		}
 		defer func() {
