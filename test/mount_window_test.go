@@ -375,7 +375,7 @@ func TestWindowMountAndExecErrors(t *testing.T) {
 	for _, c := range []struct {
 		argv []string
 		code int
-	}{{[]string{"sh", "-c", "exit 5"}, 5}, {[]string{"sh", "-c", "kill -TERM $$"}, 128 + 15}, {[]string{"/nonexistent"}, 127}} {
+	}{{[]string{"sh", "-c", "exit 5"}, 5}, {[]string{"sh", "-c", "kill -TERM $$"}, 128 + 15}, {[]string{"/nonexistent"}, 127}, {[]string{"no-such-command-anywhere"}, 127}, {[]string{"./f"}, 126}} {
 		r, err := runCmd(e.command(nil, append([]string{"exec", mp, "--"}, c.argv...)...))
 		if err != nil {
 			t.Fatal(err)
@@ -383,6 +383,17 @@ func TestWindowMountAndExecErrors(t *testing.T) {
 		if o, _ := parseOutcome(r.stderr); r.code != c.code || o != "current" {
 			t.Errorf("exec %q: want exit %d and outcome current, got %s", c.argv, c.code, r)
 		}
+	}
+	// CMD runs in the mountpoint ($PWD too), with the caller's stdin and
+	// without the gate's pipe (descriptor 3) left open.
+	cmd := e.command(nil, "exec", mp, "--", "sh", "-c", `pwd -P; echo "$PWD"; read -r l; echo "$l"; if [ -e /proc/$$/fd/3 ]; then echo fd 3 open; fi`)
+	cmd.Stdin = strings.NewReader("from stdin\n")
+	r, err := runCmd(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := mp + "\n" + mp + "\nfrom stdin\n"; r.code != 0 || r.stdout != want {
+		t.Errorf("exec in the mount: want stdout %q, got %s", want, r)
 	}
 	if st := e.statusOf("child"); st.Window != "idle" || len(st.Leases) != 0 {
 		t.Fatalf("failed commands left the window %+v", st)
