@@ -33,10 +33,13 @@ func freshFS(ctx context.Context, size string) (string, func() error, error) {
 	img := filepath.Join(base, "fs.img")
 	mp := filepath.Join(base, "mnt")
 	remove := func() error { return os.RemoveAll(base) }
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		remove()
+		return "", nil, err
+	}
 	steps := [][]string{
 		{"truncate", "-s", size, img},
 		{"mkfs.ext4", "-q", "-F", "-O", "has_journal", "-E", "lazy_itable_init=0,lazy_journal_init=0", img},
-		{"mkdir", mp},
 	}
 	for _, argv := range steps {
 		if out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput(); err != nil {
