@@ -98,6 +98,17 @@ func TestMountTransport(t *testing.T) {
 	if st := e.statusOf("v"); st.Transport != "dev-fuse" || st.UringRequests != 0 {
 		t.Errorf("mount --transport dev-fuse: transport %q, %d requests over io_uring", st.Transport, st.UringRequests)
 	}
+	// The human table says the same, one line per mount.
+	st := e.run("status")
+	if st.code != 0 {
+		t.Fatalf("status: %s", st)
+	}
+	human := st.stdout
+	for _, want := range []string{"mount w " + auto + " over io_uring", "mount v " + dev + " over dev-fuse"} {
+		if !strings.Contains(human, want) {
+			t.Errorf("status lacks %q:\n%s", want, human)
+		}
+	}
 	e.unmount(auto)
 	e.unmount(dev)
 }

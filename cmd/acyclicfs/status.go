@@ -189,6 +189,21 @@ func printStatus(out io.Writer, rep statusReport) {
 		for _, c := range r.Conflicts {
 			fmt.Fprintf(out, "conflict %s %s (%s)\n", r.Workspace, c.Path, c.Kind)
 		}
+		if r.Mountpoint != "" && r.Transport != "" {
+			// Mounted by the running daemon: how it is served.
+			names := "names"
+			if r.Warmed == 1 {
+				names = "name"
+			}
+			warm := ""
+			switch {
+			case r.Warming:
+				warm = fmt.Sprintf(", warm-up running (%d %s listed)", r.Warmed, names)
+			case r.Warmed > 0:
+				warm = fmt.Sprintf(", warm-up done (%d %s listed)", r.Warmed, names)
+			}
+			fmt.Fprintf(out, "mount %s %s over %s%s\n", r.Workspace, r.Mountpoint, r.Transport, warm)
+		}
 		if r.InPlace != "" {
 			watched := ""
 			if r.WatchedDirs > 0 {
