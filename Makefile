@@ -81,8 +81,10 @@ bench-fs: bench
 
 # What the harness runs besides Go: fuse-overlayfs and git, from Debian's
 # packages when root and missing (otherwise the harness skips what is absent);
-# and the fuse module's enable_uring on where root may, so that acyclicfs
-# mounts take their default transport, io_uring.
+# libfuse's passthrough_hp, built into bin/ from Debian's fuse3 source
+# package (scripts/passthrough-hp.sh; skipped when that fails); and the fuse
+# module's enable_uring on where root may, so that acyclicfs mounts take
+# their default transport, io_uring.
 bench-deps:
 	@need=""; for t in fuse-overlayfs git; do command -v $$t >/dev/null 2>&1 || need="$$need $$t"; done; \
 	if [ -n "$$need" ]; then \
@@ -91,6 +93,8 @@ bench-deps:
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need >/dev/null; \
 	  else echo "bench: missing$$need (the harness skips what needs it)"; fi; \
 	fi
+	@if [ "$$(id -u)" = 0 ] && [ ! -x bin/passthrough_hp ]; then \
+	  scripts/passthrough-hp.sh bin/passthrough_hp || echo "bench: no passthrough_hp (the harness skips it)"; fi
 	@if [ -w $(URING_PARAM) ]; then echo 1 > $(URING_PARAM) || true; fi
 
 # The Go micro-benchmarks (testing.B) of every package.

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestSmoke runs the harness end to end with -quick on one workload when
@@ -122,5 +123,36 @@ func TestKeptCensus(t *testing.T) {
 	}
 	if again := keptCensus(p); again != want {
 		t.Fatalf("kept twice:\n%q\nwant\n%q", again, want)
+	}
+}
+
+// TestPeerFailureReported: a peer's failed workload shows as failed in the
+// table with the end of its error, and the ratio it has no sample for is
+// empty rather than paired with another run's.
+func TestPeerFailureReported(t *testing.T) {
+	cfg, err := parseFlags([]string{"-runs", "1", "-systems", "native,passthrough_hp", "-workloads", "untar,git-commit", "-png", ""})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &results{cfg: cfg, env: &benchEnv{cfg: cfg, work: t.TempDir()},
+		samples: map[string]map[string][]sample{
+			"untar":      {sysNative: {{work: 400 * time.Millisecond}}, sysPassHP: {{work: 2 * time.Second}}},
+			"git-commit": {sysNative: {{work: 6 * time.Second}}},
+		},
+		failed: map[string]map[string]string{"untar": {}, "git-commit": {sysPassHP: tailLine(strings.Repeat("cd x && git add -A ", 40) + "\nfatal: error when closing loose object file: Bad file descriptor")}},
+	}
+	md := r.markdown()
+	for _, want := range []string{
+		"| untar Go src (~11.5k files) | 400.0 ms | 2.00 s | 5.00× |",
+		"| git add -A && git commit | 6.00 s | — (failed, below) | — |",
+		"git add -A && git commit failed on passthrough_hp (not run on it again): `…",
+		"fatal: error when closing loose object file: Bad file descriptor`",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+	if got := tailLine(strings.Repeat("é", 400)); !strings.HasPrefix(got, "…é") || len(got) > 303+2 {
+		t.Errorf("tailLine cut a rune or kept too much: %q", got)
 	}
 }

@@ -15,6 +15,7 @@ import (
 var sysColors = map[string]color.RGBA{
 	sysLoopback:  {0x1f, 0x77, 0xb4, 0xff},
 	sysOverlay:   {0xff, 0x7f, 0x0e, 0xff},
+	sysPassHP:    {0x94, 0x67, 0xbd, 0xff},
 	sysAcyclicfs: {0x2c, 0xa0, 0x2c, 0xff},
 }
 
@@ -24,6 +25,8 @@ func colorName(sys string) string {
 		return "blue"
 	case sysOverlay:
 		return "orange"
+	case sysPassHP:
+		return "purple"
 	case sysAcyclicfs:
 		return "green"
 	}

@@ -53,9 +53,12 @@ type inplaceGit struct {
 	unmount     []time.Duration
 	readsCold   []int64 // base_reads during each status
 	readsWarm   []int64
+	// libfuse's passthrough_hp over the same directory, for reference:
+	// the first status after its mount and the second.
+	hpCold, hpWarm []time.Duration
 	// lines git status printed (0: clean)
-	dirtyN1, dirtyN2, dirtyCold, dirtyWarm []int
-	err                                    string
+	dirtyN1, dirtyN2, dirtyCold, dirtyWarm, dirtyHP []int
+	err                                             string
 }
 
 // inplaceResult is everything runInPlace measured.
@@ -336,6 +339,30 @@ func (e *benchEnv) inplaceGitStatus(ctx context.Context, runs int) (*inplaceGit,
 		}
 		g.native2, g.dirtyN2 = append(g.native2, w), append(g.dirtyN2, dirty())
 
+		if e.passHP != "" {
+			// The reference: a FUSE server that only passes requests
+			// through, mounted fresh over the same directory (the
+			// workspace is not mounted now), status twice.
+			hp, err := e.serve(ctx, fmt.Sprintf("hp-ipgit-%d", i), "passthrough_hp", dir, false, e.passHPArgv)
+			if err != nil {
+				return g, err
+			}
+			hpStatus := fmt.Sprintf("cd %s && git status --porcelain > %s", shq(hp.mp), shq(outFile))
+			c, _, err := e.timeWrapper(ctx, nil, "", hpStatus)
+			if err == nil {
+				g.dirtyHP = append(g.dirtyHP, dirty())
+				w, _, err = e.timeWrapper(ctx, nil, "", hpStatus)
+			}
+			if _, cerr := hp.close(ctx); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return g, fmt.Errorf("passthrough_hp: %w", err)
+			}
+			g.hpCold, g.hpWarm = append(g.hpCold, c), append(g.hpWarm, w)
+			logf("in-place: git status run %d: passthrough_hp cold %v, warm %v", i+1, c.Round(time.Millisecond), w.Round(time.Millisecond))
+		}
+
 		start := time.Now()
 		if _, err := mount(); err != nil {
 			return g, err
@@ -481,6 +508,11 @@ func (r *results) inplaceMarkdown(b *strings.Builder) {
 			fmtStat(durStat(g.unmount)),
 			strings.Join([]string{intStatI(g.dirtyN1), intStatI(g.dirtyN2), intStatI(g.dirtyCold), intStatI(g.dirtyWarm), intStatI(g.dirtyWarmed)}, ", ")})
 		b.WriteString("\n")
+		if len(g.hpCold) > 0 {
+			fmt.Fprintf(b, "Reference, in the same runs: libfuse's passthrough_hp (C, a server that only passes requests through to the directory; kernel caching on) mounted fresh over the same directory at another mountpoint, before the workspace's mount: the first status after its mount %s (%s native), the second %s (%s native); dirty lines %s.\n\n",
+				fmtStat(durStat(g.hpCold)), fmtRatio(summarize(ratios(g.hpCold, g.native2))),
+				fmtStat(durStat(g.hpWarm)), fmtRatio(summarize(ratios(g.hpWarm, g.native2))), intStatI(g.dirtyHP))
+		}
 		goal := func(label string, a []time.Duration) {
 			if st := summarize(ratios(a, g.native2)); st.n > 0 {
 				fmt.Fprintf(b, "- %s ≤ 1.5× native: %.2f× — %s\n", label, st.med, metStr(st.med <= 1.5))

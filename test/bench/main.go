@@ -1,6 +1,6 @@
 // Command bench measures acyclicfs against a native directory, go-fuse's
-// loopback example and fuse-overlayfs on the same workloads, side by side in
-// one run, and writes the results as a markdown report (and optionally a PNG
+// loopback example, fuse-overlayfs and libfuse's passthrough_hp on the same
+// workloads, side by side in one run, and writes the results as a markdown report (and optionally a PNG
 // bar chart of the ratios to native).
 //
 // Run it from the repository root as root (it mounts FUSE filesystems):
@@ -13,10 +13,10 @@
 //
 // Every system gets the same lower tree: the Go distribution's src directory
 // laid out as a GOROOT (src, VERSION, go.env and a symlink to the real pkg
-// directory so `go build` finds the toolchain). Native and loopback get a
-// fresh copy per run; fuse-overlayfs stacks a fresh upper directory over the
-// shared pristine tree; acyclicfs forks a workspace imported once from it and
-// mounts the fork.
+// directory so `go build` finds the toolchain). Native, loopback and
+// passthrough_hp get a fresh copy per run; fuse-overlayfs stacks a fresh
+// upper directory over the shared pristine tree; acyclicfs forks a workspace
+// imported once from it and mounts the fork.
 //
 // Each workload runs as `sh -c SCRIPT` under a tiny timing wrapper (this
 // binary re-executed as `__time`), so the measured interval is the workload
@@ -46,7 +46,7 @@ import (
 // config is the parsed command line.
 type config struct {
 	runs       int
-	peerRuns   int // runs of the peers (loopback, fuse-overlayfs); <= runs
+	peerRuns   int // runs of the peers (loopback, fuse-overlayfs, passthrough_hp); <= runs
 	quick      bool
 	systems    []string
 	workloads  []string
@@ -64,6 +64,7 @@ type config struct {
 	transport  string // every acyclicfs mount's --transport
 	acyclicfs  string
 	loopback   string
+	passHP     string // libfuse's passthrough_hp binary ("": bin/passthrough_hp)
 	repo       string
 	buildPkg   string
 	commandStr string
@@ -91,7 +92,7 @@ func parseFlags(args []string) (*config, error) {
 	cfg := &config{}
 	var systems, workloads, forkSizes, profSys string
 	fs.IntVar(&cfg.runs, "runs", 5, "runs per system and workload")
-	fs.IntVar(&cfg.peerRuns, "peer-runs", 0, "runs of the systems acyclicfs is compared with besides native (loopback, fuse-overlayfs); 0: as many as -runs")
+	fs.IntVar(&cfg.peerRuns, "peer-runs", 0, "runs of the systems acyclicfs is compared with besides native (loopback, fuse-overlayfs, passthrough_hp); 0: as many as -runs")
 	fs.BoolVar(&cfg.quick, "quick", false, "1 run, 128 MiB sequential file, fork sizes 1000,10000")
 	fs.StringVar(&systems, "systems", strings.Join(allSystems, ","), "comma-separated systems to measure")
 	fs.StringVar(&workloads, "workloads", strings.Join(workloadNames(), ","), "comma-separated workloads to run")
@@ -109,6 +110,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&profSys, "profile-systems", strings.Join(profiledSystems, ","), "comma-separated systems the -profile census covers (of "+strings.Join(profiledSystems, ", ")+")")
 	fs.StringVar(&cfg.acyclicfs, "acyclicfs", "", "acyclicfs binary (default: build ./cmd/acyclicfs)")
 	fs.StringVar(&cfg.loopback, "loopback", "", "go-fuse loopback binary (default: build github.com/hanwen/go-fuse/v2/example/loopback)")
+	fs.StringVar(&cfg.passHP, "passthrough-hp", "", "libfuse's passthrough_hp binary (default: bin/passthrough_hp, which `make bench-deps` builds with scripts/passthrough-hp.sh; the system is skipped without it)")
 	fs.StringVar(&cfg.buildPkg, "build-pkg", "cmd/gofmt", "package built by the go-build workload (with GOROOT inside the mount)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err

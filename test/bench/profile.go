@@ -150,9 +150,12 @@ func fileSize(path string) int64 {
 	return st.Size()
 }
 
-// daemonPID finds the process serving the instance: the loopback child,
+// daemonPID finds the process serving the instance: the peer's child,
 // or the acyclicfs daemon of the bench store; 0 for anything else.
 func daemonPID(e *benchEnv, in instance) int {
+	if r, ok := in.(*remountInst); ok {
+		in = r.directInst
+	}
 	if d, ok := in.(*directInst); ok {
 		if d.proc != nil {
 			return d.proc.Process.Pid

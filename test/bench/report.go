@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // results collects every measurement for the report.
@@ -21,9 +22,13 @@ type results struct {
 	finished time.Time
 	samples  map[string]map[string][]sample // workload -> system -> per run
 	unmount  map[string][]time.Duration     // system -> per run
-	forks    []*forkResult
-	inplace  *inplaceResult
-	profile  map[string]map[string]*profileResult // workload -> system
+	// failed: a peer's workload that failed (workload -> system -> the
+	// error's first line); it is not run on that system again, so the
+	// samples it has stay paired with native's by run index.
+	failed  map[string]map[string]string
+	forks   []*forkResult
+	inplace *inplaceResult
+	profile map[string]map[string]*profileResult // workload -> system
 	// keptCensus is the previous report's census section, carried over by
 	// a run without -profile.
 	keptCensus string
@@ -113,10 +118,10 @@ func (r *results) markdown() string {
 	b.WriteString("\n## Method\n\n")
 	fmt.Fprintf(&b, "- %d run(s) per system and workload. In each run every system is mounted at once and each workload runs on every system back to back, in an order rotated per run; ratios to native are computed pair by pair within a run, then the median (and range) is taken.\n", cfg.runs)
 	if cfg.peerRuns < cfg.runs {
-		fmt.Fprintf(&b, "- The peers (loopback, fuse-overlayfs) run in the first %d run(s) only (`-peer-runs`), to keep the whole harness short; their ratios pair with native's samples of those runs.\n", cfg.peerRuns)
+		fmt.Fprintf(&b, "- The peers (loopback, fuse-overlayfs, passthrough_hp) run in the first %d run(s) only (`-peer-runs`), to keep the whole harness short; their ratios pair with native's samples of those runs.\n", cfg.peerRuns)
 	}
 	b.WriteString("- `cp -a` and `git worktree add` in the fork table are reference points and run once (in the first run).\n")
-	b.WriteString("- Same tree everywhere: `$(go env GOROOT)/src` laid out as a GOROOT (`src/`, `VERSION`, `go.env`, `pkg` → the real toolchain). **native**: a fresh `cp -a` copy per run. **loopback**: go-fuse v2.12.1's `example/loopback` over a fresh copy. **fuse-overlayfs**: a fresh upper directory over the shared pristine tree. **acyclicfs**: `fork` of a workspace imported once from the tree, mounted; every workload runs as `acyclicfs exec MOUNTPOINT -- …` (one explicit lease per workload). Each mount starts the daemon's metadata warm-up (`--warm-entries`, default 50,000 names: the tree is listed through the mount in the background); the timed runs do not wait for it, the request census does.\n")
+	b.WriteString("- Same tree everywhere: `$(go env GOROOT)/src` laid out as a GOROOT (`src/`, `VERSION`, `go.env`, `pkg` → the real toolchain). **native**: a fresh `cp -a` copy per run. **loopback**: go-fuse v2.12.1's `example/loopback` over a fresh copy. **fuse-overlayfs**: a fresh upper directory over the shared pristine tree. **passthrough_hp**: libfuse's own high-performance C passthrough example (`example/passthrough_hp.cc`, built from Debian's fuse3 source package by `scripts/passthrough-hp.sh`; kernel caching on, writeback cache, its default threads, /dev/fuse) over a fresh copy, mounted afresh before each workload (it holds a descriptor per inode the kernel knows, and a process here may hold 20,000, fewer than a run's workloads make together); the warm workloads warm it in their untimed pass like every system: how fast a FUSE server that does nothing but pass requests through gets on this machine. **acyclicfs**: `fork` of a workspace imported once from the tree, mounted; every workload runs as `acyclicfs exec MOUNTPOINT -- …` (one explicit lease per workload). Each mount starts the daemon's metadata warm-up (`--warm-entries`, default 50,000 names: the tree is listed through the mount in the background); the timed runs do not wait for it, the request census does.\n")
 	b.WriteString("- The time is that of the workload process only (a wrapper inside the mount times `sh -c SCRIPT`). For acyclicfs, *lease overhead* is the rest of the `exec` wall time: binding the lease, and at its end capture, publish and reconcile. *daemon CPU* is the acyclicfs daemon's user+system CPU over the whole `exec` (workload and lease end), from /proc/PID/stat.\n")
 	fmt.Fprintf(&b, "- Sequential file: %d MiB. Work directory on `%s`.\n", cfg.seqMiB, r.env.fsDescription())
 	if cfg.freshFS != "" {
@@ -150,7 +155,11 @@ func (r *results) markdown() string {
 		w := findWorkload(wn)
 		row := []string{w.title}
 		for _, s := range cfg.systems {
-			row = append(row, fmtStat(durStat(works(r.samples[wn][s]))))
+			cell := fmtStat(durStat(works(r.samples[wn][s])))
+			if r.failed[wn][s] != "" {
+				cell += " (failed, below)"
+			}
+			row = append(row, cell)
 			if s != sysNative {
 				row = append(row, fmtRatio(r.ratioStat(wn, s)))
 			}
@@ -177,6 +186,13 @@ func (r *results) markdown() string {
 	b.WriteString(strings.Join(parts, "; ") + " (acyclicfs: finish leases, capture, reconcile, unmount; every workload's lease already ended, so little is left).\n")
 	if r.env.importNs > 0 {
 		fmt.Fprintf(&b, "\nImporting the tree into the acyclicfs store (`create base --from`, once): %s.\n", fmtSec(r.env.importNs.Seconds()))
+	}
+	for _, wn := range cfg.workloads {
+		for _, s := range cfg.systems {
+			if why := r.failed[wn][s]; why != "" {
+				fmt.Fprintf(&b, "\n%s failed on %s (not run on it again): `%s`\n", findWorkload(wn).title, s, why)
+			}
+		}
 	}
 	b.WriteString("\nNotes on workloads:\n\n")
 	for _, wn := range cfg.workloads {
@@ -343,6 +359,20 @@ func oneLine(s string) string {
 	return s
 }
 
+// tailLine is s on one line, cut to its last 300 bytes (a failed
+// command's error ends with what it printed).
+func tailLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > 300 {
+		i := len(s) - 300
+		for i < len(s) && !utf8.RuneStart(s[i]) {
+			i++
+		}
+		s = "…" + s[i:]
+	}
+	return s
+}
+
 // describeMachine reports CPU, cores, memory, kernel, Go and load.
 func describeMachine() string {
 	var b strings.Builder
@@ -377,6 +407,7 @@ func describeMachine() string {
 	fmt.Fprintf(&b, "- Kernel: Linux %s\n", kernel)
 	fmt.Fprintf(&b, "- Go: %s\n", strings.TrimSpace(cmdOut("go", "version")))
 	fmt.Fprintf(&b, "- fuse-overlayfs: %s\n", lineWith(cmdOut("fuse-overlayfs", "--version"), "fuse-overlayfs: version"))
+	fmt.Fprintf(&b, "- libfuse (passthrough_hp): %s\n", strings.TrimSpace(cmdOut("pkg-config", "--modversion", "fuse3")))
 	fmt.Fprintf(&b, "- git: %s\n", strings.TrimSpace(cmdOut("git", "--version")))
 	fmt.Fprintf(&b, "- Load average when the run started: %s\n", load)
 	return b.String()

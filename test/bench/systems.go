@@ -16,10 +16,11 @@ const (
 	sysNative    = "native"
 	sysLoopback  = "loopback"
 	sysOverlay   = "fuse-overlayfs"
+	sysPassHP    = "passthrough_hp"
 	sysAcyclicfs = "acyclicfs"
 )
 
-var allSystems = []string{sysNative, sysLoopback, sysOverlay, sysAcyclicfs}
+var allSystems = []string{sysNative, sysLoopback, sysOverlay, sysPassHP, sysAcyclicfs}
 
 // benchEnv is everything prepared once per harness run.
 type benchEnv struct {
@@ -31,6 +32,7 @@ type benchEnv struct {
 	acy      string // acyclicfs binary
 	store    string // acyclicfs store
 	loopback string // go-fuse loopback binary
+	passHP   string // libfuse's passthrough_hp binary
 	goBin    string // the go command
 	notes    []string
 	// transports: what status --json reported for the mounts (io_uring,
@@ -74,6 +76,18 @@ func prepare(ctx context.Context, cfg *config, work string, cl *cleaner) (*bench
 		logf("building %s", e.loopback)
 		if _, err := runCmd(ctx, cfg.repo, nil, e.goBin, "build", "-o", e.loopback, "github.com/hanwen/go-fuse/v2/example/loopback"); err != nil {
 			return nil, err
+		}
+	}
+	if contains(cfg.systems, sysPassHP) {
+		e.passHP = cfg.passHP
+		if e.passHP == "" {
+			e.passHP = filepath.Join(cfg.repo, "bin", "passthrough_hp")
+		}
+		if _, err := exec.LookPath(e.passHP); err != nil {
+			e.skipped[sysPassHP] = fmt.Sprintf("no %s (make bench-deps builds it: scripts/passthrough-hp.sh)", e.passHP)
+			e.passHP = ""
+			cfg.systems = remove(cfg.systems, sysPassHP)
+			logf("skipping %s: %s", sysPassHP, e.skipped[sysPassHP])
 		}
 	}
 	if contains(cfg.systems, sysOverlay) {
@@ -168,6 +182,8 @@ func (e *benchEnv) open(ctx context.Context, sys string, n int, debug bool) (ins
 		return e.openLoopback(ctx, tag, debug)
 	case sysOverlay:
 		return e.openOverlay(ctx, tag)
+	case sysPassHP:
+		return e.openPassHP(ctx, tag)
 	case sysAcyclicfs:
 		return e.openAcyclicfs(ctx, tag, debug)
 	}
@@ -261,17 +277,89 @@ func (e *benchEnv) mountpoint(tag string) (string, error) {
 }
 
 func (e *benchEnv) openLoopback(ctx context.Context, tag string, debug bool) (instance, error) {
-	src := filepath.Join(e.work, "loopback", tag)
-	if err := copyTree(ctx, e.lower, src); err != nil {
-		return nil, err
-	}
-	mp, err := e.mountpoint(tag)
-	if err != nil {
-		return nil, err
-	}
 	args := []string{"-q"}
 	if debug {
 		args = []string{"-debug"}
+	}
+	inst, err := e.openServer(ctx, tag, "loopback", debug, func(src, mp string) []string {
+		return append(append([]string{e.loopback}, args...), mp, src)
+	})
+	if err != nil {
+		return nil, err // not a nil *directInst in a non-nil instance
+	}
+	return inst, nil
+}
+
+// openPassHP mounts libfuse's passthrough_hp, as the example ships (kernel
+// caching on, its default threads), over a fresh copy of the lower tree.
+// It keeps an open descriptor per inode the kernel knows, and this machine
+// caps a process's descriptors at 20,000 (no CAP_SYS_RESOURCE to raise the
+// hard limit), fewer than a run's workloads make together (the tree, the
+// untar, git's objects): so it is mounted afresh before each workload
+// (remountInst), which the report says.
+func (e *benchEnv) openPassHP(ctx context.Context, tag string) (instance, error) {
+	d, err := e.openServer(ctx, tag, "passthrough_hp", false, e.passHPArgv)
+	if err != nil {
+		return nil, err
+	}
+	return &remountInst{directInst: d, remount: func(ctx context.Context) (*directInst, error) {
+		return e.serve(ctx, tag, "passthrough_hp", d.dir, false, e.passHPArgv)
+	}}, nil
+}
+
+// refresher is an instance that wants a fresh mount before each workload.
+type refresher interface {
+	refresh(ctx context.Context) error
+}
+
+// remountInst is a foreground server's instance that is unmounted and
+// mounted again (same directory, same mountpoint) before every workload
+// but the first.
+type remountInst struct {
+	*directInst
+	remount func(ctx context.Context) (*directInst, error)
+	used    bool
+}
+
+func (r *remountInst) refresh(ctx context.Context) error {
+	if !r.used {
+		r.used = true
+		return nil
+	}
+	if _, err := r.directInst.close(ctx); err != nil {
+		return err
+	}
+	d, err := r.remount(ctx)
+	if err != nil {
+		return err
+	}
+	r.directInst = d
+	return nil
+}
+
+// passHPArgv is passthrough_hp's command line serving src at mp.
+func (e *benchEnv) passHPArgv(src, mp string) []string {
+	return []string{e.passHP, "--foreground", src, mp}
+}
+
+// openServer copies the lower tree to a fresh directory and mounts it
+// with a FUSE server that runs in the foreground: argv(src, mp) is its
+// command line. The server's output goes to a log file (kept as the
+// instance's debug log when debug is set).
+func (e *benchEnv) openServer(ctx context.Context, tag, what string, debug bool, argv func(src, mp string) []string) (*directInst, error) {
+	src := filepath.Join(e.work, "peers", tag)
+	if err := copyTree(ctx, e.lower, src); err != nil {
+		return nil, err
+	}
+	return e.serve(ctx, tag, what, src, debug, argv)
+}
+
+// serve mounts src at a fresh mountpoint with a foreground FUSE server
+// (argv(src, mp)) and returns once the mount is there.
+func (e *benchEnv) serve(ctx context.Context, tag, what, src string, debug bool, argv func(src, mp string) []string) (*directInst, error) {
+	mp, err := e.mountpoint(tag)
+	if err != nil {
+		return nil, err
 	}
 	logPath := filepath.Join(e.work, tag+".log")
 	lf, err := os.Create(logPath)
@@ -279,11 +367,12 @@ func (e *benchEnv) openLoopback(ctx context.Context, tag string, debug bool) (in
 		return nil, err
 	}
 	defer lf.Close()
-	c := exec.Command(e.loopback, append(args, mp, src)...)
+	a := argv(src, mp)
+	c := exec.Command(a[0], a[1:]...)
 	c.Stdout, c.Stderr = lf, lf
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := c.Start(); err != nil {
-		return nil, fmt.Errorf("start loopback: %w", err)
+		return nil, fmt.Errorf("start %s: %w", what, err)
 	}
 	inst := &directInst{e: e, dir: src, mp: mp, proc: c}
 	if debug {
@@ -294,7 +383,7 @@ func (e *benchEnv) openLoopback(ctx context.Context, tag string, debug bool) (in
 		_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
 	})
 	if err := waitMounted(ctx, mp, 30*time.Second); err != nil {
-		return nil, fmt.Errorf("loopback: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return inst, nil
 }
