@@ -1,6 +1,7 @@
 package test
 
 import (
+	"bufio"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,29 +42,49 @@ func TestReconcileCrashRecovery(t *testing.T) {
 				t.Fatal("no daemon pid")
 			}
 			// Open a window, advance the parent meanwhile, then close it.
-			gate := filepath.Join(e.dir, "gate")
-			syscall.Mkfifo(gate, 0o600)
+			// The tool says it wrote through a FIFO outside the mount: a
+			// probe of the mount from another session would open a lease of
+			// its own, and if it ended before the tool's lease was bound,
+			// its final close would hit the failpoint first.
+			gate, ready := filepath.Join(e.dir, "gate"), filepath.Join(e.dir, "ready")
+			for _, f := range []string{gate, ready} {
+				if err := syscall.Mkfifo(f, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Opened read-write, the FIFO does not block the open here,
+			// and closing it ends a read that waits for a tool that died.
+			rf, err := os.OpenFile(ready, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rf.Close()
 			tool := exec.Command(bin, "--store", e.store, "exec", mp, "--", "sh", "-c",
-				`echo "tool wrote" > mine.txt && sync mine.txt && read x < `+gate)
+				`echo "tool wrote" > mine.txt && sync mine.txt && echo wrote > `+ready+` && read x < `+gate)
 			tool.Stderr = os.Stderr
 			if err := tool.Start(); err != nil {
 				t.Fatal(err)
 			}
-			// Wait until the tool's file exists in the mount (it holds its lease).
-			deadline := time.Now().Add(20 * time.Second)
-			for {
-				out, _ := exec.Command("setsid", "-w", "cat", filepath.Join(mp, "mine.txt")).Output()
-				if string(out) == "tool wrote\n" {
-					break
+			toolDone := make(chan error, 1)
+			go func() { toolDone <- tool.Wait() }()
+			said := make(chan string, 1)
+			go func() {
+				line, _ := bufio.NewReader(rf).ReadString('\n')
+				said <- line
+			}()
+			select {
+			case line := <-said:
+				if line != "wrote\n" {
+					t.Fatalf("tool said %q", line)
 				}
-				if time.Now().After(deadline) {
-					t.Fatal("tool never wrote")
-				}
-				time.Sleep(20 * time.Millisecond) // polling a file another process writes: no event to wait on
+			case err := <-toolDone:
+				t.Fatalf("tool ended before it wrote: %v", err)
+			case <-time.After(20 * time.Second):
+				t.Fatal("tool never wrote")
 			}
 			e.edit("main", map[string]string{"parent.txt": "from parent\n"})
 			os.WriteFile(gate, []byte("go\n"), 0o600) // let the tool finish: final close → failpoint
-			tool.Wait()
+			<-toolDone
 			if err := waitGone(pid, 20*time.Second); err != nil {
 				t.Fatalf("daemon did not die at %s: %v", point, err)
 			}
