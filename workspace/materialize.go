@@ -355,19 +355,43 @@ func (m *Manager) prepareWrites(d *dirfd.Dir, j *matJournal, from int) ([]string
 	return temps, files, nil
 }
 
+// applyEdit applies edit i. Every edit is idempotent, also when later
+// edits were applied already (a roll forward after a crash starts again at
+// the first edit): a path under a directory a later edit replaced by a
+// file or symlink is gone (absent), a file's removal leaves a directory a
+// later edit made at its name, and a directory that already exists is
+// kept.
+//
+// DIR may hold entries the workspace cannot show or store (fifos,
+// sockets, devices: names only, no content). Where the new tree puts a
+// directory at such a name, the node is replaced; a directory the tree
+// drops but that still holds such entries is kept, and the next detection
+// takes it back into the workspace as DIR's: nothing is deleted that the
+// view never showed.
 func (m *Manager) applyEdit(d *dirfd.Dir, j *matJournal, i int) error {
 	e := &j.Edits[i]
 	switch e.Op {
 	case "remove":
-		if err := d.Remove(e.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		st, err := d.Lstat(e.Path)
+		if gone(err) || err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			return nil // gone, or replaced by a directory a later edit made
+		}
+		if err == nil {
+			err = d.Remove(e.Path)
+		}
+		if err != nil && !gone(err) {
 			return fmt.Errorf("remove %s: %w", e.Path, err)
 		}
 	case "rmdir":
-		if err := d.Remove(e.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := d.Remove(e.Path); err != nil && !gone(err) && !errors.Is(err, unix.ENOTEMPTY) {
 			return fmt.Errorf("remove directory %s: %w", e.Path, err)
 		}
 	case "mkdir":
-		if err := d.Mkdir(e.Path, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		err := d.Mkdir(e.Path, 0o755)
+		if errors.Is(err, fs.ErrExist) {
+			err = replaceSpecial(d, e.Path)
+		}
+		if err != nil {
 			return fmt.Errorf("create directory %s: %w", e.Path, err)
 		}
 	case "write":
@@ -448,6 +472,34 @@ func (m *Manager) writeTemp(d *dirfd.Dir, p string, kind store.Kind, id store.ID
 	return tmp, kept, nil
 }
 
+// gone reports whether err says a path holds nothing: it is absent, or
+// one of its ancestors is no longer a directory (a later edit replaced it
+// by a file or a symlink, which a path walk inside DIR never follows).
+func gone(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP)
+}
+
+// replaceSpecial makes p, where mkdir found something, a directory: a
+// directory is kept; a fifo, socket or device node (a name without
+// content, which the workspace cannot show) is replaced; a file or
+// symlink is an error (the plan did not expect it there).
+func replaceSpecial(d *dirfd.Dir, p string) error {
+	st, err := d.Lstat(p)
+	if err != nil {
+		return err
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		return nil
+	case unix.S_IFREG, unix.S_IFLNK:
+		return fmt.Errorf("%w: a file is there", fs.ErrExist)
+	}
+	if err := d.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return d.Mkdir(p, 0o755)
+}
+
 // placeTemp renames a temporary from writeTemp over p.
 func placeTemp(d *dirfd.Dir, p, tmp string) error {
 	if err := d.Rename(tmp, p); err != nil {
@@ -464,8 +516,8 @@ func (m *Manager) rollbackEdits(d *dirfd.Dir, j *matJournal, upto int) error {
 		var err error
 		switch e.Op {
 		case "mkdir":
-			if err = d.Remove(e.Path); errors.Is(err, fs.ErrNotExist) {
-				err = nil
+			if err = d.Remove(e.Path); gone(err) || errors.Is(err, unix.ENOTEMPTY) {
+				err = nil // gone, or holding what the view never showed: kept
 			}
 		case "rmdir":
 			if err = d.Mkdir(e.Path, 0o755); errors.Is(err, fs.ErrExist) {
@@ -474,7 +526,7 @@ func (m *Manager) rollbackEdits(d *dirfd.Dir, j *matJournal, upto int) error {
 		case "remove", "write":
 			switch {
 			case e.PreKind == 0:
-				if err = d.Remove(e.Path); errors.Is(err, fs.ErrNotExist) {
+				if err = d.Remove(e.Path); gone(err) {
 					err = nil
 				}
 			default:
@@ -548,8 +600,9 @@ func syncApplied(d *dirfd.Dir, edits []matEdit, files []*os.File) error {
 	}
 	for p := range dirs {
 		syncs = append(syncs, func() error {
-			// A directory an edit removed (or replaced by a file) is gone.
-			if err := d.SyncDir(p); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.ENOTDIR) {
+			// A directory an edit removed (or replaced by a file or a
+			// symlink) is gone.
+			if err := d.SyncDir(p); err != nil && !gone(err) {
 				return fmt.Errorf("sync %s: %w", p, err)
 			}
 			return nil
@@ -680,7 +733,14 @@ func (m *Manager) recoverMaterializations() ([]string, error) {
 			continue
 		}
 		if err := m.finishMaterialization(n); err != nil {
-			return done, err
+			// DIR is the user's directory, not the store: a roll forward
+			// that fails there (a directory made unwritable, a full disk)
+			// must not lock every command out of the store. The journal
+			// stays; the workspace's own next sync (its mount, unmount or
+			// lease end) tries again and reports the error, and status
+			// lists it meanwhile.
+			m.opt.Warn(fmt.Sprintf("materialization of %s into %s: not rolled forward yet: %v", n, j.Dir, err))
+			continue
 		}
 		done = append(done, "materialization of "+n+" into "+j.Dir+": rolled forward")
 	}
