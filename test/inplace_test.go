@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -623,6 +624,28 @@ func TestInPlaceBadInput(t *testing.T) {
 	e.fails(2, "create", "ws", "--in-place", file)
 	e.fails(2, "create", "ws", "--in-place", e.dir) // holds the store
 	e.fails(2, "create", "ws", "--in-place", e.dir, "--from", e.dir)
+	for _, empty := range [][]string{{"--in-place", ""}, {"--in-place="}, {"--from", ""}} {
+		if r := e.fails(2, append([]string{"create", "ws"}, empty...)...); !strings.Contains(r.stderr, "needs a directory") {
+			t.Errorf("create ws %q: %s", empty, r)
+		}
+	}
+	// A mountpoint cannot take the workspace's own mount over it.
+	if os.Geteuid() == 0 {
+		mnt := filepath.Join(e.dir, "tmpfs")
+		if err := os.Mkdir(mnt, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size=1m"); err != nil {
+			t.Fatalf("mount tmpfs: %v", err)
+		}
+		t.Cleanup(func() { syscall.Unmount(mnt, syscall.MNT_DETACH) })
+		if r := e.fails(2, "create", "ws", "--in-place", mnt); !strings.Contains(r.stderr, "is a mountpoint") {
+			t.Errorf("create --in-place over a mountpoint: %s", r)
+		}
+	}
+	if r := e.run("list"); strings.Contains(r.stdout, "ws") {
+		t.Fatalf("a refused create left a workspace:\n%s", r.stdout)
+	}
 	dir := filepath.Join(e.dir, "work")
 	writeTree(t, dir, map[string]string{"a": "A"})
 	e.ok("create", "ws", "--in-place", dir)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/acyclicfs/acyclicfs/internal/dirfd"
 	"github.com/acyclicfs/acyclicfs/internal/dirwatch"
+	"github.com/acyclicfs/acyclicfs/internal/fusectl"
 	"github.com/acyclicfs/acyclicfs/rebase"
 	"github.com/acyclicfs/acyclicfs/store"
 )
@@ -131,6 +132,15 @@ func (m *Manager) inPlaceDir(dir string) (string, error) {
 		if st.Dir == abs {
 			return "", fmt.Errorf("%w: %s is already the directory of in-place workspace %s", ErrExists, abs, k)
 		}
+	}
+	// The workspace mounts over DIR itself, and a mountpoint cannot take
+	// a second mount: refuse now, not at every mount.
+	resolved, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return "", fmt.Errorf("%w: in-place directory %s: %w", ErrInvalidInput, abs, err)
+	}
+	if _, fstype, mounted := fusectl.Find(resolved); mounted {
+		return "", fmt.Errorf("%w: %s is a mountpoint (%s); an in-place workspace is mounted over its directory, which must not be one", ErrInvalidInput, abs, fstype)
 	}
 	return abs, nil
 }

@@ -45,6 +45,11 @@ func (a *app) cmdCreate() *cobra.Command {
 		Short: "Create a root workspace, empty, importing DIR, or over DIR in place",
 		Args:  exactArgs(1, "NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, f := range []string{"from", "in-place"} {
+				if cmd.Flags().Changed(f) && cmd.Flags().Lookup(f).Value.String() == "" {
+					return usageError{fmt.Errorf("create: --%s needs a directory", f)}
+				}
+			}
 			if inPlace != "" {
 				if from != "" {
 					return usageError{fmt.Errorf("create: --from and --in-place exclude each other")}
