@@ -33,8 +33,11 @@ const (
 	overlayNodeFormat = 1
 )
 
-// MaxOverlayPathLen is the longest path an overlay accepts, in bytes.
-const MaxOverlayPathLen = 4096
+// MaxOverlayPathLen is the longest path an overlay accepts, in bytes: as
+// long as a base reference's path. A tree may be deeper than PATH_MAX (a
+// mount builds it one component at a time), and the shadow records a
+// fingerprint for every file materialization writes, at any depth.
+const MaxOverlayPathLen = maxBaseRefPath
 
 // MaxOverlayValueLen is the largest value an overlay accepts, in bytes.
 // Shadow values (a stat fingerprint and a content ID) are far smaller; the

@@ -10,7 +10,9 @@ import (
 	"golang.org/x/sys/unix"
 	"pgregory.net/rapid"
 
+	"github.com/acyclicfs/acyclicfs/internal/dirfd"
 	"github.com/acyclicfs/acyclicfs/rebase"
+	"github.com/acyclicfs/acyclicfs/store"
 )
 
 // drawTreeLinks is drawTree with symlinks: a value "->T" is a symlink to T.
@@ -213,5 +215,60 @@ func TestRecoverLeavesAStuckMaterializationToItsWorkspace(t *testing.T) {
 	}
 	if err := m.dropMaterialization("ws"); err != nil { // leave fsck a clean store
 		t.Fatal(err)
+	}
+}
+
+// TestMaterializeDeeperThanPathMax: a tree deeper than PATH_MAX bytes (a
+// mount builds one a component at a time; import refuses one) is
+// materialized into an in-place directory and fingerprinted, not refused
+// half way with a store that cannot record what it wrote.
+func TestMaterializeDeeperThanPathMax(t *testing.T) {
+	m := openTest(t)
+	dir := filepath.Join(t.TempDir(), "work")
+	write(t, dir, map[string]string{"a": "A"})
+	if _, err := m.CreateInPlace("ws", dir); err != nil {
+		t.Fatal(err)
+	}
+	// The target tree, built in the store: a, and leaf 20 levels of
+	// 250-byte names down.
+	name := strings.Repeat("n", 250)
+	must := func(id store.ID, err error) store.ID {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	leafID := must(m.st.WriteBlobBytes([]byte("deep")))
+	aID := must(m.st.WriteBlobBytes([]byte("A")))
+	sub := must(m.st.PutTree(&store.Tree{Entries: []store.Entry{{Name: "leaf", Kind: store.KindFile, Size: 4, Mtime: 1e18, ID: leafID}}}))
+	for range 19 {
+		sub = must(m.st.PutTree(&store.Tree{Entries: []store.Entry{{Name: name, Kind: store.KindDir, ID: sub}}}))
+	}
+	root := must(m.st.PutTree(&store.Tree{Entries: []store.Entry{{Name: "a", Kind: store.KindFile, Size: 1, Mtime: 1e18, ID: aID}, {Name: name, Kind: store.KindDir, ID: sub}}}))
+	to := must(m.st.PutGeneration(&store.Generation{Root: root, Workspace: "ws", Kind: store.GenCreate, Time: 1}))
+	st, rev, _, err := m.loadInPlace("ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.materializeInPlace("ws", st, rev, to); err != nil {
+		t.Fatalf("materialize a deep tree: %v", err)
+	}
+	d, err := dirfd.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	got, err := d.OpenFile(strings.Repeat(name+"/", 20)+"leaf", unix.O_RDONLY, 0)
+	if err != nil {
+		t.Fatalf("the deep file in DIR: %v", err)
+	}
+	defer got.Close()
+	b := make([]byte, 8)
+	if n, _ := got.Read(b); string(b[:n]) != "deep" {
+		t.Fatalf("deep file holds %q", b[:n])
+	}
+	if p, err := m.PendingMaterializations(); err != nil || len(p) != 0 {
+		t.Fatalf("pending: %v %v", p, err)
 	}
 }

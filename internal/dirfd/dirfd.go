@@ -134,8 +134,36 @@ func (d *Dir) openBeneath(rel string, flags int, mode uint32) (int, error) {
 	if flags&(unix.O_CREAT|unix.O_TMPFILE) != 0 {
 		how.Mode = uint64(mode)
 	}
-	return retry(func() (int, error) { return unix.Openat2(d.fd, rel, how) })
+	// The kernel takes at most PATH_MAX bytes in one path, but a tree can
+	// be deeper than that (a mount builds it one component at a time): a
+	// longer rel is walked in pieces, each opened beneath the last, under
+	// the same resolve rules.
+	at := d.fd
+	release := func() {
+		if at != d.fd {
+			unix.Close(at)
+		}
+	}
+	defer func() { release() }()
+	for len(rel) >= walkPiece {
+		cut := strings.LastIndexByte(rel[:walkPiece], '/')
+		if cut <= 0 {
+			return -1, unix.ENAMETOOLONG // no component is that long
+		}
+		piece := &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: resolveFlags}
+		fd, err := retry(func() (int, error) { return unix.Openat2(at, rel[:cut], piece) })
+		if err != nil {
+			return -1, err
+		}
+		release()
+		at, rel = fd, rel[cut+1:]
+	}
+	return retry(func() (int, error) { return unix.Openat2(at, rel, how) })
 }
+
+// walkPiece bounds the paths openBeneath passes the kernel (PATH_MAX is
+// 4096; names are at most 255 bytes, so a piece always has a cut).
+const walkPiece = 2048
 
 // parent opens the directory holding rel's final component and returns
 // a descriptor for it, the final name and a release function. rel must be

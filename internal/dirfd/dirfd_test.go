@@ -260,3 +260,46 @@ func TestReadDirWithAndWithDir(t *testing.T) {
 		t.Fatalf("WithDir(../a): %v", err)
 	}
 }
+
+// TestPathsLongerThanPathMax: a tree deeper than PATH_MAX bytes (a FUSE
+// mount builds one a component at a time) is reached through the same
+// calls, piece by piece, and a symlink deep in it is still never followed.
+func TestPathsLongerThanPathMax(t *testing.T) {
+	_, d := tree(t)
+	name := string(slices.Repeat([]byte("n"), 250))
+	rel := ""
+	for range 20 { // ~5,000 bytes
+		if rel == "" {
+			rel = name
+		} else {
+			rel += "/" + name
+		}
+		mustOK(t, d.Mkdir(rel, 0o755))
+	}
+	if len(rel) <= unix.PathMax {
+		t.Fatalf("path only %d bytes", len(rel))
+	}
+	leaf := rel + "/leaf"
+	f, err := d.OpenFile(leaf, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	mustOK(t, err)
+	_, err = f.WriteString("deep")
+	mustOK(t, err)
+	mustOK(t, f.Close())
+	st, err := d.Lstat(leaf)
+	mustOK(t, err)
+	if st.Size != 4 {
+		t.Fatalf("leaf size %d", st.Size)
+	}
+	mustOK(t, d.Rename(leaf, rel+"/moved"))
+	mustOK(t, d.SyncDir(rel))
+	// A symlink in the middle of a long path is refused as anywhere.
+	mid := rel[:len(rel)-251]
+	mustOK(t, d.Symlink("/", mid+"/ln"))
+	if _, err := d.Lstat(mid + "/ln/" + name + "/" + name + "/" + name + "/" + name + "/" + name + "/" + name + "/" + name + "/" + name + "/x"); !errors.Is(err, unix.ELOOP) {
+		t.Fatalf("through a symlink in a long path: %v, want ELOOP", err)
+	}
+	mustOK(t, d.RemoveAll(name))
+	if _, err := d.Lstat(name); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("after RemoveAll: %v", err)
+	}
+}
