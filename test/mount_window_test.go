@@ -368,6 +368,26 @@ func TestWindowMountAndExecErrors(t *testing.T) {
 	e.fails(2, "mount", "main", other, "--lease-by", "foo")
 	e.fails(4, "mount", "child", other) // already mounted elsewhere
 	e.fails(4, "mount", "main", mp)     // mountpoint in use
+	// Nested mounts of one store, and mounts over the store itself, are
+	// refused before anything is mounted (the daemon would serve its own
+	// store through its own mount, or lose track of the inner mount).
+	inSession(t, mp, "mkdir sub")
+	storeSub := filepath.Join(e.store, "x")
+	if err := os.Mkdir(storeSub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ mp, want string }{
+		{filepath.Join(mp, "sub"), "nested"},
+		{e.store, "holds the store"},
+		{storeSub, "inside the store"},
+	} {
+		if r := e.fails(2, "mount", "main", c.mp); !strings.Contains(r.stderr, c.want) {
+			t.Errorf("mount main %s: %s", c.mp, r)
+		}
+	}
+	if st := e.statusOf("main"); st.State == "mounted" {
+		t.Fatalf("a refused mount left main %s", st.State)
+	}
 	e.fails(4, "rm", "child")
 	e.fails(2, "exec", other, "--", "true")
 	// exec exits with CMD's status; a signal gives 128+N; a missing

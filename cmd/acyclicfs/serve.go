@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -145,9 +146,18 @@ func (d *daemon) mountWorkspace(ws, mp string, opt mountOptions) (*served, []str
 		return nil, nil, fmt.Errorf("%w: %s is already mounted at %s", workspace.ErrBusy, ws, s.mp)
 	}
 	for _, s := range d.mounts {
+		if s == nil {
+			continue // another mount being set up
+		}
 		if s.mp == mp {
 			d.mu.Unlock()
 			return nil, nil, fmt.Errorf("%w: %s already serves %s", workspace.ErrBusy, mp, s.ws)
+		}
+		// One mount of the store inside another: unmounting the outer one
+		// takes the inner one with it, behind the daemon's back.
+		if pathWithin(mp, s.mp) || pathWithin(s.mp, mp) {
+			d.mu.Unlock()
+			return nil, nil, fmt.Errorf("%w: mountpoint %s and the mount of %s at %s would be nested", workspace.ErrInvalidInput, mp, s.ws, s.mp)
 		}
 	}
 	// Reserve the name while mounting.
@@ -175,7 +185,7 @@ func (d *daemon) mountWorkspace(ws, mp string, opt mountOptions) (*served, []str
 			return nil, notes, fmt.Errorf("recover previous mount of %s: %w", ws, err)
 		}
 	}
-	if err := checkMountpoint(mp); err != nil {
+	if err := checkMountpoint(mp, d.dir); err != nil {
 		return nil, notes, err
 	}
 	// An in-place workspace takes in what other programs changed in its
@@ -267,11 +277,20 @@ func (d *daemon) mountWorkspace(ws, mp string, opt mountOptions) (*served, []str
 	return s, notes, nil
 }
 
+// pathWithin reports whether p is dir or below it (clean absolute paths).
+func pathWithin(p, dir string) bool {
+	return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
+}
+
 // checkMountpoint requires an existing directory; a dead FUSE mount left
 // by a crashed daemon is detached first. A stat of its root may still be
 // answered from the kernel's attribute cache; statfs reaches the
 // connection.
-func checkMountpoint(mp string) error {
+//
+// The mountpoint must not be the store, hold it or lie inside it: the
+// daemon would answer its own reads of the store through its own mount
+// and deadlock.
+func checkMountpoint(mp, storeDir string) error {
 	var st unix.Stat_t
 	err := unix.Stat(mp, &st)
 	if err == nil {
@@ -292,6 +311,16 @@ func checkMountpoint(mp string) error {
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return fmt.Errorf("%w: mountpoint %s is not a directory", workspace.ErrInvalidInput, mp)
+	}
+	if resolved, err := filepath.EvalSymlinks(mp); err == nil {
+		if sd, err := filepath.EvalSymlinks(storeDir); err == nil {
+			switch {
+			case pathWithin(sd, resolved):
+				return fmt.Errorf("%w: mountpoint %s holds the store %s; the mount would hide it from the daemon", workspace.ErrInvalidInput, mp, storeDir)
+			case pathWithin(resolved, sd):
+				return fmt.Errorf("%w: mountpoint %s is inside the store %s", workspace.ErrInvalidInput, mp, storeDir)
+			}
+		}
 	}
 	if isMounted(mp) {
 		return fmt.Errorf("%w: %s is already a mountpoint", workspace.ErrBusy, mp)
