@@ -1,8 +1,10 @@
 package fusefs
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -210,5 +212,38 @@ func TestCaptureDeferred(t *testing.T) {
 	}))
 	if d := diffMaps(objs.flatten(t, id), want); d != "" {
 		t.Fatalf("deferred capture, once stored:\n%s", d)
+	}
+}
+
+// TestNamesLongerThanNameMax: a name past 255 bytes is refused with
+// ENAMETOOLONG by every call that would create it (a local file system
+// refuses it too; captured, it could never be exported), and statfs says
+// so; 255 bytes work.
+func TestNamesLongerThanNameMax(t *testing.T) {
+	objs := newFakeObjects(t)
+	root := objs.build(t, lowerSpec)
+	_, mnt := mountT(t, objs, root, nil)
+	long := filepath.Join(mnt, strings.Repeat("m", 256))
+	ok := filepath.Join(mnt, strings.Repeat("m", 255))
+	for what, err := range map[string]error{
+		"create":  os.WriteFile(long, nil, 0o644),
+		"mkdir":   os.Mkdir(long, 0o755),
+		"symlink": os.Symlink("a.txt", long),
+		"link":    os.Link(filepath.Join(mnt, "a.txt"), long),
+		"rename":  os.Rename(filepath.Join(mnt, "a.txt"), long),
+	} {
+		if !errors.Is(err, syscall.ENAMETOOLONG) {
+			t.Errorf("%s of a 256-byte name: %v, want ENAMETOOLONG", what, err)
+		}
+	}
+	if _, err := os.Lstat(long); !errors.Is(err, syscall.ENAMETOOLONG) {
+		t.Errorf("lstat of a 256-byte name: %v, want ENAMETOOLONG", err)
+	}
+	if err := os.WriteFile(ok, []byte("x"), 0o644); err != nil {
+		t.Fatalf("a 255-byte name: %v", err)
+	}
+	var sf syscall.Statfs_t
+	if err := syscall.Statfs(mnt, &sf); err != nil || sf.Namelen != 255 {
+		t.Errorf("statfs namelen %d (%v), want 255", sf.Namelen, err)
 	}
 }

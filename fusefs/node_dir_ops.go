@@ -16,6 +16,9 @@ import (
 // Lookup finds name in the directory, loading the lower tree on first use.
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	n.m.daemonLookups.Add(1)
+	if len(name) > nameMax {
+		return nil, syscall.ENAMETOOLONG
+	}
 	if e := n.m.admit(ctx); e != 0 {
 		return nil, e
 	}
@@ -70,11 +73,28 @@ func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 	return fs.NewListDirStream(list), 0
 }
 
+// nameMax is the longest name a directory entry takes (statfs reports it
+// as f_namemax), as on the local file systems tools come from: a longer
+// one could be captured but never exported or materialized.
+const nameMax = 255
+
+// nameErrno checks a name a request would create: ENAMETOOLONG past
+// nameMax, EINVAL for one no tree can hold.
+func nameErrno(name string) syscall.Errno {
+	if len(name) > nameMax {
+		return syscall.ENAMETOOLONG
+	}
+	if !store.ValidName(name) {
+		return syscall.EINVAL
+	}
+	return 0
+}
+
 // addNew creates a new inode of the given mode as n/name, running init on
 // it under the lock before it becomes visible.
 func (n *node) addNew(ctx context.Context, name string, mode uint32, out *fuse.EntryOut, init func(c *inode) error) (*inode, *fs.Inode, syscall.Errno) {
-	if !store.ValidName(name) {
-		return nil, nil, syscall.EINVAL
+	if e := nameErrno(name); e != 0 {
+		return nil, nil, e
 	}
 	ov := n.m.ov
 	uid, gid := callerOwner(ctx, ov)
@@ -226,8 +246,8 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	if e := n.m.refuseChange(); e != 0 {
 		return nil, e
 	}
-	if !store.ValidName(name) {
-		return nil, syscall.EINVAL
+	if e := nameErrno(name); e != 0 {
+		return nil, e
 	}
 	tn, ok := target.(*node)
 	if !ok {
@@ -323,8 +343,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if e := n.m.refuseChange(); e != 0 {
 		return e
 	}
-	if !store.ValidName(newName) {
-		return syscall.EINVAL
+	if e := nameErrno(newName); e != 0 {
+		return e
 	}
 	np, ok := newParent.(*node)
 	if !ok {

@@ -230,6 +230,7 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 		return toErrno(err)
 	}
 	out.FromStatfsT(&s)
+	out.NameLen = nameMax
 	return 0
 }
 
