@@ -271,14 +271,22 @@ func (m *Manager) PendingExports() ([]string, error) {
 
 // materialize writes tree root into the existing, empty directory dir.
 // Entries are created with O_EXCL|O_NOFOLLOW: nothing is written through a
-// symlink, not even one this export created.
+// symlink, not even one this export created. Every call is relative to its
+// directory's descriptor, so a tree deeper than PATH_MAX exports too.
 func (m *Manager) materialize(root store.ID, dir string, progress func(done int)) (int, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, fmt.Errorf("export %s: %w", dir, err)
+	}
+	defer unix.Close(fd)
 	count := 0
-	err := m.materializeInto(root, dir, &count, progress)
+	err = m.materializeAt(root, fd, dir, &count, progress)
 	return count, err
 }
 
-func (m *Manager) materializeInto(root store.ID, dir string, count *int, progress func(done int)) error {
+// materializeAt writes tree root into the directory open as dfd; dir is
+// its path, for messages.
+func (m *Manager) materializeAt(root store.ID, dfd int, dir string, count *int, progress func(done int)) error {
 	t, err := m.st.GetTree(root)
 	if err != nil {
 		return fmt.Errorf("tree %s: %w", root.Short(), err)
@@ -287,10 +295,16 @@ func (m *Manager) materializeInto(root store.ID, dir string, count *int, progres
 		p := filepath.Join(dir, e.Name)
 		switch e.Kind {
 		case store.KindDir:
-			if err := os.Mkdir(p, 0o755); err != nil {
+			if err := unix.Mkdirat(dfd, e.Name, 0o755); err != nil {
 				return fmt.Errorf("export %s: %w", p, err)
 			}
-			if err := m.materializeInto(e.ID, p, count, progress); err != nil {
+			sub, err := unix.Openat(dfd, e.Name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return fmt.Errorf("export %s: %w", p, err)
+			}
+			err = m.materializeAt(e.ID, sub, p, count, progress)
+			unix.Close(sub)
+			if err != nil {
 				return err
 			}
 			continue
@@ -299,45 +313,49 @@ func (m *Manager) materializeInto(root store.ID, dir string, count *int, progres
 			if err != nil {
 				return fmt.Errorf("export %s: %w", p, err)
 			}
-			if err := os.Symlink(string(target), p); err != nil {
+			if err := unix.Symlinkat(string(target), dfd, e.Name); err != nil {
 				return fmt.Errorf("export %s: %w", p, err)
 			}
 		default:
-			if err := m.writeFile(p, e); err != nil {
+			if err := m.writeFileAt(dfd, e.Name, p, e); err != nil {
 				return err
 			}
 		}
 		ts := []unix.Timespec{unix.NsecToTimespec(e.Mtime), unix.NsecToTimespec(e.Mtime)}
-		_ = unix.UtimesNanoAt(unix.AT_FDCWD, p, ts, unix.AT_SYMLINK_NOFOLLOW)
+		_ = unix.UtimesNanoAt(dfd, e.Name, ts, unix.AT_SYMLINK_NOFOLLOW)
 		*count++
 		progress(*count)
 	}
 	return nil
 }
 
-func (m *Manager) writeFile(p string, e store.Entry) error {
-	mode := os.FileMode(0o644)
+// writeFileAt writes e's content as name in the directory open as dfd (p
+// is its path, for messages).
+func (m *Manager) writeFileAt(dfd int, name, p string, e store.Entry) error {
+	mode := uint32(0o644)
 	if e.Kind == store.KindExec {
 		mode = 0o755
 	}
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, mode)
+	fd, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
 	if err != nil {
 		return fmt.Errorf("export %s: %w", p, err)
 	}
+	f := os.NewFile(uintptr(fd), p)
 	r, err := m.st.OpenBlob(e.ID)
-	if err != nil {
-		f.Close()
-		return fmt.Errorf("export %s: %w", p, err)
+	if err == nil {
+		_, err = io.Copy(f, r)
+		r.Close()
 	}
-	_, err = io.Copy(f, r)
-	r.Close()
+	if err == nil {
+		err = f.Chmod(os.FileMode(mode)) // umask may have narrowed it
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return fmt.Errorf("export %s: %w", p, err)
 	}
-	return os.Chmod(p, mode) // umask may have narrowed it
+	return nil
 }
 
 func dirNames(dir string) ([]string, error) {

@@ -229,8 +229,47 @@ func TestMaterializeDeeperThanPathMax(t *testing.T) {
 	if _, err := m.CreateInPlace("ws", dir); err != nil {
 		t.Fatal(err)
 	}
-	// The target tree, built in the store: a, and leaf 20 levels of
-	// 250-byte names down.
+	to, deep := deepGeneration(t, m)
+	st, rev, _, err := m.loadInPlace("ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.materializeInPlace("ws", st, rev, to); err != nil {
+		t.Fatalf("materialize a deep tree: %v", err)
+	}
+	d, err := dirfd.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	readDeep(t, d, deep)
+	if p, err := m.PendingMaterializations(); err != nil || len(p) != 0 {
+		t.Fatalf("pending: %v %v", p, err)
+	}
+}
+
+// TestExportDeeperThanPathMax: export writes a tree deeper than PATH_MAX
+// bytes (including its staging directory's longer prefix).
+func TestExportDeeperThanPathMax(t *testing.T) {
+	m := openTest(t)
+	gen, deep := deepGeneration(t, m)
+	out := filepath.Join(t.TempDir(), "out")
+	if _, err := m.Export(gen, out, false); err != nil {
+		t.Fatalf("export: %v", err)
+	}
+	d, err := dirfd.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	readDeep(t, d, deep)
+}
+
+// deepGeneration stores a generation holding a (content "A") and leaf
+// ("deep") 20 levels of 250-byte names down, and returns it and leaf's
+// path.
+func deepGeneration(t *testing.T, m *Manager) (store.ID, string) {
+	t.Helper()
 	name := strings.Repeat("n", 250)
 	must := func(id store.ID, err error) store.ID {
 		t.Helper()
@@ -246,29 +285,20 @@ func TestMaterializeDeeperThanPathMax(t *testing.T) {
 		sub = must(m.st.PutTree(&store.Tree{Entries: []store.Entry{{Name: name, Kind: store.KindDir, ID: sub}}}))
 	}
 	root := must(m.st.PutTree(&store.Tree{Entries: []store.Entry{{Name: "a", Kind: store.KindFile, Size: 1, Mtime: 1e18, ID: aID}, {Name: name, Kind: store.KindDir, ID: sub}}}))
-	to := must(m.st.PutGeneration(&store.Generation{Root: root, Workspace: "ws", Kind: store.GenCreate, Time: 1}))
-	st, rev, _, err := m.loadInPlace("ws")
+	gen := must(m.st.PutGeneration(&store.Generation{Root: root, Workspace: "ws", Kind: store.GenCreate, Time: 1}))
+	return gen, strings.Repeat(name+"/", 20) + "leaf"
+}
+
+// readDeep checks that d holds rel with content "deep".
+func readDeep(t *testing.T, d *dirfd.Dir, rel string) {
+	t.Helper()
+	f, err := d.OpenFile(rel, unix.O_RDONLY, 0)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the deep file: %v", err)
 	}
-	if _, err := m.materializeInPlace("ws", st, rev, to); err != nil {
-		t.Fatalf("materialize a deep tree: %v", err)
-	}
-	d, err := dirfd.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	got, err := d.OpenFile(strings.Repeat(name+"/", 20)+"leaf", unix.O_RDONLY, 0)
-	if err != nil {
-		t.Fatalf("the deep file in DIR: %v", err)
-	}
-	defer got.Close()
+	defer f.Close()
 	b := make([]byte, 8)
-	if n, _ := got.Read(b); string(b[:n]) != "deep" {
+	if n, _ := f.Read(b); string(b[:n]) != "deep" {
 		t.Fatalf("deep file holds %q", b[:n])
-	}
-	if p, err := m.PendingMaterializations(); err != nil || len(p) != 0 {
-		t.Fatalf("pending: %v %v", p, err)
 	}
 }
