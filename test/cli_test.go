@@ -344,3 +344,31 @@ func TestGCFreesUnreachable(t *testing.T) {
 	}
 	e.fsck()
 }
+
+// TestJSONListsAreNeverNull: machine-readable output has empty lists, not
+// null or nothing, where there is nothing to list; status's header is one
+// word per column.
+func TestJSONListsAreNeverNull(t *testing.T) {
+	e := newEnv(t)
+	e.ok("create", "w")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--json", "fsck"}, `"problems":[]`},
+		{[]string{"--json", "shutdown"}, `"unmounted":[]`}, // no daemon runs
+	} {
+		r := e.run(c.args...)
+		if r.code != 0 || !strings.Contains(strings.Join(strings.Fields(r.stdout), ""), c.want) {
+			t.Errorf("%v: %s; want %s", c.args, r, c.want)
+		}
+		var v map[string]any
+		if err := json.Unmarshal([]byte(r.stdout), &v); err != nil {
+			t.Errorf("%v: not JSON: %v", c.args, err)
+		}
+	}
+	header := strings.Fields(strings.SplitN(e.run("status").stdout, "\n", 2)[0])
+	if len(header) != 7 || header[4] != "PENDING-PARENT" {
+		t.Errorf("status header %q", header)
+	}
+}

@@ -494,6 +494,9 @@ func (a *app) cmdFsck() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("fsck: %w", err)
 			}
+			if probs == nil {
+				probs = []string{} // --json: an empty list, not null
+			}
 			if err := a.emit(map[string]any{"problems": probs, "clean": len(probs) == 0}, func(w io.Writer) {
 				for _, p := range probs {
 					fmt.Fprintln(w, p)

@@ -300,9 +300,12 @@ func (a *app) cmdShutdown() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if a.d == nil {
 				a.info("no daemon is running")
-				return nil
+				return a.emit(map[string]any{"unmounted": []string{}}, func(io.Writer) {})
 			}
 			outs, failed := a.d.unmountAll()
+			if outs == nil {
+				outs = []string{}
+			}
 			if err := a.emit(map[string]any{"unmounted": outs}, func(w io.Writer) {
 				for _, o := range outs {
 					fmt.Fprintln(w, o)

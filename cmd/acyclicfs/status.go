@@ -173,7 +173,7 @@ func sortedLeases(m map[window.LeaseID]window.LeaseRecord) []window.LeaseRecord 
 
 func printStatus(out io.Writer, rep statusReport) {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "WORKSPACE\tSTATE\tWINDOW\tLEASES\tPENDING PARENT\tBEHIND\tCONFLICTS")
+	fmt.Fprintln(tw, "WORKSPACE\tSTATE\tWINDOW\tLEASES\tPENDING-PARENT\tBEHIND\tCONFLICTS")
 	for _, r := range rep.Workspaces {
 		behind := "no"
 		if r.Behind {
