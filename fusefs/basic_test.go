@@ -1,6 +1,8 @@
 package fusefs
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -245,5 +247,55 @@ func TestNamesLongerThanNameMax(t *testing.T) {
 	var sf syscall.Statfs_t
 	if err := syscall.Statfs(mnt, &sf); err != nil || sf.Namelen != 255 {
 		t.Errorf("statfs namelen %d (%v), want 255", sf.Namelen, err)
+	}
+}
+
+// TestDotEntriesListed: a directory's listing starts with "." and "..",
+// with the directory's and its parent's inode numbers, as on a local file
+// system.
+func TestDotEntriesListed(t *testing.T) {
+	objs := newFakeObjects(t)
+	root := objs.build(t, lowerSpec)
+	_, mnt := mountT(t, objs, root, nil)
+	list := func(dir string) map[string]uint64 {
+		fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer syscall.Close(fd)
+		out := map[string]uint64{}
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := syscall.Getdents(fd, buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 {
+				return out
+			}
+			for b := buf[:n]; len(b) >= 19; {
+				reclen := int(binary.NativeEndian.Uint16(b[16:18]))
+				name, _, _ := bytes.Cut(b[19:reclen], []byte{0})
+				out[string(name)] = binary.NativeEndian.Uint64(b[0:8])
+				b = b[reclen:]
+			}
+		}
+	}
+	ino := func(p string) uint64 {
+		var st syscall.Stat_t
+		if err := syscall.Stat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Ino
+	}
+	top, sub := list(mnt), list(filepath.Join(mnt, "dir"))
+	if top["."] != ino(mnt) || top[".."] == 0 {
+		t.Errorf("root listing: . = %d (want %d), .. = %d", top["."], ino(mnt), top[".."])
+	}
+	if sub["."] != ino(filepath.Join(mnt, "dir")) || sub[".."] != ino(mnt) {
+		t.Errorf("dir listing: . = %d (want %d), .. = %d (want %d)", sub["."], ino(filepath.Join(mnt, "dir")), sub[".."], ino(mnt))
+	}
+	if _, ok := sub["sub"]; !ok || len(sub) != 4 { // ., .., sub, link
+		t.Errorf("dir listing: %v", sub)
 	}
 }

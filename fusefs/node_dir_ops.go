@@ -70,7 +70,16 @@ func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 		list[i].Ino = n.m.reportedIno(list[i].Ino, lowers[i])
 	}
 	sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
-	return fs.NewListDirStream(list), 0
+	// "." and "..", first, as a local directory lists them (ls -a, and
+	// tools that count a directory's entries, expect them); the kernel
+	// makes no dentries of them.
+	self := n.StableAttr().Ino
+	parent := self // the mount's root: its own, as a file system's root
+	if _, p := n.Parent(); p != nil {
+		parent = p.StableAttr().Ino
+	}
+	dots := []fuse.DirEntry{{Name: ".", Mode: syscall.S_IFDIR, Ino: self}, {Name: "..", Mode: syscall.S_IFDIR, Ino: parent}}
+	return fs.NewListDirStream(append(dots, list...)), 0
 }
 
 // nameMax is the longest name a directory entry takes (statfs reports it
