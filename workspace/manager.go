@@ -74,7 +74,7 @@ func Open(dir string, opt Options) (*Manager, error) {
 	}
 	st, err := store.Open(abs, store.Options{Clock: opt.Clock, NoSync: opt.NoSync})
 	if err != nil {
-		return nil, fmt.Errorf("open store %s: %w", abs, err)
+		return nil, err // "open store DIR: …" already
 	}
 	cs, err := corestate.Open(filepath.Join(abs, "state"), corestate.Options{NoSync: opt.NoSync})
 	if err != nil {

@@ -825,7 +825,7 @@ func (s *served) unmount(lazy bool) (res workspace.Result, err error) {
 			// is captured at their final close.
 			return res, fmt.Errorf("%w: %w (the workspace was reconciled: %s)", workspace.ErrBusy, err, res.Outcome)
 		}
-		return res, fmt.Errorf("unmount %s: %w", s.mp, err)
+		return res, err // fusefs names the mountpoint
 	}
 	unmounted = true
 	s.closeBase()
