@@ -162,6 +162,20 @@ func TestUsageAndLookupErrors(t *testing.T) {
 	e.fails(2, "rebase", "main")                                         // root
 	e.fails(2, "frobnicate")
 	e.fails(2, "log", "main", "--bogus")
+	// A bad flag value names the command and says what was expected, in
+	// one line, without strconv's or time's wording.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"log", "main", "-n", "abc"}, `acyclicfs: log: invalid argument "abc" for "-n, --number" flag: not a number`},
+		{[]string{"mount", "main", e.dir, "--lease-ttl", "xyz"}, `acyclicfs: mount: invalid argument "xyz" for "--lease-ttl" flag: not a duration`},
+	} {
+		r := e.fails(2, c.args...)
+		if !strings.HasPrefix(r.stderr, c.want) || strings.Contains(r.stderr, "strconv") || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+			t.Errorf("%v: stderr %q, want %q", c.args, r.stderr, c.want)
+		}
+	}
 	e.fails(2, "fork", "main")
 	e.fails(2, "create", "main") // exists
 	// export to a non-empty directory needs --force; a file target is refused.

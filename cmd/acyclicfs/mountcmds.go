@@ -361,7 +361,7 @@ func (a *app) cmdLease() *cobra.Command {
 			if owner == "" {
 				return usageError{fmt.Errorf("lease begin: --owner is required")}
 			}
-			s, err := a.servedAt(args[0])
+			s, err := a.servedAt("lease begin", args[0])
 			if err != nil {
 				return err
 			}
@@ -383,7 +383,7 @@ func (a *app) cmdLease() *cobra.Command {
 		Short: "Close a lease; the last close reconciles",
 		Args:  exactArgs(2, "MOUNTPOINT LEASE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := a.servedAt(args[0])
+			s, err := a.servedAt("lease end", args[0])
 			if err != nil {
 				return err
 			}
@@ -415,7 +415,7 @@ func (a *app) cmdLease() *cobra.Command {
 		Hidden: true,
 		Args:   exactArgs(1, "MOUNTPOINT"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := a.servedAt(args[0])
+			s, err := a.servedAt("exec", args[0])
 			if err != nil {
 				return err
 			}
@@ -434,13 +434,15 @@ func (a *app) cmdLease() *cobra.Command {
 	return lease
 }
 
-func (a *app) servedAt(mp string) (*served, error) {
+// servedAt is the daemon's mount at mp, for command what (its errors
+// name it).
+func (a *app) servedAt(what, mp string) (*served, error) {
 	if a.d == nil {
-		return nil, a.unserved("lease", a.mountpath(mp))
+		return nil, a.unserved(what, a.mountpath(mp))
 	}
 	s := a.d.byMountpoint(a.mountpath(mp))
 	if s == nil {
-		return nil, usageError{fmt.Errorf("%s: %w", a.mountpath(mp), errNotAMount)}
+		return nil, usageError{fmt.Errorf("%s %s: %w", what, a.mountpath(mp), errNotAMount)}
 	}
 	return s, nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -60,7 +61,7 @@ func (a *app) rootCommand() *cobra.Command {
 	pf.BoolVar(&a.jsonOut, "json", false, "machine-readable output on stdout")
 	pf.BoolVarP(&a.quiet, "quiet", "q", false, "print less")
 	pf.BoolVarP(&a.verbose, "verbose", "v", false, "print more")
-	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{flagError(c, err)} })
 	root.AddCommand(
 		a.cmdInit(), a.cmdCreate(), a.cmdFork(), a.cmdCommit(), a.cmdList(), a.cmdLog(),
 		a.cmdDiff(), a.cmdExport(), a.cmdRebase(), a.cmdLand(), a.cmdUndo(), a.cmdRm(),
@@ -90,4 +91,17 @@ func preScanStore(args []string) string {
 		}
 	}
 	return store
+}
+
+// flagError names the command a bad flag was given to, and says "not a
+// number" (or "not a duration") where pflag would quote strconv:
+// `log: invalid argument "abc" for "-n, --number" flag: not a number`.
+func flagError(c *cobra.Command, err error) error {
+	msg := err.Error()
+	if i := strings.Index(msg, ": strconv.Parse"); i >= 0 {
+		msg = msg[:i] + ": not a number"
+	} else if i := strings.Index(msg, ": time: "); i >= 0 {
+		msg = msg[:i] + ": not a duration (like 500ms, 30s, 2m)"
+	}
+	return fmt.Errorf("%s: %s", strings.TrimPrefix(c.CommandPath(), "acyclicfs "), msg)
 }
