@@ -265,6 +265,19 @@ func TestImportOddTrees(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(out, "fifo")); !os.IsNotExist(err) {
 		t.Error("fifo exported")
 	}
+	// diff --stat keeps one line per path: the odd names come quoted.
+	e.ok("create", "empty")
+	stat := e.run("diff", "w", "empty", "--stat")
+	for _, want := range []string{"A\t\"new\\nline\"\n", "A\t\"bad\\xffutf8\"\n", "A\trun.sh\n"} {
+		if !strings.Contains(stat.stdout, want) {
+			t.Errorf("diff --stat lacks %q:\n%s", want, stat.stdout)
+		}
+	}
+	for _, line := range strings.Split(strings.TrimSuffix(stat.stdout, "\n"), "\n") {
+		if len(line) < 3 || line[1] != '\t' {
+			t.Errorf("diff --stat line %q is not LETTER TAB PATH", line)
+		}
+	}
 	e.fsck()
 }
 

@@ -3,9 +3,11 @@ package main
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -184,6 +186,17 @@ func (a *app) cmdList() *cobra.Command {
 	}
 }
 
+// quotePath keeps text output at one line per path: a path holding a
+// control character (a newline, a tab), bytes that are not UTF-8, or
+// starting with a double quote is printed as a Go/C-style quoted string
+// ("new\nline", "bad\xff"); every other path as it is.
+func quotePath(p string) string {
+	if strings.HasPrefix(p, `"`) || !utf8.ValidString(p) || strings.ContainsFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return strconv.Quote(p)
+	}
+	return p
+}
+
 func dash(s string) string {
 	if s == "" {
 		return "-"
@@ -268,7 +281,7 @@ func (a *app) cmdDiff() *cobra.Command {
 			}
 			if stat {
 				for _, c := range changes {
-					fmt.Fprintf(a.stdout, "%c\t%s\n", c.Kind, c.Path)
+					fmt.Fprintf(a.stdout, "%c\t%s\n", c.Kind, quotePath(c.Path))
 				}
 				return nil
 			}
@@ -333,7 +346,7 @@ func (a *app) printOutcome(w io.Writer, res workspace.Result) error {
 	} else {
 		fmt.Fprintln(w, res.Outcome)
 		for _, c := range res.Conflicts {
-			fmt.Fprintln(w, c.Path)
+			fmt.Fprintln(w, quotePath(c.Path))
 		}
 	}
 	if res.Outcome == workspace.OutcomeConflicted {

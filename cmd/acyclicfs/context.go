@@ -171,7 +171,7 @@ func (a *app) cmdContextLand() *cobra.Command {
 				for _, r := range res.Roots {
 					fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", r.Workspace, r.ParentWorkspace, r.Outcome, r.Head)
 					for _, c := range r.Conflicts {
-						fmt.Fprintf(w, "conflict\t%s\t%s\t%s\n", r.Workspace, c.Path, c.Kind)
+						fmt.Fprintf(w, "conflict\t%s\t%s\t%s\n", r.Workspace, quotePath(c.Path), c.Kind)
 					}
 				}
 			}); err != nil {

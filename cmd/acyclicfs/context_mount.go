@@ -352,7 +352,7 @@ func (a *app) cmdContextUnmount() *cobra.Command {
 				for _, r := range results {
 					fmt.Fprintf(w, "%s\t%s\n", r.Workspace, r.Outcome)
 					for _, c := range r.Conflicts {
-						fmt.Fprintf(w, "conflict\t%s\t%s\t%s\n", r.Workspace, c.Path, c.Kind)
+						fmt.Fprintf(w, "conflict\t%s\t%s\t%s\n", r.Workspace, quotePath(c.Path), c.Kind)
 					}
 				}
 			}); err != nil {

@@ -187,7 +187,7 @@ func printStatus(out io.Writer, rep statusReport) {
 			fmt.Fprintf(out, "lease %s %s owner %s expires %s\n", r.Workspace, l.ID, l.Owner, l.Expires)
 		}
 		for _, c := range r.Conflicts {
-			fmt.Fprintf(out, "conflict %s %s (%s)\n", r.Workspace, c.Path, c.Kind)
+			fmt.Fprintf(out, "conflict %s %s (%s)\n", r.Workspace, quotePath(c.Path), c.Kind)
 		}
 		if r.Mountpoint != "" && r.Transport != "" {
 			// Mounted by the running daemon: how it is served.
