@@ -167,7 +167,7 @@ func (m *Manager) ResolveGeneration(s string) (store.ID, error) {
 	id, err := m.st.ResolveGeneration(s)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrAmbiguous) || errors.Is(err, store.ErrInvalidID) {
-			return id, fmt.Errorf("%w: generation %q: %w", ErrInvalidInput, s, err)
+			return id, fmt.Errorf("%w: %w", ErrInvalidInput, err) // the store's error names the generation
 		}
 		return id, err
 	}
@@ -209,7 +209,7 @@ func (m *Manager) ResolveRef(ref string) (store.ID, error) {
 			return id, fmt.Errorf("%w: %q is neither a workspace nor a generation", ErrUnknownWorkspace, ref)
 		}
 		if errors.Is(err, store.ErrAmbiguous) {
-			return id, fmt.Errorf("%w: generation %q: %w", ErrInvalidInput, ref, err)
+			return id, fmt.Errorf("%w: %w", ErrInvalidInput, err)
 		}
 		return id, err
 	}
