@@ -355,7 +355,7 @@ func (s *Store) CurrentRef(base ID, path string) (BaseRef, ID, error) {
 	defer release()
 	st, err := d.Lstat(path)
 	if err != nil {
-		if isMissing(err) {
+		if dirfd.Missing(err) {
 			return BaseRef{}, ID{}, fmt.Errorf("base %s path %q: %w", base.Short(), path, ErrNotFound)
 		}
 		return BaseRef{}, ID{}, fmt.Errorf("base %s: %w", base.Short(), err)
@@ -398,12 +398,6 @@ func (s *Store) RefMatchingStat(id, base ID, path string, st *unix.Stat_t) (Base
 		return BaseRef{}, false
 	}
 	return r, true
-}
-
-// isMissing reports whether a dirfd error means "no such path in the tree"
-// (a component missing, not a directory, or a symlink).
-func isMissing(err error) bool {
-	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP)
 }
 
 // Resolve records that reference ref's content is target: a stored blob
@@ -710,7 +704,7 @@ func statRefIn(d *dirfd.Dir, id ID, r BaseRef) (unix.Stat_t, error) {
 // refOpenError turns a vanished path (or base directory) into
 // ErrBaseChanged.
 func refOpenError(id ID, r BaseRef, err error) error {
-	if isMissing(err) {
+	if dirfd.Missing(err) {
 		return baseChanged(id, r, "gone")
 	}
 	return fmt.Errorf("base ref %s (%q): %w", id.Short(), r.Path, err)

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -111,10 +110,10 @@ func (m *Manager) inPlaceDir(dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if within(storeDir, abs) {
+	if dirfd.Within(storeDir, abs) {
 		return "", fmt.Errorf("%w: the store %s is inside %s; mounting over it would hide the store", ErrInvalidInput, storeDir, abs)
 	}
-	if within(abs, storeDir) {
+	if dirfd.Within(abs, storeDir) {
 		return "", fmt.Errorf("%w: %s is inside the store %s", ErrInvalidInput, abs, storeDir)
 	}
 	keys, err := m.cs.Keys(familyInPlace)
@@ -143,11 +142,6 @@ func (m *Manager) inPlaceDir(dir string) (string, error) {
 		return "", fmt.Errorf("%w: %s is a mountpoint (%s); an in-place workspace is mounted over its directory, which must not be one", ErrInvalidInput, abs, fstype)
 	}
 	return abs, nil
-}
-
-// within reports whether p is dir or below it.
-func within(p, dir string) bool {
-	return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
 }
 
 func (m *Manager) loadInPlace(name string) (inPlaceState, uint64, bool, error) {

@@ -358,9 +358,9 @@ func (m *Manager) prepareWrites(d *dirfd.Dir, j *matJournal, from int) ([]string
 // applyEdit applies edit i. Every edit is idempotent, also when later
 // edits were applied already (a roll forward after a crash starts again at
 // the first edit): a path under a directory a later edit replaced by a
-// file or symlink is gone (absent), a file's removal leaves a directory a
-// later edit made at its name, and a directory that already exists is
-// kept.
+// file or symlink is absent (dirfd.Missing: a walk inside DIR never
+// follows a symlink), a file's removal leaves a directory a later edit
+// made at its name, and a directory that already exists is kept.
 //
 // DIR may hold entries the workspace cannot show or store (fifos,
 // sockets, devices: names only, no content). Where the new tree puts a
@@ -373,17 +373,17 @@ func (m *Manager) applyEdit(d *dirfd.Dir, j *matJournal, i int) error {
 	switch e.Op {
 	case "remove":
 		st, err := d.Lstat(e.Path)
-		if gone(err) || err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		if dirfd.Missing(err) || err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			return nil // gone, or replaced by a directory a later edit made
 		}
 		if err == nil {
 			err = d.Remove(e.Path)
 		}
-		if err != nil && !gone(err) {
+		if err != nil && !dirfd.Missing(err) {
 			return fmt.Errorf("remove %s: %w", e.Path, err)
 		}
 	case "rmdir":
-		if err := d.Remove(e.Path); err != nil && !gone(err) && !errors.Is(err, unix.ENOTEMPTY) {
+		if err := d.Remove(e.Path); err != nil && !dirfd.Missing(err) && !errors.Is(err, unix.ENOTEMPTY) {
 			return fmt.Errorf("remove directory %s: %w", e.Path, err)
 		}
 	case "mkdir":
@@ -472,13 +472,6 @@ func (m *Manager) writeTemp(d *dirfd.Dir, p string, kind store.Kind, id store.ID
 	return tmp, kept, nil
 }
 
-// gone reports whether err says a path holds nothing: it is absent, or
-// one of its ancestors is no longer a directory (a later edit replaced it
-// by a file or a symlink, which a path walk inside DIR never follows).
-func gone(err error) bool {
-	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP)
-}
-
 // replaceSpecial makes p, where mkdir found something, a directory: a
 // directory is kept; a fifo, socket or device node (a name without
 // content, which the workspace cannot show) is replaced; a file or
@@ -516,7 +509,7 @@ func (m *Manager) rollbackEdits(d *dirfd.Dir, j *matJournal, upto int) error {
 		var err error
 		switch e.Op {
 		case "mkdir":
-			if err = d.Remove(e.Path); gone(err) || errors.Is(err, unix.ENOTEMPTY) {
+			if err = d.Remove(e.Path); dirfd.Missing(err) || errors.Is(err, unix.ENOTEMPTY) {
 				err = nil // gone, or holding what the view never showed: kept
 			}
 		case "rmdir":
@@ -526,7 +519,7 @@ func (m *Manager) rollbackEdits(d *dirfd.Dir, j *matJournal, upto int) error {
 		case "remove", "write":
 			switch {
 			case e.PreKind == 0:
-				if err = d.Remove(e.Path); gone(err) {
+				if err = d.Remove(e.Path); dirfd.Missing(err) {
 					err = nil
 				}
 			default:
@@ -602,7 +595,7 @@ func syncApplied(d *dirfd.Dir, edits []matEdit, files []*os.File) error {
 		syncs = append(syncs, func() error {
 			// A directory an edit removed (or replaced by a file or a
 			// symlink) is gone.
-			if err := d.SyncDir(p); err != nil && !gone(err) {
+			if err := d.SyncDir(p); err != nil && !dirfd.Missing(err) {
 				return fmt.Errorf("sync %s: %w", p, err)
 			}
 			return nil

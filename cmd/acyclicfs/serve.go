@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -155,7 +154,7 @@ func (d *daemon) mountWorkspace(ws, mp string, opt mountOptions) (*served, []str
 		}
 		// One mount of the store inside another: unmounting the outer one
 		// takes the inner one with it, behind the daemon's back.
-		if pathWithin(mp, s.mp) || pathWithin(s.mp, mp) {
+		if dirfd.Within(mp, s.mp) || dirfd.Within(s.mp, mp) {
 			d.mu.Unlock()
 			return nil, nil, fmt.Errorf("%w: mountpoint %s and the mount of %s at %s would be nested", workspace.ErrInvalidInput, mp, s.ws, s.mp)
 		}
@@ -277,11 +276,6 @@ func (d *daemon) mountWorkspace(ws, mp string, opt mountOptions) (*served, []str
 	return s, notes, nil
 }
 
-// pathWithin reports whether p is dir or below it (clean absolute paths).
-func pathWithin(p, dir string) bool {
-	return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
-}
-
 // checkMountpoint requires an existing directory; a dead FUSE mount left
 // by a crashed daemon is detached first. A stat of its root may still be
 // answered from the kernel's attribute cache; statfs reaches the
@@ -315,9 +309,9 @@ func checkMountpoint(mp, storeDir string) error {
 	if resolved, err := filepath.EvalSymlinks(mp); err == nil {
 		if sd, err := filepath.EvalSymlinks(storeDir); err == nil {
 			switch {
-			case pathWithin(sd, resolved):
+			case dirfd.Within(sd, resolved):
 				return fmt.Errorf("%w: mountpoint %s holds the store %s; the mount would hide it from the daemon", workspace.ErrInvalidInput, mp, storeDir)
-			case pathWithin(resolved, sd):
+			case dirfd.Within(resolved, sd):
 				return fmt.Errorf("%w: mountpoint %s is inside the store %s", workspace.ErrInvalidInput, mp, storeDir)
 			}
 		}

@@ -161,6 +161,19 @@ func (d *Dir) openBeneath(rel string, flags int, mode uint32) (int, error) {
 	return retry(func() (int, error) { return unix.Openat2(at, rel, how) })
 }
 
+// Missing reports whether err from a call here means the path holds
+// nothing beneath the directory: a component is absent, is not a
+// directory, or is a symlink (never followed).
+func Missing(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP)
+}
+
+// Within reports whether the clean absolute path p is dir or lies below
+// it (lexically).
+func Within(p, dir string) bool {
+	return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
+}
+
 // walkPiece bounds the paths openBeneath passes the kernel (PATH_MAX is
 // 4096; names are at most 255 bytes, so a piece always has a cut).
 const walkPiece = 2048
