@@ -44,7 +44,7 @@ func Merge3(r TreeReader, w TreeWriter, base, ours, theirs store.ID, opt Options
 	sortConflicts(m.conflicts)
 	sortConflicts(m.resolved)
 	res := Result{Conflicts: m.conflicts, Resolved: m.resolved, Changed: m.changed}
-	if m.conflicts != nil {
+	if m.conflicts != nil && !opt.KeepConflicts {
 		return res, nil
 	}
 	if err := m.flush(w); err != nil {
@@ -81,9 +81,13 @@ type merger struct {
 	written store.IDSet // IDs already in pending
 }
 
+// voided reports whether an unresolved conflict has made the merge's
+// objects moot.
+func (m *merger) voided() bool { return m.conflicts != nil && !m.opt.KeepConflicts }
+
 func (m *merger) queueBlob(b []byte) store.ID {
 	id := store.BlobID(b)
-	if m.conflicts == nil && !m.written.Has(id) {
+	if !m.voided() && !m.written.Has(id) {
 		m.written.Add(id)
 		m.pending = append(m.pending, pendingObj{id: id, blob: b})
 	}
@@ -96,7 +100,7 @@ func (m *merger) queueTree(t *store.Tree, path string) (store.ID, error) {
 		return store.ID{}, fmt.Errorf("rebase: encode merged tree %q: %w", path, err)
 	}
 	id := store.TreeID(enc)
-	if m.conflicts == nil && !m.written.Has(id) {
+	if !m.voided() && !m.written.Has(id) {
 		m.written.Add(id)
 		m.pending = append(m.pending, pendingObj{id: id, tree: t})
 	}
@@ -245,6 +249,21 @@ func (m *merger) mergeEntry(path string, b, o, t *store.Entry) (*store.Entry, er
 
 // bothChanged handles a path both sides changed, differently.
 func (m *merger) bothChanged(path string, b, o, t *store.Entry) (*store.Entry, error) {
+	if m.opt.Subtree != nil && o != nil && t != nil && o.Kind == store.KindDir && t.Kind == store.KindDir &&
+		(b == nil || b.Kind == store.KindDir) {
+		e, cs, ok, err := m.opt.Subtree.MergeSubtree(path, clone(b), clone(o), clone(t))
+		if err != nil {
+			return nil, fmt.Errorf("rebase: merge %q: %w", path, err)
+		}
+		if ok {
+			for _, c := range cs {
+				if _, err := m.conflict(c, nil, 0); err != nil {
+					return nil, err
+				}
+			}
+			return clone(e), nil
+		}
+	}
 	c := Conflict{Path: path, Base: clone(b), Ours: clone(o), Theirs: clone(t)}
 	switch {
 	case o == nil || t == nil:
@@ -412,10 +431,10 @@ func (m *merger) conflict(c Conflict, markers []byte, kind store.Kind) (*store.E
 		m.resolved = append(m.resolved, c)
 		return clone(c.Theirs), nil
 	case !m.opt.Markers:
-		if m.conflicts == nil {
+		m.conflicts = append(m.conflicts, c)
+		if m.voided() {
 			m.pending = nil // nothing will be written; free it
 		}
-		m.conflicts = append(m.conflicts, c)
 		return clone(c.Ours), nil
 	}
 	m.resolved = append(m.resolved, c)

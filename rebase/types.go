@@ -109,8 +109,33 @@ type Options struct {
 	// conflict (binary or oversized content, symlinks, type, mode) keeps
 	// ours. All are listed in Result.Resolved.
 	Markers bool
+	// KeepConflicts makes unresolved conflicts part of the result instead
+	// of voiding it: each conflicting path keeps ours' entry (absent if
+	// ours deleted it) in the tree, the tree is written, and
+	// Result.Conflicts lists them with all three sides. Callers record the
+	// conflicts so that the stand-in is never taken for a resolution.
+	KeepConflicts bool
+	// Subtree, when set, is offered every directory that both sides hold
+	// and changed differently, before Merge3 descends into it (see
+	// SubtreeMerger).
+	Subtree SubtreeMerger
 	// Limits bound the merge; zero fields take defaults.
 	Limits Limits
+}
+
+// SubtreeMerger merges a whole directory by rules of its own (a git
+// repository's git directory: refs by ancestry, objects by union). path is
+// the directory's path from the root; base is nil where the directory is
+// new on both sides, ours and theirs are directories. With ok false Merge3
+// merges the directory itself, path by path. With ok true, merged is the
+// entry to use (nil removes the path; its Name is set by Merge3) and
+// conflicts are what the rules could not settle, with full paths; the
+// merger has written every object merged names through its own writer
+// (Merge3 writes nothing for it). Its conflicts count against
+// Limits.MaxConflicts and follow Options like any other: without
+// KeepConflicts they void the merge.
+type SubtreeMerger interface {
+	MergeSubtree(path string, base, ours, theirs *store.Entry) (merged *store.Entry, conflicts []Conflict, ok bool, err error)
 }
 
 // ConflictKind classifies a conflict.
@@ -146,12 +171,13 @@ type Conflict struct {
 // Result is the outcome of Merge3.
 type Result struct {
 	// Tree is the merged root tree, written with all its new subtrees and
-	// blobs. It is the zero ID — and nothing has been written — when
-	// Conflicts is non-nil. It can also be zero when the merge result is
+	// blobs. Unless Options.KeepConflicts, it is the zero ID — and nothing
+	// has been written — when Conflicts is non-nil. It can also be zero when the merge result is
 	// one of the inputs and that input was the zero (empty) root.
 	Tree store.ID
 	// Conflicts are the unresolved conflicts, sorted by path; nil when the
-	// merge succeeded.
+	// merge succeeded. With Options.KeepConflicts the Tree is written all
+	// the same, holding ours at each of these paths.
 	Conflicts []Conflict
 	// Resolved are conflicts resolved by Options.Prefer or Options.Markers,
 	// sorted by path.
