@@ -118,6 +118,18 @@ func (r *reach) markGen(tx *bolt.Tx, id ID, from string, missingKind string) {
 		return
 	}
 	r.markTree(tx, g.Root, "generation "+id.String())
+	for _, c := range g.Conflicts {
+		for _, sd := range c.Sides() {
+			switch {
+			case sd == nil:
+			case sd.Kind == KindDir:
+				r.markTree(tx, sd.ID, fmt.Sprintf("generation %s conflict %q", id, c.Path))
+			case !r.blobs.Has(sd.ID) && !r.markRef(tx, sd.ID):
+				r.blobs.Add(sd.ID)
+				r.blobFrom[sd.ID] = id
+			}
+		}
+	}
 }
 
 func (r *reach) markTree(tx *bolt.Tx, id ID, from string) {

@@ -19,12 +19,14 @@ const (
 	// GenExternal is what programs other than acyclicfs changed in an
 	// in-place workspace's directory, as detected from stat fingerprints.
 	GenExternal GenKind = "external"
+	// GenResolve settles recorded conflicts (acyclicfs resolve).
+	GenResolve GenKind = "resolve"
 )
 
 // Valid reports whether k is a known kind.
 func (k GenKind) Valid() bool {
 	switch k {
-	case GenCreate, GenCommit, GenCapture, GenRebase, GenLand, GenUndo, GenExternal:
+	case GenCreate, GenCommit, GenCapture, GenRebase, GenLand, GenUndo, GenExternal, GenResolve:
 		return true
 	}
 	return false
@@ -39,6 +41,70 @@ type Generation struct {
 	Kind      GenKind `json:"kind"`
 	Operation string  `json:"operation,omitempty"`
 	Time      int64   `json:"time"` // Unix milliseconds
+	// Conflicts are the paths of Root that a merge could not settle and
+	// that nobody has resolved yet: Root holds a stand-in there (ours, or
+	// conflict markers), and each side is kept here, so GC keeps it. They
+	// are part of the snapshot: a generation made from this one (a
+	// capture, a commit) carries them until a resolve drops them, and a
+	// workspace whose head has conflicts its parent's head does not share
+	// cannot land. Sorted by path, paths unique. Omitted when empty, so
+	// generations without conflicts encode as before.
+	Conflicts []Conflict `json:"conflicts,omitempty"`
+}
+
+// Conflict is one unsettled path of a generation. Kind names why
+// ("content", "modify/delete", "add/add", "type", "mode", "git-ref", …).
+// A nil side is absent on that side.
+type Conflict struct {
+	Path   string `json:"path"`
+	Kind   string `json:"kind"`
+	Base   *Side  `json:"base,omitempty"`
+	Ours   *Side  `json:"ours,omitempty"`
+	Theirs *Side  `json:"theirs,omitempty"`
+}
+
+// Side is one version of a conflicted path: a tree entry without its name.
+type Side struct {
+	Kind  Kind  `json:"kind"`
+	ID    ID    `json:"id"`
+	Size  int64 `json:"size,omitempty"`
+	Mtime int64 `json:"mtime,omitempty"`
+}
+
+// SideOf returns e as a Side (nil for nil).
+func SideOf(e *Entry) *Side {
+	if e == nil {
+		return nil
+	}
+	return &Side{Kind: e.Kind, ID: e.ID, Size: e.Size, Mtime: e.Mtime}
+}
+
+// Entry returns the side as a tree entry called name (nil for nil).
+func (sd *Side) Entry(name string) *Entry {
+	if sd == nil {
+		return nil
+	}
+	return &Entry{Name: name, Kind: sd.Kind, ID: sd.ID, Size: sd.Size, Mtime: sd.Mtime}
+}
+
+// Sides returns the conflict's base, ours and theirs in that order.
+func (c *Conflict) Sides() [3]*Side { return [3]*Side{c.Base, c.Ours, c.Theirs} }
+
+func validConflicts(cs []Conflict) error {
+	for i, c := range cs {
+		if c.Path == "" || c.Kind == "" {
+			return fmt.Errorf("%w: generation conflict %d without path or kind", ErrCorrupt, i)
+		}
+		if i > 0 && cs[i-1].Path >= c.Path {
+			return fmt.Errorf("%w: generation conflicts not sorted and unique at %q", ErrCorrupt, c.Path)
+		}
+		for _, sd := range c.Sides() {
+			if sd != nil && (!sd.Kind.Valid() || sd.ID.IsZero()) {
+				return fmt.Errorf("%w: generation conflict %q: bad side", ErrCorrupt, c.Path)
+			}
+		}
+	}
+	return nil
 }
 
 // Encode returns the canonical encoding (JSON with fixed field order; Go's
@@ -49,6 +115,9 @@ func (g *Generation) Encode() ([]byte, error) {
 	}
 	if g.Root.IsZero() {
 		return nil, fmt.Errorf("%w: generation without root", ErrCorrupt)
+	}
+	if err := validConflicts(g.Conflicts); err != nil {
+		return nil, err
 	}
 	return json.Marshal(g)
 }

@@ -214,11 +214,16 @@ func TestWindowConflictAtFinalClose(t *testing.T) {
 	if txt := e.run("status"); !strings.Contains(txt.stdout, "conflict child f") {
 		t.Fatalf("status table does not list the conflict:\n%s", txt)
 	}
-	if log := e.log("child"); countKind(log, "rebase") != 0 {
-		t.Fatalf("a conflicted rebase changed the head: %s", kinds(log))
+	// Rebased once, onto the parent's head, with the conflict recorded:
+	// the child's version stands at f until resolved.
+	if log := e.log("child"); countKind(log, "rebase") != 1 {
+		t.Fatalf("want one rebase at the final close: %s", kinds(log))
 	}
 	// The captured head has the child's work; the parent keeps its own.
 	e.waitIdle("child")
+	if r := e.run("land", "child"); r.code != 3 || e.head("main") == e.head("child") {
+		t.Fatalf("land of a child with a recorded conflict: %s", r)
+	}
 	o, paths = e.unmount(mp)
 	if o != "conflicted" && o != "current" {
 		t.Fatalf("unmount outcome %q %q", o, paths)

@@ -2,6 +2,7 @@ package test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -91,24 +92,34 @@ func TestRebaseLandScenario(t *testing.T) {
 	e.fsck()
 }
 
-func TestConflictLeavesChildUnchangedAndIsReported(t *testing.T) {
+// TestConflictIsRecordedUntilResolved: a conflicted rebase moves the child
+// onto its parent's head with its own versions standing at the conflicting
+// paths, records both sides, and nothing lands until they are resolved.
+func TestConflictIsRecordedUntilResolved(t *testing.T) {
 	e := newEnv(t)
 	src := filepath.Join(e.dir, "src")
 	writeTree(t, src, map[string]string{"f.txt": "base\n", "bin": "\x00\x01base"})
 	e.ok("create", "main", "--from", src)
 	e.ok("fork", "main", "c")
-	before := e.edit("c", map[string]string{"f.txt": "child\n", "bin": "\x00\x01child"})
-	e.edit("main", map[string]string{"f.txt": "parent\n", "bin": "\x00\x01parent"})
+	e.edit("c", map[string]string{"f.txt": "child\n", "bin": "\x00\x01child"})
+	mainHead := e.edit("main", map[string]string{"f.txt": "parent\n", "bin": "\x00\x01parent", "other": "from main\n"})
 	r := e.run("rebase", "c")
 	if r.code != 3 || r.line() != "conflicted" || !strings.Contains(r.stdout, "\nf.txt\n") || !strings.Contains(r.stdout, "\nbin\n") {
 		t.Fatalf("conflicting rebase: %s", r)
 	}
-	var ws []map[string]string
-	json.Unmarshal([]byte(e.run("--json", "list").stdout), &ws)
-	for _, w := range ws {
-		if w["name"] == "c" && w["head"] != before {
-			t.Fatal("a conflicted rebase changed the child's head")
+	if !strings.Contains(r.stderr, "hint: ") || !strings.Contains(r.stderr, "acyclicfs resolve") {
+		t.Fatalf("a conflict's text output must end with a hint naming resolve: %s", r)
+	}
+	if e.content("c", "f.txt") != "child\n" || e.content("c", "bin") != "\x00\x01child" || e.content("c", "other") != "from main\n" {
+		t.Fatal("a conflicted rebase must keep the child's versions and take the parent's other changes")
+	}
+	for side, want := range map[string]string{"base": "base\n", "ours": "child\n", "theirs": "parent\n"} {
+		if got := e.run("cat", "c", "f.txt", "--conflict", side); got.code != 0 || got.stdout != want {
+			t.Fatalf("cat --conflict %s: %s", side, got)
 		}
+	}
+	if got := e.run("cat", "c", "bin", "--conflict", "theirs"); got.stdout != "\x00\x01parent" {
+		t.Fatalf("the binary conflict's other side is gone: %q", got.stdout)
 	}
 	st := e.run("status", "c")
 	if !strings.Contains(st.stdout, "conflict c f.txt (content)") {
@@ -123,28 +134,40 @@ func TestConflictLeavesChildUnchangedAndIsReported(t *testing.T) {
 	if len(js.Workspaces) != 1 || len(js.Workspaces[0].Conflicts) != 2 {
 		t.Fatalf("status --json conflicts: %+v", js)
 	}
-	// land refuses too, with exit 3 and nothing changed.
-	if r := e.run("land", "c"); r.code != 3 {
-		t.Fatalf("land of a conflicted child: %s", r)
-	}
-	// --markers writes diff3 markers into text files; binary keeps ours.
-	r = e.run("rebase", "c", "--markers")
-	if r.code != 3 {
-		t.Fatalf("rebase --markers: %s", r)
-	}
-	f := e.content("c", "f.txt")
-	for _, m := range []string{"<<<<<<< ours\n", "child\n", "||||||| base\n", "base\n", "=======\n", "parent\n", ">>>>>>> theirs\n"} {
-		if !strings.Contains(f, m) {
-			t.Fatalf("markers missing %q in:\n%s", m, f)
+	// land refuses, with exit 3 and nothing published; so does every
+	// later try, whatever else happens in the child.
+	for i := 0; i < 2; i++ {
+		if r := e.run("land", "c"); r.code != 3 || !strings.Contains(r.stdout, "f.txt") || e.head("main") != mainHead {
+			t.Fatalf("land of a conflicted child: %s", r)
 		}
+		e.edit("c", map[string]string{"unrelated": fmt.Sprint(i)})
 	}
-	if e.content("c", "bin") != "\x00\x01child" {
-		t.Fatal("binary conflict under --markers should keep ours")
+	// gc keeps every side while the conflict is recorded.
+	e.ok("gc")
+	if got := e.run("cat", "c", "bin", "--conflict", "theirs"); got.stdout != "\x00\x01parent" {
+		t.Fatalf("gc dropped a conflict's side: %s", got)
 	}
-	// Resolving and committing clears the conflict from status.
-	e.edit("c", map[string]string{"f.txt": "resolved\n"})
+	// Resolving: a path that is not conflicted, then a side per path.
+	if r := e.run("resolve", "c", "unrelated", "--ours"); r.code != 2 {
+		t.Fatalf("resolve of a path without a conflict: %s", r)
+	}
+	e.ok("resolve", "c", "bin", "--theirs")
+	if e.content("c", "bin") != "\x00\x01parent" {
+		t.Fatal("resolve --theirs did not take the parent's version")
+	}
+	if r := e.run("land", "c"); r.code != 3 || strings.Contains(r.stdout, "bin") || !strings.Contains(r.stdout, "f.txt") {
+		t.Fatalf("land with one conflict left: %s", r)
+	}
+	e.ok("resolve", "c", "f.txt", "--ours")
 	if st := e.run("status", "c"); strings.Contains(st.stdout, "conflict c") {
 		t.Fatalf("status still shows a conflict after resolution:\n%s", st.stdout)
+	}
+	if log := e.log("c"); countKind(log, "resolve") != 2 {
+		t.Fatalf("each resolve is a generation of kind resolve: %s", kinds(log))
+	}
+	e.ok("land", "c")
+	if e.content("main", "f.txt") != "child\n" || e.content("main", "bin") != "\x00\x01parent" {
+		t.Fatal("the landing does not hold the resolutions")
 	}
 	e.fsck()
 }

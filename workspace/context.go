@@ -312,8 +312,13 @@ func (m *Manager) landRoots(pub *Publication, rev uint64) (ContextLandResult, er
 		case len(conflicts) > 0:
 			conflicted = true
 			rl.Outcome, rl.Conflicts = OutcomeConflicted, conflicts
-			if err := m.recordConflicts(r.Workspace, conflictRecord{Head: plan.w.Head, ParentHead: plan.p.Head, Key: pub.Operation, Time: m.now(), Conflicts: conflicts}); err != nil {
+			// The root itself moves onto its parent root with the
+			// conflicts recorded (as a single land does); no parent
+			// root moves.
+			if rr, err := m.rebaseOnce(r.Workspace, RebaseOptions{}); err != nil {
 				return res, err
+			} else if rr.Outcome == OutcomeConflicted {
+				rl.Conflicts = rr.Conflicts
 			}
 		case r.NewHead.IsZero():
 			rl.Outcome = OutcomeCurrent
@@ -387,6 +392,9 @@ func (m *Manager) planRoot(pub *Publication, r *PublicationRoot) (rootPlan, []Co
 		return plan, nil, err
 	}
 	plan.w, plan.p = w, p
+	if pending, err := m.pendingConflicts(w); err != nil || len(pending) > 0 {
+		return plan, infosOf(pending), err
+	}
 	newGen := w.Head
 	switch {
 	case w.Base == p.Head:
@@ -405,14 +413,20 @@ func (m *Manager) planRoot(pub *Publication, r *PublicationRoot) (rootPlan, []Co
 		if err != nil {
 			return plan, nil, err
 		}
-		mr, err := rebase.Merge3(merger{m.st}, merger{m.st}, baseRoot, oursRoot, theirsRoot, rebase.Options{Limits: m.limit})
+		opt := m.mergeOptions(rebase.Options{})
+		opt.KeepConflicts = false // a plan that conflicts writes nothing
+		mr, err := rebase.Merge3(merger{m.st}, merger{m.st}, baseRoot, oursRoot, theirsRoot, opt)
 		if err != nil {
 			return plan, nil, fmt.Errorf("merge %s onto %s: %w", w.Name, p.Name, err)
 		}
 		if len(mr.Conflicts) > 0 {
 			return plan, toInfos(mr.Conflicts), nil
 		}
-		newGen, err = m.st.PutGeneration(&store.Generation{Root: mr.Tree, Parents: []store.ID{w.Head, p.Head}, Workspace: w.Name, Kind: store.GenRebase, Operation: "context-land " + pub.Operation, Time: m.now()})
+		shared, err := m.conflictsOf(p.Head) // the child's own are a subset (no pending ones)
+		if err != nil {
+			return plan, nil, err
+		}
+		newGen, err = m.st.PutGeneration(&store.Generation{Root: mr.Tree, Parents: []store.ID{w.Head, p.Head}, Workspace: w.Name, Kind: store.GenRebase, Operation: "context-land " + pub.Operation, Time: m.now(), Conflicts: shared})
 		if err != nil {
 			return plan, nil, fmt.Errorf("store generation: %w", err)
 		}

@@ -34,4 +34,13 @@ var (
 	ErrNoHistory = errors.New("no previous head to undo to")
 	// ErrNoParent is returned by Rebase and Land for a root workspace.
 	ErrNoParent = errors.New("workspace has no parent")
+	// ErrNoConflicts is returned by Resolve and CatEntry when a named path
+	// is not a recorded conflict (or the workspace has none).
+	ErrNoConflicts = errors.New("no such conflict")
+	// ErrUnresolved is returned by Resolve when a file taken as it is still
+	// holds conflict markers.
+	ErrUnresolved = errors.New("unresolved")
+	// ErrNoSuchPath is returned by CatEntry when the path is absent (on
+	// the asked side) or not a file.
+	ErrNoSuchPath = errors.New("no such file")
 )

@@ -267,7 +267,13 @@ func (m *Manager) syncInPlace(name string, lost []ConflictInfo) (Result, error) 
 	var op string
 	if changed {
 		op = "external " + newOperationID()
-		egen, err := m.st.PutGeneration(&store.Generation{Root: ext, Parents: []store.ID{st.Materialized}, Workspace: name, Kind: store.GenExternal, Operation: op, Time: m.now()})
+		var carried []store.Conflict
+		if w.Head == st.Materialized { // egen becomes the head: it keeps the head's conflicts
+			if carried, err = m.conflictsOf(w.Head); err != nil {
+				return res, err
+			}
+		}
+		egen, err := m.st.PutGeneration(&store.Generation{Root: ext, Parents: []store.ID{st.Materialized}, Workspace: name, Kind: store.GenExternal, Operation: op, Time: m.now(), Conflicts: carried})
 		if err != nil {
 			return res, fmt.Errorf("store generation: %w", err)
 		}
@@ -278,7 +284,7 @@ func (m *Manager) syncInPlace(name string, lost []ConflictInfo) (Result, error) 
 			if err != nil {
 				return res, err
 			}
-			opt := rebase.Options{Markers: true, Limits: m.limit}
+			opt := m.mergeOptions(rebase.Options{Markers: true})
 			mr, err := rebase.Merge3(merger{m.st}, merger{m.st}, mroot, hroot, ext, opt)
 			if errors.Is(err, store.ErrBaseChanged) {
 				// Part of what DIR held is lost (a listing, a file's
@@ -296,7 +302,12 @@ func (m *Manager) syncInPlace(name string, lost []ConflictInfo) (Result, error) 
 			if mr.Tree.IsZero() {
 				mr.Tree = store.EmptyTreeID() // both sides emptied the directory
 			}
-			if newHead, err = m.st.PutGeneration(&store.Generation{Root: mr.Tree, Parents: []store.ID{w.Head, egen}, Workspace: name, Kind: store.GenRebase, Operation: op, Time: m.now()}); err != nil {
+			fromHead, err := m.conflictsOf(w.Head)
+			if err != nil {
+				return res, err
+			}
+			conflicts := unionConflicts(storeConflicts(mr.Resolved), storeConflicts(mr.Conflicts), fromHead)
+			if newHead, err = m.st.PutGeneration(&store.Generation{Root: mr.Tree, Parents: []store.ID{w.Head, egen}, Workspace: name, Kind: store.GenRebase, Operation: op, Time: m.now(), Conflicts: conflicts}); err != nil {
 				return res, fmt.Errorf("store generation: %w", err)
 			}
 			kind = store.GenRebase
@@ -323,8 +334,10 @@ func (m *Manager) syncInPlace(name string, lost []ConflictInfo) (Result, error) 
 	}
 	if conflicts := append(slices.Clone(lost), markers...); len(conflicts) > 0 {
 		res.Outcome, res.Head, res.Conflicts = OutcomeConflicted, w.Head, conflicts
-		if err := m.recordConflicts(name, conflictRecord{Head: w.Head, Key: op, Time: m.now(), Conflicts: conflicts}); err != nil {
-			return res, err
+		if len(lost) > 0 { // merges' conflicts are in the generation; lost content is a notice
+			if err := m.recordConflicts(name, conflictRecord{Head: w.Head, Key: op, Time: m.now(), Conflicts: lost}); err != nil {
+				return res, err
+			}
 		}
 	}
 	res.Sync.Detect = time.Since(start)

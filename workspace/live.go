@@ -52,9 +52,10 @@ func (m *Manager) HoldGC() (release func()) { return m.st.HoldGC() }
 // PublishCapture publishes a mount's captured tree as ws's next head.
 // pinned is the generation the mount's view was based on. If ws's head
 // moved underneath the mount (a land into a mounted parent), the capture is
-// merged with the new head: the mount's content wins where both changed the
-// same path (nothing the tools wrote is lost), and those paths are returned
-// as conflicts for status. trees are the capture's trees not stored yet
+// merged with the new head: where both changed a path differently the
+// mount's content stands in (nothing the tools wrote is lost) and the path
+// is recorded as a conflict with the head's version as theirs; those
+// conflicts are returned. trees are the capture's trees not stored yet
 // (Mount.CaptureDeferred): they are stored with the generation.
 func (m *Manager) PublishCapture(ws string, pinned, root store.ID, permit *store.Permit, trees ...*store.Tree) (store.ID, []ConflictInfo, error) {
 	release := m.st.HoldGC()
@@ -101,8 +102,7 @@ func (m *Manager) PublishCapture(ws string, pinned, root store.ID, permit *store
 	if root == baseRoot {
 		return w.Head, nil, nil // the mount changed nothing: the moved head stands
 	}
-	mr, err := rebase.Merge3(merger{m.st}, merger{m.st}, baseRoot, root, headRoot,
-		rebase.Options{Prefer: rebase.PreferOurs, Limits: m.limit})
+	mr, err := rebase.Merge3(merger{m.st}, merger{m.st}, baseRoot, root, headRoot, m.mergeOptions(rebase.Options{}))
 	if err != nil {
 		return store.ID{}, nil, fmt.Errorf("merge capture of %s with its moved head: %w", ws, err)
 	}
@@ -112,18 +112,27 @@ func (m *Manager) PublishCapture(ws string, pinned, root store.ID, permit *store
 	if mr.Tree == headRoot {
 		return w.Head, nil, nil // already published (a recovery replaying a capture that landed)
 	}
-	gen, _, err := m.st.PublishGeneration(&store.Generation{Root: mr.Tree, Parents: []store.ID{w.Head, pinned}, Workspace: ws, Kind: store.GenCapture, Operation: op, Time: m.now()},
+	fresh := storeConflicts(mr.Conflicts)
+	fromHead, err := m.conflictsOf(w.Head)
+	if err != nil {
+		return store.ID{}, nil, err
+	}
+	fromPinned, err := m.conflictsOf(pinned)
+	if err != nil {
+		return store.ID{}, nil, err
+	}
+	conflicts := unionConflicts(fresh, fromHead, fromPinned)
+	merged := mr.Tree
+	if merged.IsZero() {
+		merged = store.EmptyTreeID()
+	}
+	gen, _, err := m.st.PublishGeneration(&store.Generation{Root: merged, Parents: []store.ID{w.Head, pinned}, Workspace: ws, Kind: store.GenCapture, Operation: op, Time: m.now(), Conflicts: conflicts},
 		ws, w.Head, store.HeadEntry{Base: w.Base, Kind: store.GenCapture, Operation: op, Time: m.now()}, permit)
 	if err != nil {
 		return store.ID{}, nil, fmt.Errorf("publish capture of %s: %w", ws, err)
 	}
-	infos := toInfos(mr.Resolved)
-	if len(infos) > 0 {
-		nw, _ := m.st.GetWorkspace(ws)
-		_ = m.recordConflicts(ws, conflictRecord{Head: nw.Head, Key: op, Time: m.now(), Conflicts: infos})
-	}
 	m.headChanged(ws)
-	return gen, infos, nil
+	return gen, infosOf(fresh), nil
 }
 
 // IsFenced reports whether err means a publication permit was fenced.

@@ -135,7 +135,13 @@ func (m *Manager) publish(w store.Workspace, root store.ID, kind store.GenKind, 
 		}
 		return w.Head, nil
 	}
-	gen, _, err := m.st.PublishGeneration(&store.Generation{Root: root, Parents: []store.ID{w.Head}, Workspace: w.Name, Kind: kind, Operation: op, Time: m.now()},
+	// Recorded conflicts stay with the workspace's new content until a
+	// resolve settles them.
+	carried, err := m.conflictsOf(w.Head)
+	if err != nil {
+		return store.ID{}, err
+	}
+	gen, _, err := m.st.PublishGeneration(&store.Generation{Root: root, Parents: []store.ID{w.Head}, Workspace: w.Name, Kind: kind, Operation: op, Time: m.now(), Conflicts: carried},
 		w.Name, w.Head, store.HeadEntry{Base: w.Base, Kind: kind, Operation: op, Time: m.now()}, permit, with...)
 	if err != nil {
 		return store.ID{}, fmt.Errorf("publish %s: %w", w.Name, err)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -33,10 +34,15 @@ type RebaseOptions struct {
 	Permit *store.Permit
 }
 
-// ConflictInfo is one recorded conflict.
+// ConflictInfo is one recorded conflict: its path, why, and the three
+// versions kept for it (nil: absent on that side). Ours is the
+// workspace's own version, theirs its parent's.
 type ConflictInfo struct {
-	Path string `json:"path"`
-	Kind string `json:"kind"`
+	Path   string      `json:"path"`
+	Kind   string      `json:"kind"`
+	Base   *store.Side `json:"base,omitempty"`
+	Ours   *store.Side `json:"ours,omitempty"`
+	Theirs *store.Side `json:"theirs,omitempty"`
 }
 
 // Result describes what a rebase or land did.
@@ -48,7 +54,7 @@ type Result struct {
 	Parent    string         `json:"parent,omitempty"`
 	Conflicts []ConflictInfo `json:"conflicts,omitempty"`
 	// Markers lists paths where conflict markers were written (or, for
-	// binary files, ours was kept).
+	// binary files, ours was kept); they stay recorded conflicts.
 	Markers []ConflictInfo `json:"markers,omitempty"`
 	// Sync is where an in-place reconciliation (SyncInPlace) spent its
 	// time; nil for other operations.
@@ -68,8 +74,10 @@ type SyncTiming struct {
 }
 
 // conflictRecord is stored under meta namespace "conflicts", key workspace.
-// It is valid while the workspace's head and its parent's head are still
-// the ones it was computed for.
+// It is valid while the workspace's head is still the one it was computed
+// for. Merge conflicts live in generations (conflicts.go); this record
+// keeps only notices that are not merges' (an in-place directory's lost
+// content) and what older stores recorded.
 type conflictRecord struct {
 	Head       store.ID       `json:"head"`
 	ParentHead store.ID       `json:"parent_head"`
@@ -88,23 +96,26 @@ func (g merger) ReadBlob(id store.ID) ([]byte, error)      { return g.st.ReadBlo
 func (g merger) PutTree(t *store.Tree) (store.ID, error)   { return g.st.PutTree(t) }
 func (g merger) WriteBlobBytes(b []byte) (store.ID, error) { return g.st.WriteBlobBytes(b) }
 func toInfos(cs []rebase.Conflict) []ConflictInfo {
-	out := make([]ConflictInfo, 0, len(cs))
-	for _, c := range cs {
-		out = append(out, ConflictInfo{Path: c.Path, Kind: string(c.Kind)})
-	}
+	out := infosOf(storeConflicts(cs))
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out
 }
 
 // Rebase moves name onto its parent's current head with a 3-way merge.
-// A conflict changes nothing (unless Markers or Prefer resolve it) and is
-// recorded for status.
+// Paths the merge cannot settle (unless Prefer settles them) keep ours (or
+// conflict markers, with Markers) and are recorded as conflicts in the new
+// head: the outcome is then conflicted, and name cannot land until they
+// are resolved.
 func (m *Manager) Rebase(name string, opt RebaseOptions) (Result, error) {
+	before, err := m.Get(name)
+	if err != nil {
+		return Result{}, err
+	}
 	res, err := m.rebaseOnce(name, opt)
 	if err != nil {
 		return res, err
 	}
-	if res.Outcome == OutcomeRebased || (res.Outcome == OutcomeConflicted && opt.Markers && len(res.Markers) > 0) {
+	if res.Head != before.Head {
 		m.propagate(name, true)
 	}
 	return res, nil
@@ -129,7 +140,7 @@ func (m *Manager) rebaseOnce(name string, opt RebaseOptions) (Result, error) {
 			return res, err
 		} else if ok {
 			res.Outcome, res.Head, res.Base = OutcomeRebased, e.Gen, e.Base
-			return res, nil
+			return res, m.settleOutcome(name, &res)
 		}
 	}
 	p, err := m.st.GetWorkspace(w.Parent)
@@ -138,8 +149,7 @@ func (m *Manager) rebaseOnce(name string, opt RebaseOptions) (Result, error) {
 	}
 	if w.Base == p.Head {
 		res.Outcome = OutcomeCurrent
-		m.clearConflicts(name)
-		return res, nil
+		return res, m.settleOutcome(name, &res)
 	}
 	key := opt.Key
 	if key == "" {
@@ -150,36 +160,9 @@ func (m *Manager) rebaseOnce(name string, opt RebaseOptions) (Result, error) {
 		// No changes of its own: follow the parent exactly.
 		newGen = p.Head
 	} else {
-		baseRoot, err := m.rootOf(w.Base)
-		if err != nil {
+		if newGen, res.Markers, err = m.mergeOnto(w, p, key, opt); err != nil {
 			return res, err
 		}
-		oursRoot, err := m.rootOf(w.Head)
-		if err != nil {
-			return res, err
-		}
-		theirsRoot, err := m.rootOf(p.Head)
-		if err != nil {
-			return res, err
-		}
-		mr, err := rebase.Merge3(merger{m.st}, merger{m.st}, baseRoot, oursRoot, theirsRoot,
-			rebase.Options{Prefer: opt.Prefer, Markers: opt.Markers, Limits: m.limit})
-		if err != nil {
-			return res, fmt.Errorf("merge %s onto %s: %w", name, w.Parent, err)
-		}
-		if len(mr.Conflicts) > 0 {
-			res.Outcome = OutcomeConflicted
-			res.Conflicts = toInfos(mr.Conflicts)
-			if err := m.recordConflicts(name, conflictRecord{Head: w.Head, ParentHead: p.Head, Key: opt.Key, Time: m.now(), Conflicts: res.Conflicts}); err != nil {
-				return res, err
-			}
-			return res, nil
-		}
-		newGen, err = m.st.PutGeneration(&store.Generation{Root: mr.Tree, Parents: []store.ID{w.Head, p.Head}, Workspace: name, Kind: store.GenRebase, Operation: key, Time: m.now()})
-		if err != nil {
-			return res, fmt.Errorf("store generation: %w", err)
-		}
-		res.Markers = toInfos(mr.Resolved)
 	}
 	nw, err := m.st.CompareAndAppend(name, w.Head, store.HeadEntry{Gen: newGen, Base: p.Head, Kind: store.GenRebase, Operation: key, Time: m.now()}, opt.Permit)
 	if err != nil {
@@ -187,21 +170,71 @@ func (m *Manager) rebaseOnce(name string, opt RebaseOptions) (Result, error) {
 	}
 	res.Head, res.Base = nw.Head, nw.Base
 	res.Outcome = OutcomeRebased
-	if opt.Markers && len(res.Markers) > 0 {
-		res.Outcome = OutcomeConflicted
-		res.Conflicts = res.Markers
-		if err := m.recordConflicts(name, conflictRecord{Head: nw.Head, ParentHead: p.Head, Key: key, Time: m.now(), Conflicts: res.Markers}); err != nil {
-			return res, err
-		}
-	} else {
-		m.clearConflicts(name)
+	return res, m.settleOutcome(name, &res)
+}
+
+// mergeOnto stores the generation that rebases w onto its parent p's head:
+// the 3-way merge of w's head and p's head against w's base, with the
+// conflicts of both heads carried and the merge's own recorded. markers
+// lists the paths given conflict markers.
+func (m *Manager) mergeOnto(w, p store.Workspace, key string, opt RebaseOptions) (gen store.ID, markers []ConflictInfo, err error) {
+	baseRoot, err := m.rootOf(w.Base)
+	if err != nil {
+		return gen, nil, err
 	}
-	return res, nil
+	oursRoot, err := m.rootOf(w.Head)
+	if err != nil {
+		return gen, nil, err
+	}
+	theirsRoot, err := m.rootOf(p.Head)
+	if err != nil {
+		return gen, nil, err
+	}
+	mr, err := rebase.Merge3(merger{m.st}, merger{m.st}, baseRoot, oursRoot, theirsRoot, m.mergeOptions(rebase.Options{Prefer: opt.Prefer, Markers: opt.Markers}))
+	if err != nil {
+		return gen, nil, fmt.Errorf("merge %s onto %s: %w", w.Name, w.Parent, err)
+	}
+	fresh := storeConflicts(mr.Conflicts)
+	if opt.Markers {
+		// Markers stand in for a conflict; they settle nothing.
+		fresh = append(fresh, storeConflicts(mr.Resolved)...)
+		markers = toInfos(mr.Resolved)
+	}
+	ours, err := m.conflictsOf(w.Head)
+	if err != nil {
+		return gen, nil, err
+	}
+	if ours, err = m.withTheirs(ours, theirsRoot); err != nil {
+		return gen, nil, err
+	}
+	theirs, err := m.conflictsOf(p.Head)
+	if err != nil {
+		return gen, nil, err
+	}
+	root := mr.Tree
+	if root.IsZero() {
+		root = store.EmptyTreeID()
+	}
+	gen, err = m.st.PutGeneration(&store.Generation{Root: root, Parents: []store.ID{w.Head, p.Head}, Workspace: w.Name, Kind: store.GenRebase, Operation: key, Time: m.now(),
+		Conflicts: unionConflicts(fresh, ours, theirs)})
+	if err != nil {
+		return gen, nil, fmt.Errorf("store generation: %w", err)
+	}
+	return gen, markers, nil
+}
+
+// mergeOptions completes opt with what every merge of workspace trees
+// uses: conflicts kept (callers record them), the manager's limits.
+func (m *Manager) mergeOptions(opt rebase.Options) rebase.Options {
+	opt.KeepConflicts = true
+	opt.Limits = m.limit
+	return opt
 }
 
 // Land publishes name's changes into its parent: rebase first if the parent
 // moved, then fast-forward the parent's head to name's head (one atomic
-// append on both). Siblings follow.
+// append on both). Siblings follow. A workspace whose head holds conflicts
+// its parent's does not share lands nothing: the outcome is conflicted.
 func (m *Manager) Land(name string, opt RebaseOptions) (Result, error) {
 	w, err := m.Get(name)
 	if err != nil {
@@ -210,7 +243,7 @@ func (m *Manager) Land(name string, opt RebaseOptions) (Result, error) {
 	if w.Parent == "" {
 		return Result{Workspace: name}, fmt.Errorf("%w: %s is a root workspace; nothing to land into", ErrNoParent, name)
 	}
-	res, err := m.rebaseOnce(name, RebaseOptions{Prefer: opt.Prefer})
+	res, err := m.Rebase(name, RebaseOptions{Prefer: opt.Prefer})
 	if err != nil || res.Outcome == OutcomeConflicted {
 		return res, err
 	}
@@ -338,11 +371,22 @@ func (m *Manager) recordConflicts(name string, rec conflictRecord) error {
 
 func (m *Manager) clearConflicts(name string) { _ = m.st.DeleteMeta(metaConflicts, name) }
 
-// Conflicts returns name's recorded conflicts that are still current.
+// Conflicts returns name's recorded conflicts: those of its head
+// generation, then any notice recorded for the same head (an in-place
+// directory's lost content) at another path.
 func (m *Manager) Conflicts(name string) ([]ConflictInfo, error) {
+	w, err := m.st.GetWorkspace(name)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := m.conflictsOf(w.Head)
+	if err != nil {
+		return nil, err
+	}
+	out := infosOf(cs)
 	b, err := m.st.GetMeta(metaConflicts, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, nil
+		return out, nil
 	}
 	if err != nil {
 		return nil, err
@@ -351,12 +395,14 @@ func (m *Manager) Conflicts(name string) ([]ConflictInfo, error) {
 	if err := json.Unmarshal(b, &rec); err != nil {
 		return nil, fmt.Errorf("conflict record of %s: %w", name, store.ErrCorrupt)
 	}
-	w, err := m.st.GetWorkspace(name)
-	if err != nil {
-		return nil, err
-	}
 	if w.Head != rec.Head {
-		return nil, nil // stale: the workspace moved on
+		return out, nil // stale: the workspace moved on
 	}
-	return rec.Conflicts, nil
+	for _, c := range rec.Conflicts {
+		if !slices.ContainsFunc(out, func(o ConflictInfo) bool { return o.Path == c.Path }) {
+			out = append(out, c)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out, nil
 }

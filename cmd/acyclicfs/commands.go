@@ -350,6 +350,9 @@ func (a *app) printOutcome(w io.Writer, res workspace.Result) error {
 		}
 	}
 	if res.Outcome == workspace.OutcomeConflicted {
+		if !a.jsonOut && !a.quiet {
+			fmt.Fprintln(a.stderr, conflictHint)
+		}
 		return errConflictExit
 	}
 	return nil

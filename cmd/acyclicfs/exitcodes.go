@@ -43,7 +43,7 @@ func exitCode(err error) int {
 		return exitOK
 	case errors.As(err, &ec):
 		return int(ec)
-	case errors.Is(err, errConflictExit), errors.Is(err, workspace.ErrConflict):
+	case errors.Is(err, errConflictExit), errors.Is(err, workspace.ErrConflict), errors.Is(err, workspace.ErrUnresolved):
 		return exitConflict
 	case errors.As(err, &u),
 		errors.Is(err, workspace.ErrInvalidName),
@@ -54,6 +54,8 @@ func exitCode(err error) int {
 		errors.Is(err, workspace.ErrNotEmpty),
 		errors.Is(err, workspace.ErrNoHistory),
 		errors.Is(err, workspace.ErrNoParent),
+		errors.Is(err, workspace.ErrNoConflicts),
+		errors.Is(err, workspace.ErrNoSuchPath),
 		errors.Is(err, store.ErrInvalidID),
 		errors.Is(err, store.ErrAmbiguous):
 		return exitUsage
@@ -74,6 +76,10 @@ func hint(err error) string {
 		return "run 'acyclicfs list' to see the workspaces"
 	case errors.Is(err, workspace.ErrNotEmpty):
 		return "pass --force to replace the directory's contents"
+	case errors.Is(err, workspace.ErrUnresolved):
+		return "edit the file, or run 'acyclicfs resolve WS PATH --ours|--theirs|--base'; 'acyclicfs cat WS PATH --conflict ours|theirs|base' shows a side"
+	case errors.Is(err, workspace.ErrNoConflicts):
+		return "'acyclicfs status WS' lists the recorded conflicts"
 	case errors.Is(err, workspace.ErrHasChildren):
 		return "remove the children first, or pass --recursive"
 	case errors.Is(err, store.ErrAmbiguous):
