@@ -459,3 +459,81 @@ func (m *Manager) CatEntry(name string, gen store.ID, p string, side ConflictSid
 	}
 	return *e, nil
 }
+
+// markConflicts gives each recorded text conflict of w's head whose path
+// still holds ours the diff3 markers of its three sides, as one new
+// generation (the conflicts stay recorded). It returns the head and the
+// paths it marked.
+func (m *Manager) markConflicts(w store.Workspace, permit *store.Permit) (store.ID, []ConflictInfo, error) {
+	g, err := m.st.GetGeneration(w.Head)
+	if err != nil {
+		return w.Head, nil, err
+	}
+	lim := m.limit.WithDefaults()
+	read := func(sd *store.Side) ([]byte, bool, error) {
+		if sd == nil {
+			return nil, true, nil
+		}
+		if !sd.Kind.IsRegular() || sd.Size > lim.MaxTextBytes {
+			return nil, false, nil
+		}
+		b, err := m.st.ReadBlob(sd.ID)
+		if err != nil || rebase.IsBinary(b) {
+			return nil, false, err
+		}
+		return b, true, nil
+	}
+	edits := map[string]*store.Entry{}
+	var marked []store.Conflict
+	for _, c := range g.Conflicts {
+		if c.Ours == nil || c.Theirs == nil {
+			continue
+		}
+		cur, err := m.entryAt(g.Root, c.Path)
+		if err != nil {
+			return w.Head, nil, err
+		}
+		if cur == nil || cur.ID != c.Ours.ID || cur.Kind != c.Ours.Kind {
+			continue // edited since, or not a file: leave it as it is
+		}
+		var sides [3][]byte
+		ok := true
+		for i, sd := range c.Sides() {
+			var good bool
+			if sides[i], good, err = read(sd); err != nil {
+				return w.Head, nil, err
+			}
+			ok = ok && good
+		}
+		if !ok {
+			continue
+		}
+		text, clean := rebase.MergeText(sides[0], sides[1], sides[2])
+		if clean {
+			continue
+		}
+		id, err := m.st.WriteBlobBytes(text)
+		if err != nil {
+			return w.Head, nil, err
+		}
+		e := *cur
+		e.ID, e.Size = id, int64(len(text))
+		edits[c.Path] = &e
+		marked = append(marked, c)
+	}
+	if len(edits) == 0 {
+		return w.Head, nil, nil
+	}
+	root, err := m.setEntries(g.Root, edits)
+	if err != nil {
+		return w.Head, nil, err
+	}
+	op := "markers " + newOperationID()
+	gen, _, err := m.st.PublishGeneration(&store.Generation{Root: root, Parents: []store.ID{w.Head}, Workspace: w.Name, Kind: store.GenRebase, Operation: op, Time: m.now(), Conflicts: g.Conflicts},
+		w.Name, w.Head, store.HeadEntry{Base: w.Base, Kind: store.GenRebase, Operation: op, Time: m.now()}, permit)
+	if err != nil {
+		return w.Head, nil, fmt.Errorf("write conflict markers into %s: %w", w.Name, err)
+	}
+	m.headChanged(w.Name)
+	return gen, infosOf(marked), nil
+}

@@ -149,6 +149,13 @@ func (m *Manager) rebaseOnce(name string, opt RebaseOptions) (Result, error) {
 	}
 	if w.Base == p.Head {
 		res.Outcome = OutcomeCurrent
+		if opt.Markers {
+			// Already rebased with conflicts: write markers where the
+			// recorded stand-in is still ours.
+			if res.Head, res.Markers, err = m.markConflicts(w, opt.Permit); err != nil {
+				return res, err
+			}
+		}
 		return res, m.settleOutcome(name, &res)
 	}
 	key := opt.Key
