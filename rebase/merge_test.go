@@ -60,7 +60,7 @@ func (c mergeCase) merge(t testing.TB, opt Options) (Result, Fs) {
 	if err != nil {
 		t.Fatalf("Merge3: %v", err)
 	}
-	if res.Conflicts != nil {
+	if res.Conflicts != nil && !opt.KeepConflicts {
 		if !res.Tree.IsZero() {
 			t.Fatalf("conflicted merge returned tree %s", res.Tree.Short())
 		}
@@ -497,5 +497,46 @@ func TestMerge3TouchedDirIsNotAChange(t *testing.T) {
 	res, got := newCase(t, base, ours, theirs).merge(t, Options{})
 	if res.Conflicts != nil || !reflect.DeepEqual(content(got), ours) {
 		t.Fatalf("got %v conflicts %v", got, res.Conflicts)
+	}
+}
+
+// fakeSubtree settles every directory called "special" by taking theirs
+// and reporting one conflict inside it; it declines everything else.
+type fakeSubtree struct {
+	offered []string
+}
+
+func (f *fakeSubtree) MergeSubtree(path string, b, o, t *store.Entry) (*store.Entry, []Conflict, bool, error) {
+	f.offered = append(f.offered, path)
+	if !strings.HasSuffix(path, "special") {
+		return nil, nil, false, nil
+	}
+	return t, []Conflict{{Path: path + "/ref", Kind: "git-ref", Ours: o, Theirs: t}}, true, nil
+}
+
+func TestMerge3SubtreeAndKeepConflicts(t *testing.T) {
+	base := Fs{"d/special/x": file("b\n"), "d/plain/y": file("1\n2\n3\n"), "t": file("base\n")}
+	ours := Fs{"d/special/x": file("o\n"), "d/plain/y": file("O\n2\n3\n"), "t": file("ours\n")}
+	theirs := Fs{"d/special/x": file("t\n"), "d/plain/y": file("1\n2\nT\n"), "t": file("theirs\n")}
+	mc := newCase(t, base, ours, theirs)
+	sub := &fakeSubtree{}
+	before := mc.mem.Objects()
+	res, got := mc.merge(t, Options{Subtree: sub, KeepConflicts: true})
+	if strings.Join(sub.offered, " ") != "d d/plain d/special" {
+		t.Fatalf("offered %q: want every directory both sides changed", sub.offered)
+	}
+	if conflictPaths(res.Conflicts) != "d/special/ref:git-ref t:content" {
+		t.Fatalf("conflicts %q", conflictPaths(res.Conflicts))
+	}
+	if res.Tree.IsZero() || mc.mem.Objects() == before {
+		t.Fatal("KeepConflicts must write the merged tree")
+	}
+	want := Fs{"d/special/x": file("t\n"), "d/plain/y": file("O\n2\nT\n"), "t": file("ours\n")}
+	if !reflect.DeepEqual(content(got), content(want)) {
+		t.Fatalf("got %+v\nwant %+v", content(got), content(want))
+	}
+	// Without KeepConflicts the subtree's conflict voids the merge.
+	if res, _ := Merge3(mc.mem, mc.mem, mc.base, mc.ours, mc.theirs, Options{Subtree: &fakeSubtree{}}); !res.Tree.IsZero() || len(res.Conflicts) != 2 {
+		t.Fatalf("plain merge with a subtree conflict: %+v", res)
 	}
 }

@@ -189,6 +189,15 @@ func TestMerge3Properties(t *testing.T) {
 		if r1.Conflicts == nil && (mk.Tree != r1.Tree || po.Tree != r1.Tree) {
 			t.Fatal("options changed a clean merge")
 		}
+		// KeepConflicts writes what PreferOurs writes (ours stands in at
+		// every conflict) and reports the same conflicts as unresolved.
+		kc, err := Merge3(mem, mem, b, x, y, Options{KeepConflicts: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kc.Tree != po.Tree || !reflect.DeepEqual(kc.Conflicts, r1.Conflicts) || kc.Resolved != nil {
+			t.Fatalf("keep conflicts: %+v, want tree %v and conflicts %+v", kc, po.Tree, r1.Conflicts)
+		}
 	})
 }
 
