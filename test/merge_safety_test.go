@@ -111,3 +111,51 @@ func TestBinaryConflictKeepsBothSides(t *testing.T) {
 	e.unmount(m2)
 	e.fsck()
 }
+
+// TestResolveAndMergeCrashAllOrNothing kills the CLI at each step of a
+// resolve and of a conflicted rebase: afterwards the workspace is wholly
+// before (head, conflicts and all) or wholly after.
+func TestResolveAndMergeCrashAllOrNothing(t *testing.T) {
+	e := newEnv(t)
+	src := filepath.Join(e.dir, "src")
+	writeTree(t, src, map[string]string{"f": "base\n", "g": "base\n"})
+	e.ok("create", "main", "--from", src)
+	e.ok("fork", "main", "c")
+	e.edit("c", map[string]string{"f": "child\n", "g": "child\n"})
+	e.edit("main", map[string]string{"f": "parent\n", "g": "parent\n"})
+	crash := func(point string, args ...string) {
+		t.Helper()
+		cmd := e.command([]string{"ACYCLICFS_FAILPOINT_ARMED=1", "ACYCLICFS_FAILPOINT=" + point}, args...)
+		r, err := runCmd(cmd)
+		if err != nil || r.code != -1 && r.code != 137 {
+			t.Fatalf("%s with %s armed: want a killed process: %v %s", args, point, err, r)
+		}
+	}
+	conflicts := func() string {
+		t.Helper()
+		st := e.statusOf("c")
+		var ps []string
+		for _, c := range st.Conflicts {
+			ps = append(ps, c.Path)
+		}
+		return strings.Join(ps, " ")
+	}
+	before := e.head("c")
+	crash("rebase.before-publish", "rebase", "c")
+	if e.head("c") != before || conflicts() != "" {
+		t.Fatalf("a rebase killed before its publication changed the child: conflicts %q", conflicts())
+	}
+	e.fails(3, "rebase", "c")
+	rebased := e.head("c")
+	crash("resolve.before-publish", "resolve", "c", "f", "--theirs")
+	if e.head("c") != rebased || conflicts() != "f g" || e.content("c", "f") != "child\n" {
+		t.Fatalf("a resolve killed before its publication changed the child: conflicts %q", conflicts())
+	}
+	crash("resolve.after-publish", "resolve", "c", "f", "--theirs")
+	if e.head("c") == rebased || conflicts() != "g" || e.content("c", "f") != "parent\n" {
+		t.Fatalf("a resolve killed after its publication is not whole: conflicts %q f %q", conflicts(), e.content("c", "f"))
+	}
+	e.ok("resolve", "c", "g", "--ours")
+	e.ok("land", "c")
+	e.fsck()
+}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/acyclicfs/acyclicfs/internal/failpoint"
 	"github.com/acyclicfs/acyclicfs/rebase"
 	"github.com/acyclicfs/acyclicfs/store"
 )
@@ -326,11 +327,13 @@ func (m *Manager) Resolve(name string, paths []string, opt ResolveOptions) (Reso
 		}
 	}
 	op := "resolve " + newOperationID()
+	failpoint.Hit("resolve.before-publish")
 	gen, _, err := m.st.PublishGeneration(&store.Generation{Root: root, Parents: []store.ID{w.Head}, Workspace: name, Kind: store.GenResolve, Operation: op, Time: m.now(), Conflicts: remaining},
 		name, w.Head, store.HeadEntry{Base: w.Base, Kind: store.GenResolve, Operation: op, Time: m.now()}, nil)
 	if err != nil {
 		return res, fmt.Errorf("resolve %s: %w", name, err)
 	}
+	failpoint.Hit("resolve.after-publish")
 	res.Head = gen
 	res.Remaining = infosOf(remaining)
 	m.headChanged(name)

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/acyclicfs/acyclicfs/internal/failpoint"
 	"github.com/acyclicfs/acyclicfs/rebase"
 	"github.com/acyclicfs/acyclicfs/store"
 )
@@ -171,6 +172,7 @@ func (m *Manager) rebaseOnce(name string, opt RebaseOptions) (Result, error) {
 			return res, err
 		}
 	}
+	failpoint.Hit("rebase.before-publish") // merged (git directories too), not yet the head
 	nw, err := m.st.CompareAndAppend(name, w.Head, store.HeadEntry{Gen: newGen, Base: p.Head, Kind: store.GenRebase, Operation: key, Time: m.now()}, opt.Permit)
 	if err != nil {
 		return res, fmt.Errorf("publish rebase of %s: %w", name, err)
