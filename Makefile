@@ -46,13 +46,12 @@ unit:
 
 # -count=1: the end-to-end tests drive a binary they build themselves,
 # which go test's result cache cannot see.
-# The fuse module's enable_uring is turned on first where root may (it
-# only lets servers that ask for io_uring have it), so that mounts take
-# their default transport, io_uring, as on a machine set up for speed.
-URING_PARAM := /sys/module/fuse/parameters/enable_uring
+# The fuse module's enable_uring is on during the run where root may turn
+# it on (it only lets servers that ask for io_uring have it), so that mounts
+# take their default transport, io_uring, as on a machine set up for speed;
+# scripts/with-uring.sh puts it back as it was afterwards.
 race:
-	@if [ -w $(URING_PARAM) ]; then echo 1 > $(URING_PARAM) || true; fi
-	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+	scripts/with-uring.sh $(GO) test -race -count=1 -timeout 15m $(PKGS)
 
 # The tool and window tests once more with every mount served through
 # read and write on /dev/fuse (mount --transport dev-fuse), the transport
@@ -70,21 +69,21 @@ BENCH_FS ?= -fresh-fs 32G
 # table once). 11.8 minutes on this 2-core VM with a load average of 2.
 # Writes docs/benchmarks.md and docs/benchmarks.png.
 bench: bench-deps
-	$(GO) run ./test/bench -runs 2 $(BENCH_FS)
+	scripts/with-uring.sh $(GO) run ./test/bench -runs 2 $(BENCH_FS)
 
 # bench and a census of FUSE requests per workload (acyclicfs mounted with
 # --debug): about a minute more. make bench carries the last census over.
 bench-profile: bench-deps
-	$(GO) run ./test/bench -runs 2 -profile -profile-systems acyclicfs $(BENCH_FS)
+	scripts/with-uring.sh $(GO) run ./test/bench -runs 2 -profile -profile-systems acyclicfs $(BENCH_FS)
 
 bench-fs: bench
 
 # What the harness runs besides Go: fuse-overlayfs and git, from Debian's
 # packages when root and missing (otherwise the harness skips what is absent);
 # libfuse's passthrough_hp, built into bin/ from Debian's fuse3 source
-# package (scripts/passthrough-hp.sh; skipped when that fails); and the fuse
-# module's enable_uring on where root may, so that acyclicfs mounts take
-# their default transport, io_uring.
+# package (scripts/passthrough-hp.sh; skipped when that fails). bench runs
+# under scripts/with-uring.sh, so that acyclicfs mounts take their default
+# transport, io_uring, and the machine's setting is put back afterwards.
 bench-deps:
 	@need=""; for t in fuse-overlayfs git; do command -v $$t >/dev/null 2>&1 || need="$$need $$t"; done; \
 	if [ -n "$$need" ]; then \
@@ -95,7 +94,6 @@ bench-deps:
 	fi
 	@if [ "$$(id -u)" = 0 ] && [ ! -x bin/passthrough_hp ]; then \
 	  scripts/passthrough-hp.sh bin/passthrough_hp || echo "bench: no passthrough_hp (the harness skips it)"; fi
-	@if [ -w $(URING_PARAM) ]; then echo 1 > $(URING_PARAM) || true; fi
 
 # The Go micro-benchmarks (testing.B) of every package.
 bench-micro:

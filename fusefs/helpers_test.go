@@ -348,6 +348,10 @@ func TestMain(m *testing.M) {
 	}
 	before, _ := fuseMounts()
 	code := m.Run()
+	if err := RestoreUring(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = max(code, 1)
+	}
 	if after, lines := fuseMounts(); after > before {
 		fmt.Fprintf(os.Stderr, "leaked %d mounts:\n%s\n", after-before, lines)
 		if code == 0 {

@@ -62,12 +62,31 @@ func UringAvailable() error {
 // TurnOnUring turns the fuse module's enable_uring on where it exists and
 // the caller may write it (root), then reports UringAvailable. The switch
 // only lets FUSE servers that ask for io_uring have it.
+// A process that turns it on should call RestoreUring before it exits:
+// the parameter is the whole machine's.
 func TurnOnUring() error {
 	if UringAvailable() == nil {
 		return nil
 	}
-	_ = os.WriteFile(uringParamPath, []byte("1"), 0o644)
+	if os.WriteFile(uringParamPath, []byte("1"), 0o644) == nil {
+		uringTurnedOn.Store(true)
+	}
 	return UringAvailable()
+}
+
+// uringTurnedOn records that TurnOnUring changed the parameter.
+var uringTurnedOn atomic.Bool
+
+// RestoreUring turns enable_uring off again if TurnOnUring of this process
+// turned it on (a machine where it was on stays so).
+func RestoreUring() error {
+	if !uringTurnedOn.Swap(false) {
+		return nil
+	}
+	if err := os.WriteFile(uringParamPath, []byte("0"), 0o644); err != nil {
+		return fmt.Errorf("restore %s: %w", uringParamPath, err)
+	}
+	return nil
 }
 
 const (

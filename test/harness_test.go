@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"github.com/acyclicfs/acyclicfs/fusefs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -56,6 +57,10 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
+	if err := fusefs.RestoreUring(); err != nil { // needUring's, if it turned it on
+		fmt.Fprintln(os.Stderr, err)
+		code = max(code, 1)
+	}
 	if code == 0 {
 		for _, mp := range fuseMounts() {
 			for _, d := range envDirs {
