@@ -106,6 +106,11 @@ func TestBinaryConflictKeepsBothSides(t *testing.T) {
 	}
 	e.waitIdle("a2")
 	e.ok("resolve", "a2", "--all", "--theirs")
+	// Resolving a mounted workspace switches its view like any head change.
+	if got := inSession(t, m2, `sqlite3 app.db "select group_concat(v) from t"`); strings.TrimSpace(got) != "base,one" {
+		t.Fatalf("after resolve --theirs the mount shows %q", got)
+	}
+	e.waitIdle("a2")
 	e.ok("land", "a2")
 	e.unmount(m1)
 	e.unmount(m2)
