@@ -218,6 +218,10 @@ func mountAt(mountpoint string, cfg Config) (*Mount, error) {
 		// every added name), so negative entries are cached as long.
 		NegativeTimeout: &entryT,
 		RootStableAttr:  &fs.StableAttr{Ino: 1},
+		// Mode 000 is a mode: without this go-fuse shows a file without
+		// permission bits as 0644 (a directory as 0755), and with
+		// allow_other the kernel would let every user read it.
+		NullPermissions: true,
 		MountOptions: fuse.MountOptions{
 			AllowOther:    cfg.AllowOther,
 			Debug:         cfg.Debug,

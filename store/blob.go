@@ -166,7 +166,8 @@ func cloneOrCopy(path string) fillFunc {
 }
 
 // writeTemp fills a new temp file in STORE/tmp and returns its path, the
-// content's ID and length. The temp file is closed, made 0444 and, unless
+// content's ID and length. The temp file is closed, made read-only
+// (blobMode) and, unless
 // sync is false, fsynced. On error nothing is left behind.
 func (s *Store) writeTemp(fill fillFunc, sync bool) (string, ID, int64, error) {
 	if s.readOnly {
@@ -192,7 +193,7 @@ func (s *Store) writeTemp(fill fillFunc, sync bool) (string, ID, int64, error) {
 		}
 	}
 	if err == nil {
-		if err = f.Chmod(0o444); err != nil {
+		if err = f.Chmod(blobMode); err != nil {
 			err = fmt.Errorf("write blob: %w", err)
 		}
 	}
@@ -219,7 +220,7 @@ func (s *Store) tmpShard() (string, error) {
 	i := s.tmpNext.Add(1) % tmpShards
 	d := filepath.Join(s.tmpDir(), strconv.FormatUint(i, 10))
 	if !s.tmpMade[i].Load() {
-		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		if err := os.Mkdir(d, privateDirMode); err != nil && !errors.Is(err, fs.ErrExist) {
 			return "", err
 		}
 		s.tmpMade[i].Store(true)
@@ -256,7 +257,7 @@ func (s *Store) publishTemp(tmp string, id ID, sync bool) error {
 		return err
 	}
 	fan := filepath.Dir(final)
-	if err := os.Mkdir(fan, 0o755); err == nil {
+	if err := os.Mkdir(fan, privateDirMode); err == nil {
 		if sync && !s.noSync {
 			if err := syncPath(s.objectsDir()); err != nil {
 				os.Remove(tmp)

@@ -12,7 +12,7 @@ import (
 // OpenBlobFile opens blob id's file for reading by offset (the mount serves
 // and passes through such files). The first open of a blob in this process
 // reads it whole and checks its address; later opens trust that check, as
-// object files are immutable (0444, replaced only by rename). A blob that
+// object files are immutable (0400, replaced only by rename). A blob that
 // does not match is an error wrapping ErrCorrupt, never served.
 //
 // For a base ref it opens the resolution, or else the file in the base

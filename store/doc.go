@@ -6,7 +6,7 @@
 // # Overview
 //
 // Every object is named by the BLAKE3-256 hash of a domain-separated
-// encoding (id.go). Blobs live in STORE/objects/ab/cdef… (mode 0444) and are
+// encoding (id.go). Blobs live in STORE/objects/ab/cdef… (mode 0400, in a store directory that is 0700) and are
 // written temp → fsync → rename → fsync dir; a BlobBatch defers the syncs
 // to one syncfs at Commit for bulk imports. Trees and generations are
 // canonical encodings stored in meta.db under their ID and re-hashed on

@@ -78,6 +78,9 @@ type Options struct {
 	LockTimeout time.Duration
 	// NoSync skips every fsync. Tests only: a crash loses data.
 	NoSync bool
+	// Warn, if set, is told when Open had to make an existing store
+	// private (its directory was open to other users).
+	Warn func(msg string)
 }
 
 // Store is an open store directory. All methods are safe for concurrent use.
@@ -123,7 +126,7 @@ func Open(dir string, opt Options) (*Store, error) {
 		s.clock = func() int64 { return time.Now().UnixMilli() }
 	}
 	if !opt.ReadOnly {
-		if err := s.createDirs(); err != nil {
+		if err := s.createDirs(opt.Warn); err != nil {
 			return nil, err
 		}
 	}
@@ -279,10 +282,23 @@ func classifyOpenError(dir string, err error) error {
 // first blob. The check is access(2), not a probe file: every CLI command
 // opens the store, and a create and unlink in tmp/ cost two journalled
 // directory changes each time.
-func (s *Store) createDirs() error {
+//
+// The store is private: its directory is 0700, so no other user reaches
+// any object (blobs hold the content of files whatever their modes were).
+// A store made before this rule, or a directory made by someone else for
+// it, is tightened here and warn is told.
+func (s *Store) createDirs(warn func(string)) error {
 	for _, d := range []string{s.dir, s.objectsDir(), s.tmpDir()} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+		if err := os.MkdirAll(d, privateDirMode); err != nil {
 			return fmt.Errorf("open store %s: create %s: %w", s.dir, d, err)
+		}
+	}
+	if fi, err := os.Stat(s.dir); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		if err := os.Chmod(s.dir, fi.Mode().Perm()&0o700); err != nil {
+			return fmt.Errorf("open store %s: make it private: %w", s.dir, err)
+		}
+		if warn != nil {
+			warn(fmt.Sprintf("store %s was open to other users (mode %04o); made it private (%04o)", s.dir, fi.Mode().Perm(), fi.Mode().Perm()&0o700))
 		}
 	}
 	if err := unix.Faccessat(unix.AT_FDCWD, s.tmpDir(), unix.W_OK|unix.X_OK, unix.AT_EACCESS); err != nil {
@@ -290,6 +306,13 @@ func (s *Store) createDirs() error {
 	}
 	return nil
 }
+
+// Modes of what the store makes: private to its owner (see createDirs);
+// blobs are read-only.
+const (
+	privateDirMode = 0o700
+	blobMode       = 0o400
+)
 
 // initMeta creates meta.db atomically: built in tmp/, synced and linked
 // into place, so a meta.db that exists was complete once.
@@ -449,7 +472,7 @@ func (s *Store) cleanTmp() error {
 	// it, it is made again.
 	if fi, err := os.Lstat(s.tmpDir()); err == nil && fi.Size() > maxTmpDirSize {
 		if err := os.Remove(s.tmpDir()); err == nil {
-			if err := os.Mkdir(s.tmpDir(), 0o755); err != nil {
+			if err := os.Mkdir(s.tmpDir(), privateDirMode); err != nil {
 				return fmt.Errorf("open store %s: make tmp again: %w", s.dir, err)
 			}
 		}

@@ -63,8 +63,8 @@ func TestBlobCorruptionDetected(t *testing.T) {
 	path := s.BlobPath(id)
 	fi, err := os.Stat(path)
 	mustOK(t, err)
-	if fi.Mode().Perm() != 0o444 {
-		t.Fatalf("object mode %v, want 0444", fi.Mode().Perm())
+	if fi.Mode().Perm() != 0o400 {
+		t.Fatalf("object mode %v, want 0400", fi.Mode().Perm())
 	}
 	if rel, _ := filepath.Rel(dir, path); rel != filepath.Join("objects", id.String()[:2], id.String()[2:]) {
 		t.Fatalf("object at %s", rel)
@@ -928,4 +928,35 @@ func TestMetaTruncatedTailAndPages(t *testing.T) {
 	mustOK(t, os.Truncate(path, min(fi.Size(), written)-page))
 	_, err = store.Open(dir, store.Options{LockTimeout: 100 * time.Millisecond})
 	wantIs(t, err, store.ErrCorrupt)
+}
+
+// TestStoreIsPrivate: a new store's directory is 0700 and its objects
+// 0400; an existing store open to others is tightened at open, with a
+// warning, and a private one is left alone silently.
+func TestStoreIsPrivate(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "s")
+	s := openDir(t, dir, store.Options{})
+	id, err := s.WriteBlobBytes([]byte("secret"))
+	mustOK(t, err)
+	mustOK(t, s.Close())
+	for p, want := range map[string]os.FileMode{dir: 0o700, filepath.Dir(s.BlobPath(id)): 0o700, s.BlobPath(id): 0o400} {
+		fi, err := os.Stat(p)
+		mustOK(t, err)
+		if fi.Mode().Perm() != want {
+			t.Errorf("%s: mode %04o, want %04o", p, fi.Mode().Perm(), want)
+		}
+	}
+	mustOK(t, os.Chmod(dir, 0o755)) // as stores were made before
+	var warned []string
+	s = openDir(t, dir, store.Options{Warn: func(m string) { warned = append(warned, m) }})
+	mustOK(t, s.Close())
+	if fi, _ := os.Stat(dir); fi.Mode().Perm() != 0o700 || len(warned) != 1 || !strings.Contains(warned[0], "made it private") {
+		t.Fatalf("reopen of a 0755 store: mode %04o, warnings %q", fi.Mode().Perm(), warned)
+	}
+	warned = nil
+	s = openDir(t, dir, store.Options{Warn: func(m string) { warned = append(warned, m) }})
+	mustOK(t, s.Close())
+	if len(warned) != 0 {
+		t.Fatalf("a private store warned: %q", warned)
+	}
 }

@@ -167,7 +167,7 @@ func runDaemon(storeDir string, ready io.WriteCloser, exitWhenIdle bool) error {
 		return fail(err)
 	}
 	pidPath := filepath.Join(d.dir, pidName)
-	if err := os.WriteFile(pidPath, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(pidPath, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
 		ln.Close()
 		m.Close()
 		return fail(fmt.Errorf("write %s: %w", pidPath, err))
