@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -118,7 +117,7 @@ func (s *served) describeLeases(open []openLease) (holders []string, ended bool)
 		procs, err := s.tracker.Processes(l.owner)
 		var parts []string
 		if l.explicit && !strings.HasPrefix(l.label, "exec ") {
-			parts = append(parts, "lease "+l.id+" of "+strconv.Quote(l.label))
+			parts = append(parts, "lease "+l.id)
 		}
 		for i, p := range procs {
 			if i == listedProcs {
