@@ -66,8 +66,10 @@ func (s *served) refuseIfActive(wait time.Duration) error {
 	gaveUp := func() error {
 		return fmt.Errorf("%w: %s is reconciling (the final close of a session that ended); gave up after %v", workspace.ErrBusy, s.ws, wait)
 	}
-	for sweep := 1; ; sweep++ {
-		if !s.sweepNow(left()) {
+	for sweep := 0; ; sweep++ {
+		// The first look needs no sweep when no lease is open; a final
+		// close in progress holds the lock, and is waited for here.
+		if sweep > 0 && !s.sweepNow(left()) {
 			return gaveUp()
 		}
 		if !s.acquire(left()) {
@@ -80,6 +82,9 @@ func (s *served) refuseIfActive(wait time.Duration) error {
 		s.release()
 		if len(open) == 0 {
 			return nil
+		}
+		if sweep == 0 {
+			continue
 		}
 		sort.Slice(open, func(i, j int) bool { return open[i].owner < open[j].owner })
 		holders, ended := s.describeLeases(open)
