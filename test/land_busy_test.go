@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -191,5 +192,23 @@ func TestRebaseRefusesARunningSessionAndAnExplicitLease(t *testing.T) {
 	}
 	e.ok("lease", "end", mp, lease)
 	e.ok("rebase", "child")
+	e.unmount(mp)
+}
+
+func TestLandRefusesARunningExec(t *testing.T) {
+	t.Parallel()
+	e, mp := forkMounted(t, map[string]string{"base": "base\n"})
+	gate := e.fifo("gate")
+	b := e.startExec(mp, `echo x > f; read x < "$G"`, "G="+gate.path)
+	w := gate.opened(30 * time.Second)
+	r := e.refusedFast("land", "child")
+	if !regexp.MustCompile(`: busy: child has open leases: sid:[0-9]+ \(exec, pid [0-9]+ sh\)\n`).MatchString(r.stderr) {
+		t.Fatalf("land during exec said %q, want the exec's session named", r.stderr)
+	}
+	release(t, w)
+	if res := b.wait(t); res.code != 0 {
+		t.Fatalf("exec: %s", res)
+	}
+	e.ok("land", "child")
 	e.unmount(mp)
 }

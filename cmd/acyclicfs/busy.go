@@ -64,7 +64,7 @@ func (s *served) refuseIfActive(wait time.Duration) error {
 	deadline := time.Now().Add(wait)
 	left := func() time.Duration { return max(time.Until(deadline), time.Millisecond) }
 	gaveUp := func() error {
-		return fmt.Errorf("%w: %s is reconciling (the final close of a session that ended); gave up after %v", workspace.ErrBusy, s.ws, wait)
+		return fmt.Errorf("%w: %s is reconciling (a final close, or a rebase onto its parent); gave up after %v", workspace.ErrBusy, s.ws, wait)
 	}
 	for sweep := 0; ; sweep++ {
 		// The first look needs no sweep when no lease is open; a final
@@ -121,8 +121,13 @@ func (s *served) describeLeases(open []openLease) (holders []string, ended bool)
 	for _, l := range open {
 		procs, err := s.tracker.Processes(l.owner)
 		var parts []string
-		if l.explicit && !strings.HasPrefix(l.label, "exec ") {
+		// Session leases: implicit ones, and exec's (its command's session).
+		session := !l.explicit || strings.HasPrefix(l.label, "exec ")
+		switch {
+		case !session:
 			parts = append(parts, "lease "+l.id)
+		case l.explicit:
+			parts = append(parts, "exec")
 		}
 		for i, p := range procs {
 			if i == listedProcs {
@@ -131,7 +136,7 @@ func (s *served) describeLeases(open []openLease) (holders []string, ended bool)
 			}
 			parts = append(parts, fmt.Sprintf("pid %d %s", p.PID, p.Comm))
 		}
-		if len(parts) == 0 {
+		if len(procs) == 0 && session {
 			if err != nil {
 				parts = append(parts, fmt.Sprintf("processes unknown: %v", err))
 			} else {
