@@ -429,15 +429,6 @@ func (d *daemon) active(ws string) bool {
 	return s != nil && s.activeLeases() > 0
 }
 
-// refuseIfActive fails for a workspace whose window is open: its head may
-// only move at the window's final close.
-func (d *daemon) refuseIfActive(ws string) error {
-	if d.active(ws) {
-		return fmt.Errorf("%w: %s has open leases (tools are running in its mount)", workspace.ErrBusy, ws)
-	}
-	return nil
-}
-
 // headMoved refreshes an idle mount of ws whose head was moved by a
 // command (rebase, land into it).
 func (d *daemon) headMoved(ws string) {

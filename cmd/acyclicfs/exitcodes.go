@@ -69,7 +69,10 @@ func exitCode(err error) int {
 
 // hint suggests what to do about err, or "".
 func hint(err error) string {
+	var ol *openLeasesError
 	switch {
+	case errors.As(err, &ol):
+		return "those sessions still run in the mount (sessions that ended were waited for): let them finish or end them, then retry; an explicit lease ends with 'acyclicfs lease end MOUNTPOINT LEASE'"
 	case errors.Is(err, workspace.ErrInvalidName):
 		return "names are 1-128 bytes of letters, digits, '.', '_' and '-', not starting with '.' or '-'"
 	case errors.Is(err, workspace.ErrUnknownWorkspace):

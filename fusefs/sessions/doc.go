@@ -12,7 +12,10 @@
 // and calls [Handler.End] for owners with no live process left and, with
 // --idle-close, for owners that made no request for IdleClose and have no
 // working directory or open file under the mount. A request from an owner
-// whose lease just ended opens a new one.
+// whose lease just ended opens a new one. [Tracker.Sweep] may also be
+// called on demand: the daemon does before land and rebase, so that a
+// session that just ended does not hold the window open until the next
+// tick, and then names the sessions still alive with [Tracker.Processes].
 //
 // Explicit leases (exec, lease begin) are opened by the daemon, which
 // announces their owner with [Tracker.Bind]: requests from that owner are
