@@ -29,9 +29,9 @@ type attrAssign struct {
 
 // Pattern flags, as dir.c's PATTERN_FLAG_*.
 const (
-	patNoDir    = 1 << iota // no slash: matches the basename at any depth
-	patEndsWith             // "*literal"
-	patMustBeDir            // trailing slash: never matches a file
+	patNoDir     = 1 << iota // no slash: matches the basename at any depth
+	patEndsWith              // "*literal"
+	patMustBeDir             // trailing slash: never matches a file
 )
 
 // attrRule is one line of a .gitattributes file: a pattern and its
