@@ -347,11 +347,6 @@ func dowild(pat string, p int, text string, t int, pathname bool) int {
 				return wmNoMatch
 			}
 			continue
-		default:
-			if tch != pch {
-				return wmNoMatch
-			}
-			continue
 		case '?':
 			if pathname && tch == '/' {
 				return wmNoMatch
@@ -509,6 +504,11 @@ func dowild(pat string, p int, text string, t int, pathname bool) int {
 				}
 			}
 			if matched == negated || pathname && tch == '/' {
+				return wmNoMatch
+			}
+			continue
+		default:
+			if tch != pch {
 				return wmNoMatch
 			}
 			continue
