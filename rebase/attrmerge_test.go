@@ -1,10 +1,13 @@
 package rebase
 
 import (
+	"bytes"
 	"errors"
 	"reflect"
 	"strings"
 	"testing"
+
+	"pgregory.net/rapid"
 )
 
 // mergeKeep merges with KeepConflicts and returns the written tree.
@@ -267,4 +270,35 @@ func TestMergeUnion(t *testing.T) {
 			t.Errorf("MergeUnion(%q, %q, %q) = %q, want %q", c.base, c.ours, c.theirs, got, c.want)
 		}
 	}
+}
+
+// MergeUnion agrees with MergeText wherever that is clean, and otherwise
+// keeps every line of both sides' versions.
+func TestMergeUnionProperties(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		base := genText(t, "base")
+		x := mutate(t, "x", base)
+		y := mutate(t, "y", base)
+		u := MergeUnion(base, x, y)
+		if m, clean := MergeText(base, x, y); clean && !bytes.Equal(m, u) {
+			t.Fatalf("clean merge %q, union %q", m, u)
+		}
+		count := func(b []byte) map[string]int {
+			n := map[string]int{}
+			for _, l := range splitLines(b) {
+				n[string(bytes.TrimSuffix(l, []byte("\n")))]++
+			}
+			return n
+		}
+		cu, cb := count(u), count(base)
+		for _, side := range [][]byte{x, y} {
+			for l, n := range count(side) {
+				// A line the side has more often than base was added
+				// by it and must survive.
+				if n > cb[l] && cu[l] == 0 {
+					t.Fatalf("union %q lost line %q of %q", u, l, side)
+				}
+			}
+		}
+	})
 }

@@ -116,10 +116,15 @@ func (p *configParser) header() (section, subsection string, err error) {
 		switch {
 		case p.eof:
 			return "", "", p.errorf("unterminated section header")
+		case (c == ']' || isSpace(c)) && len(name) == 0:
+			return "", "", p.errorf("empty section name")
 		case c == ']':
 			// "[section.sub]": the deprecated form, all lower case.
 			s := strings.ToLower(string(name))
 			if i := strings.IndexByte(s, '.'); i >= 0 {
+				if i == 0 {
+					return "", "", p.errorf("empty section name")
+				}
 				return s[:i], s[i+1:], nil
 			}
 			return s, "", nil
