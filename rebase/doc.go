@@ -16,6 +16,13 @@
 // left unresolved nothing is written and Result.Tree is zero, so a
 // conflicted rebase changes nothing.
 //
+// .gitattributes "merge" attributes are honoured as git does (gitattr.go
+// parses and matches them, attrs.go finds them in ours' tree): "-merge"
+// and "binary" make a content conflict, "merge=union" merges without
+// conflicts (MergeUnion), "merge=NAME" is handed to Options.Driver, which
+// package rebase/mergedriver implements by running git-configured
+// drivers; rebase itself runs no processes.
+//
 // Diff lists the file-level changes between two trees, and UnifiedDiff
 // renders a git-style patch of two texts.
 //
@@ -51,6 +58,9 @@
 //     wholesale: correct, but possibly more conflicting than a minimal
 //     diff.
 //   - Conflict marker lines end in "\n" even in CRLF files.
+//   - Of the attributes only "merge" is read; merge.default,
+//     conflict-marker-size, $GIT_DIR/info/attributes and
+//     core.attributesFile are not.
 //   - A directory emptied by a merge is kept as an empty directory, unless
 //     one side deleted it, in which case it is removed.
 package rebase

@@ -18,6 +18,15 @@ import (
 // is a Conflict. A subtree with the same ID on two sides is never read, so
 // the work is proportional to the changed paths, not the tree.
 //
+// Two edits of a regular file follow the file's .gitattributes "merge"
+// attribute with git's meaning (attrs.go says which files are read):
+// unset, "merge" or "merge=text" merge by lines; "-merge" (and the binary
+// macro, and "merge=binary") never merge: a content conflict; "merge=union"
+// merges by lines taking both sides of a conflicting region (MergeUnion);
+// "merge=NAME" goes to Options.Driver, falling back as git does to the
+// built-in of that name or the line merge. Both-added files follow it too
+// (against an empty base).
+//
 // With unresolved conflicts Result.Tree is zero and nothing is written: a
 // conflicted rebase changes nothing. All conflicts are still collected (up
 // to Limits.MaxConflicts).
@@ -36,6 +45,7 @@ func Merge3(r TreeReader, w TreeWriter, base, ours, theirs store.ID, opt Options
 		opt:     opt,
 		lim:     opt.Limits.WithDefaults(),
 		written: store.IDSet{},
+		attrs:   newAttrReader(r, ours, theirs),
 	}
 	root, _, err := m.mergeDir("", base, ours, theirs)
 	if err != nil {
@@ -79,6 +89,7 @@ type merger struct {
 	// result moot.
 	pending []pendingObj
 	written store.IDSet // IDs already in pending
+	attrs   *attrReader // .gitattributes, read lazily
 }
 
 // voided reports whether an unresolved conflict has made the merge's
@@ -168,6 +179,8 @@ func (m *merger) mergeDir(path string, b, o, t store.ID) (store.ID, int, error) 
 	if err != nil {
 		return store.ID{}, 0, err
 	}
+	m.attrs.enter(path, ot, tt)
+	defer m.attrs.leave(path)
 	out := &store.Tree{Entries: make([]store.Entry, 0, max(len(ot.Entries), len(tt.Entries)))}
 	be, oe, te := bt.Entries, ot.Entries, tt.Entries
 	for len(be) > 0 || len(oe) > 0 || len(te) > 0 {
@@ -345,6 +358,26 @@ func (m *merger) bothAdded(c Conflict, o, t *store.Entry) (*store.Entry, error) 
 		return m.conflict(c, nil, 0)
 	}
 	c.Kind = ConflictAddAdd
+	mode, name, err := m.contentMode(c.Path)
+	if err != nil {
+		return nil, err
+	}
+	if mode != modeText {
+		// merge=union and drivers can merge an add/add (against an empty
+		// base); -merge never reads the content.
+		merged, clean, err := m.mergeContent(c.Path, mode, name, nil, o, t)
+		if err != nil {
+			return nil, err
+		}
+		if clean && o.Kind == t.Kind {
+			e := clone(o)
+			e.ID = m.queueBlob(merged)
+			e.Size = int64(len(merged))
+			e.Mtime = max(o.Mtime, t.Mtime)
+			return e, nil
+		}
+		return m.conflict(c, merged, o.Kind)
+	}
 	var markers []byte
 	if m.opt.Markers && m.opt.Prefer == PreferNone {
 		_, oc, tc, ok, err := m.readSides(c.Path, nil, o, t)
@@ -375,15 +408,18 @@ func (m *merger) mergeRegular(c Conflict, b, o, t *store.Entry) (*store.Entry, e
 	case t.ID == b.ID, o.ID == t.ID:
 		return e, nil
 	}
-	bc, oc, tc, ok, err := m.readSides(c.Path, b, o, t)
+	mode, name, err := m.contentMode(c.Path)
+	if err != nil {
+		return nil, err
+	}
+	merged, clean, err := m.mergeContent(c.Path, mode, name, b, o, t)
 	if err != nil {
 		return nil, err
 	}
 	c.Kind = ConflictContent
-	if !ok {
+	if merged == nil {
 		return m.conflict(c, nil, kind)
 	}
-	merged, clean := MergeText(bc, oc, tc)
 	if !clean {
 		return m.conflict(c, merged, kind)
 	}

@@ -55,6 +55,23 @@ func IsBinary(b []byte) bool {
 // where a section whose last line lacks a newline gets one, so markers
 // always start a line.
 func MergeText(base, ours, theirs []byte) (merged []byte, clean bool) {
+	return merge3Lines(base, ours, theirs, false)
+}
+
+// MergeUnion is git's union merge (the merge=union attribute): MergeText,
+// except that a conflicting region takes both sides' lines — ours, then
+// theirs — with no markers, so it is always clean. Lines common to the
+// start or end of both sides' versions of a region are kept once (git
+// narrows a conflict the same way before taking the union). When ours'
+// part ends without a newline and theirs' follows, a newline is added
+// between them, as git does. The result's line order within a region is
+// a guess: union suits files of independent lines (changelogs, lists).
+func MergeUnion(base, ours, theirs []byte) []byte {
+	merged, _ := merge3Lines(base, ours, theirs, true)
+	return merged
+}
+
+func merge3Lines(base, ours, theirs []byte, union bool) (merged []byte, clean bool) {
 	bl, ol, tl := splitLines(base), splitLines(ours), splitLines(theirs)
 	in := make(interner, len(bl)+len(ol)/4+len(tl)/4)
 	bi, oi, ti := in.ids(bl), in.ids(ol), in.ids(tl)
@@ -98,6 +115,24 @@ func MergeText(base, ours, theirs []byte) (merged []byte, clean bool) {
 			emit(tl[k:ke])
 		case slices.Equal(t, b), slices.Equal(o, t):
 			emit(ol[j:je])
+		case union:
+			ou, tu := ol[j:je], tl[k:ke]
+			n := 0
+			for n < len(ou) && n < len(tu) && o[n] == t[n] {
+				n++
+			}
+			emit(ou[:n])
+			ou, tu = ou[n:], tu[n:]
+			o, t = o[n:], t[n:]
+			s := 0
+			for s < len(ou) && s < len(tu) && o[len(o)-1-s] == t[len(t)-1-s] {
+				s++
+			}
+			emit(ou[:len(ou)-s])
+			if len(tu) > s && len(out) > 0 && out[len(out)-1] != '\n' {
+				out = append(out, '\n')
+			}
+			emit(tu)
 		default:
 			clean = false
 			section(MarkerOurs, ol[j:je])

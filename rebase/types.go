@@ -119,9 +119,34 @@ type Options struct {
 	// and changed differently, before Merge3 descends into it (see
 	// SubtreeMerger).
 	Subtree SubtreeMerger
+	// Driver, when set, runs custom merge drivers: a regular file that
+	// both sides changed and whose merge attribute is "merge=NAME" is
+	// offered to Driver (see MergeDriver) before any built-in merge. Nil
+	// behaves as a Driver that knows no driver: git's fallback to the
+	// built-in driver of that name (text, binary, union) or else the text
+	// merge.
+	Driver MergeDriver
 	// Limits bound the merge; zero fields take defaults.
 	Limits Limits
 }
+
+// MergeDriver merges the content of one regular file with the custom merge
+// driver name (from a .gitattributes "merge=name"), as git's
+// merge.NAME.driver does. path is the file's path from the merge root;
+// base is nil when both sides added the file. The three contents are no
+// larger than Limits.MaxTextBytes and may be binary.
+//
+// ok false means no driver of that name is configured: Merge3 then does
+// what git does, the built-in merge of that name or the text merge. With ok
+// true, clean says whether the merge succeeded; merged is the result or,
+// when not clean, the stand-in content the driver left (what
+// Options.Markers writes in place of diff3 markers). A non-nil err fails
+// the whole merge, so a driver that runs but fails should report a
+// conflict (clean false), not an error.
+//
+// Package rebase/mergedriver runs git-configured drivers; Merge3 runs no
+// processes itself.
+type MergeDriver func(name, path string, base, ours, theirs []byte) (merged []byte, clean, ok bool, err error)
 
 // SubtreeMerger merges a whole directory by rules of its own (a git
 // repository's git directory: refs by ancestry, objects by union). path is

@@ -20,6 +20,7 @@ var layers = map[string]int{
 	"window":             1,
 	"window/windowtest":  2,
 	"rebase/gitmerge":    2,
+	"rebase/mergedriver": 2,
 	"workspace":          3,
 	"fusefs":             4,
 	"fusefs/sessions":    0,
