@@ -164,3 +164,43 @@ func TestResolveAndMergeCrashAllOrNothing(t *testing.T) {
 	e.ok("land", "c")
 	e.fsck()
 }
+
+// TestGitattributesMergeRules: .gitattributes merge attributes decide how
+// a path merges on land: union takes both sides' lines, binary never
+// merges by lines, and a driver from the repository's git config runs and
+// its result is published.
+func TestGitattributesMergeRules(t *testing.T) {
+	needTool(t, "git")
+	e := newEnv(t)
+	src := filepath.Join(e.dir, "src")
+	writeTree(t, src, map[string]string{
+		".gitattributes": "CHANGELOG merge=union\n*.bin binary\nnotes.txt merge=both\n",
+		"CHANGELOG":      "v1\n",
+		"data.bin":       "same text\n",
+		"notes.txt":      "notes\n",
+	})
+	git(t, src, "init", "-q", "-b", "main")
+	git(t, src, "config", "merge.both.driver", "cat %A %B > %A.both && mv %A.both %A")
+	e.ok("create", "main", "--from", src)
+	e.ok("fork", "main", "a")
+	e.ok("fork", "main", "b")
+	e.edit("a", map[string]string{"CHANGELOG": "v1\nfrom a\n", "data.bin": "a's text\n", "notes.txt": "notes\nby a\n"})
+	e.edit("b", map[string]string{"CHANGELOG": "v1\nfrom b\n", "data.bin": "b's text\n", "notes.txt": "notes\nby b\n"})
+	e.ok("land", "a")
+	r := e.run("land", "b")
+	if r.code != 3 || strings.TrimSpace(r.stdout) != "conflicted\ndata.bin" {
+		t.Fatalf("land b: want only data.bin conflicted (binary attribute): %s", r)
+	}
+	if got := e.content("b", "CHANGELOG"); got != "v1\nfrom b\nfrom a\n" && got != "v1\nfrom a\nfrom b\n" {
+		t.Fatalf("union merge of CHANGELOG = %q", got)
+	}
+	if got := e.content("b", "notes.txt"); got != "notes\nby b\nnotes\nby a\n" {
+		t.Fatalf("the merge driver's result = %q", got)
+	}
+	e.ok("resolve", "b", "data.bin", "--ours")
+	e.ok("land", "b")
+	if got := e.content("main", "notes.txt"); got != "notes\nby b\nnotes\nby a\n" {
+		t.Fatalf("main's notes.txt after the land = %q", got)
+	}
+	e.fsck()
+}

@@ -413,7 +413,7 @@ func (m *Manager) planRoot(pub *Publication, r *PublicationRoot) (rootPlan, []Co
 		if err != nil {
 			return plan, nil, err
 		}
-		opt := m.mergeOptions(rebase.Options{})
+		opt := m.mergeOptions(rebase.Options{}, oursRoot)
 		opt.KeepConflicts = false // a plan that conflicts writes nothing
 		mr, err := rebase.Merge3(merger{m.st}, merger{m.st}, baseRoot, oursRoot, theirsRoot, opt)
 		if err != nil {

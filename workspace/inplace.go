@@ -284,7 +284,7 @@ func (m *Manager) syncInPlace(name string, lost []ConflictInfo) (Result, error) 
 			if err != nil {
 				return res, err
 			}
-			opt := m.mergeOptions(rebase.Options{Markers: true})
+			opt := m.mergeOptions(rebase.Options{Markers: true}, hroot)
 			mr, err := rebase.Merge3(merger{m.st}, merger{m.st}, mroot, hroot, ext, opt)
 			if errors.Is(err, store.ErrBaseChanged) {
 				// Part of what DIR held is lost (a listing, a file's

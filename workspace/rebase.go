@@ -4,12 +4,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"time"
 
 	"github.com/acyclicfs/acyclicfs/internal/failpoint"
 	"github.com/acyclicfs/acyclicfs/rebase"
+	"github.com/acyclicfs/acyclicfs/rebase/mergedriver"
 	"github.com/acyclicfs/acyclicfs/store"
 )
 
@@ -199,7 +202,7 @@ func (m *Manager) mergeOnto(w, p store.Workspace, key string, opt RebaseOptions)
 	if err != nil {
 		return gen, nil, err
 	}
-	mr, err := rebase.Merge3(merger{m.st}, merger{m.st}, baseRoot, oursRoot, theirsRoot, m.mergeOptions(rebase.Options{Prefer: opt.Prefer, Markers: opt.Markers}))
+	mr, err := rebase.Merge3(merger{m.st}, merger{m.st}, baseRoot, oursRoot, theirsRoot, m.mergeOptions(rebase.Options{Prefer: opt.Prefer, Markers: opt.Markers}, oursRoot))
 	if err != nil {
 		return gen, nil, fmt.Errorf("merge %s onto %s: %w", w.Name, w.Parent, err)
 	}
@@ -233,11 +236,34 @@ func (m *Manager) mergeOnto(w, p store.Workspace, key string, opt RebaseOptions)
 }
 
 // mergeOptions completes opt with what every merge of workspace trees
-// uses: conflicts kept (callers record them), the manager's limits.
-func (m *Manager) mergeOptions(opt rebase.Options) rebase.Options {
+// uses: conflicts kept (callers record them), the manager's limits, and
+// the merge drivers that .gitattributes name, configured in the git
+// config of the repository holding the path in ours (the tree whose
+// content stands in at a conflict) after the store owner's ~/.gitconfig.
+func (m *Manager) mergeOptions(opt rebase.Options, ours store.ID) rebase.Options {
 	opt.KeepConflicts = true
 	opt.Limits = m.limit
+	opt.Driver = (&mergedriver.Runner{Config: mergedriver.TreeConfig(merger{m.st}, ours, userGitConfig())}).Merge
 	return opt
+}
+
+// userGitConfig returns the content of the store owner's global git
+// config (nil if there is none).
+func userGitConfig() []byte {
+	var paths []string
+	if x := os.Getenv("XDG_CONFIG_HOME"); x != "" {
+		paths = append(paths, filepath.Join(x, "git", "config"))
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		paths = append(paths, filepath.Join(h, ".config", "git", "config"), filepath.Join(h, ".gitconfig"))
+	}
+	var out []byte
+	for _, p := range paths {
+		if b, err := os.ReadFile(p); err == nil {
+			out = append(append(out, b...), '\n')
+		}
+	}
+	return out
 }
 
 // Land publishes name's changes into its parent: rebase first if the parent
