@@ -30,6 +30,21 @@ type repo struct {
 	gitDir string // dir/repo
 	src    string // dir/src: the linked objects
 	env    []string
+	hexLen int // length of an object name: 40, or 64 for sha256
+	// later are objects not linked yet (blobs of the work trees); see
+	// objectsMerge.linkList and linkLater.
+	later []object
+}
+
+// linkLater links the objects left out so far; it reports false if there
+// were none (a retry would fail the same way).
+func (r *repo) linkLater() (bool, error) {
+	if len(r.later) == 0 {
+		return false, nil
+	}
+	objs := r.later
+	r.later = nil
+	return true, r.link(objs)
 }
 
 func (m *Merger) newRepo(ctx context.Context, objectFormat string) (*repo, error) {
@@ -41,7 +56,10 @@ func (m *Merger) newRepo(ctx context.Context, objectFormat string) (*repo, error
 	if err != nil {
 		return nil, fmt.Errorf("gitmerge: make temp git dir: %w", err)
 	}
-	r := &repo{m: m, ctx: ctx, dir: dir, gitDir: filepath.Join(dir, "repo"), src: filepath.Join(dir, "src")}
+	r := &repo{m: m, ctx: ctx, dir: dir, gitDir: filepath.Join(dir, "repo"), src: filepath.Join(dir, "src"), hexLen: 40}
+	if objectFormat == "sha256" {
+		r.hexLen = 64
+	}
 	version := "0"
 	ext := ""
 	if objectFormat != "" && objectFormat != "sha1" {
@@ -123,7 +141,9 @@ func (r *repo) run(stdin []byte, env []string, args ...string) (gitResult, error
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	cmd.WaitDelay = time.Second
+	trace("git " + strings.Join(args, " "))
 	err := cmd.Run()
+	trace("  done")
 	res := gitResult{out: out.Bytes(), err: errb.Bytes()}
 	if ctxErr := r.ctx.Err(); ctxErr != nil {
 		return res, fmt.Errorf("%w: git %s: %w", ErrGitTimeout, strings.Join(args, " "), ctxErr)
@@ -175,6 +195,7 @@ func (r *repo) link(objs []object) error {
 			}
 		}
 	}
+	trace("mkdirs done")
 	workers := min(runtime.GOMAXPROCS(0), 8, len(objs)/256+1)
 	errs := make([]error, workers)
 	var wg sync.WaitGroup
@@ -191,6 +212,7 @@ func (r *repo) link(objs []object) error {
 		}()
 	}
 	wg.Wait()
+	trace(fmt.Sprintf("linked %d", len(objs)))
 	return errors.Join(errs...)
 }
 
@@ -247,6 +269,18 @@ func (r *repo) newObjects() (map[string][]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// splitPacks separates loose objects from pack files.
+func splitPacks(objs []object) (loose, packs []object) {
+	for _, o := range objs {
+		if strings.HasPrefix(o.name, "pack/") {
+			packs = append(packs, o)
+		} else {
+			loose = append(loose, o)
+		}
+	}
+	return loose, packs
 }
 
 func isHex(s string, n int) bool {

@@ -299,3 +299,20 @@ func isAncestor(dir, a, b string) bool {
 	_, err := gitErr(dir, "merge-base", "--is-ancestor", a, b)
 	return err == nil
 }
+
+func execCp(src, dst string) ([]byte, error) {
+	return exec.Command("cp", "-a", src, dst).CombinedOutput()
+}
+
+// gitIn runs git in git dir d with stdin.
+func gitIn(t testing.TB, d, stdin string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", append([]string{"--git-dir=" + d}, args...)...)
+	cmd.Env = gitEnv()
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("git %v: %v", args, err)
+	}
+	return string(out)
+}

@@ -2,6 +2,7 @@ package gitmerge
 
 import (
 	"bytes"
+	"sort"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -53,39 +54,151 @@ func (j *job) mergeIndex(res *refsResult, _ *store.Entry) (*store.Entry, error) 
 	if err != nil {
 		return nil, err
 	}
-	empty, err := j.emptyTree(g)
-	if err != nil {
-		return nil, err
-	}
-	trees, err := j.treesOf(g, empty, m, ho, ht)
-	if err != nil {
-		return nil, err
-	}
-	tm, to, tt := trees[0], trees[1], trees[2]
 	var stagedO, stagedT map[string]stagedChange
 	if contribO {
-		if stagedO, err = j.staged(g, io, "ours", ho, empty); err != nil {
+		if stagedO, err = j.staged(g, io, "ours", ho); err != nil {
 			return nil, err
 		}
 	}
 	if contribT {
-		if stagedT, err = j.staged(g, it, "theirs", ht, empty); err != nil {
+		if stagedT, err = j.staged(g, it, "theirs", ht); err != nil {
 			return nil, err
 		}
 	}
-	switch {
-	case io != nil && tm == to && len(stagedT) == 0:
-		return clone(io), nil
-	case it != nil && tm == tt && len(stagedO) == 0:
-		return clone(it), nil
+	if io == nil || ho == "" || m == "" {
+		return j.rebuildIndex(g, m, ib, io, it, stagedO, stagedT)
 	}
-	// Rebuild: the merged HEAD's tree, then the staged changes on top.
+	// Ours' index moved from ours' HEAD to the merged HEAD: the paths
+	// whose tree entries differ get the merged HEAD's entry; ours' stat
+	// data stays on every other path.
+	out, err := g.ok(nil, nil, "diff-tree", "-r", "-z", "--no-renames", "--no-abbrev", ho, m)
+	if err != nil {
+		return nil, err
+	}
+	moved, err := parseRaw(out)
+	if err != nil {
+		return nil, err
+	}
+	updates := map[string]string{}
+	for p, c := range moved {
+		updates[p] = c.newV()
+	}
+	for p, c := range stagedO {
+		if mc, ok := moved[p]; ok && (c.unmerged || c.newV() != mc.newV()) {
+			j.conflict(ConflictIndex, "index", ib, io, it)
+			return clone(io), nil
+		}
+	}
+	if len(stagedT) > 0 {
+		have, err := j.treeValues(g, m, stagedT)
+		if err != nil {
+			return nil, err
+		}
+		for p, c := range stagedT {
+			switch {
+			case c.unmerged || have[p] != c.newV() && have[p] != c.oldV():
+				j.conflict(ConflictIndex, "index", ib, io, it)
+				return clone(io), nil
+			case have[p] == c.newV():
+				continue
+			}
+			if oc, ok := stagedO[p]; ok && oc.newV() != c.newV() {
+				j.conflict(ConflictIndex, "index", ib, io, it)
+				return clone(io), nil
+			}
+			updates[p] = c.newV()
+		}
+	}
+	if len(updates) == 0 {
+		return clone(io), nil
+	}
+	idx := filepath.Join(g.dir, "merged-index")
+	if err := g.place(idx, io.ID); err != nil {
+		return nil, err
+	}
+	// update-index writes a new file and renames it over idx, so the link
+	// to ours' blob is replaced, never written through.
+	if err := g.updateIndex(idx, updates); err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(idx)
+	if err != nil {
+		return nil, fmt.Errorf("gitmerge: read merged index: %w", err)
+	}
+	return j.newBlobEntry(data, io, it)
+}
+
+func (c stagedChange) newV() string {
+	if zeroSHA(c.newSHA) {
+		return ""
+	}
+	return c.newMode + " " + c.newSHA
+}
+
+func (c stagedChange) oldV() string {
+	if zeroSHA(c.oldSHA) {
+		return ""
+	}
+	return c.oldMode + " " + c.oldSHA
+}
+
+// treeValues returns "mode sha" of each path of paths in commit m's tree
+// ("" where absent).
+func (j *job) treeValues(g *repo, m string, paths map[string]stagedChange) (map[string]string, error) {
+	args := []string{"ls-tree", "-z", "--full-tree", m, "--"}
+	for p := range paths {
+		args = append(args, p)
+	}
+	out, err := g.ok(nil, nil, args...)
+	if err != nil {
+		return nil, err
+	}
+	vals := map[string]string{}
+	for _, rec := range bytes.Split(out, []byte{0}) {
+		meta, p, ok := strings.Cut(string(rec), "\t")
+		if f := strings.Fields(meta); ok && len(f) == 3 {
+			vals[p] = f[0] + " " + f[2]
+		}
+	}
+	return vals, nil
+}
+
+// updateIndex sets paths of the index file idx ("" removes), removals
+// first so that a file may become a directory.
+func (g *repo) updateIndex(idx string, updates map[string]string) error {
+	paths := make([]string, 0, len(updates))
+	for p := range updates {
+		paths = append(paths, p)
+	}
+	sort.Slice(paths, func(a, b int) bool {
+		da, db := updates[paths[a]] == "", updates[paths[b]] == ""
+		if da != db {
+			return da
+		}
+		return paths[a] < paths[b]
+	})
+	var buf bytes.Buffer
+	for _, p := range paths {
+		v := updates[p]
+		if v == "" {
+			v = "0 " + strings.Repeat("0", g.hexLen)
+		}
+		fmt.Fprintf(&buf, "%s\t%s\x00", v, p)
+	}
+	_, err := g.ok(buf.Bytes(), []string{"GIT_INDEX_FILE=" + idx}, "update-index", "-z", "--replace", "--index-info")
+	return err
+}
+
+// rebuildIndex makes the index from scratch: the merged HEAD's tree (or
+// nothing on an unborn branch), then both sides' staged changes.
+func (j *job) rebuildIndex(g *repo, m string, ib, io, it *store.Entry, stagedO, stagedT map[string]stagedChange) (*store.Entry, error) {
 	idx := filepath.Join(g.dir, "merged-index")
 	env := []string{"GIT_INDEX_FILE=" + idx}
+	var err error
 	if m == "" {
 		_, err = g.ok(nil, env, "read-tree", "--empty")
 	} else {
-		_, err = g.ok(nil, env, "read-tree", tm)
+		_, err = g.ok(nil, env, "read-tree", m)
 	}
 	if err != nil {
 		return nil, err
@@ -115,48 +228,18 @@ func (j *job) emptyTree(g *repo) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-// treesOf returns the tree of each commit ("" → the empty tree; a name
-// git cannot peel to a tree → "").
-func (j *job) treesOf(g *repo, empty string, commits ...string) ([]string, error) {
-	out := make([]string, len(commits))
-	var args []string
-	var at []int
-	for i, c := range commits {
-		if c == "" {
-			out[i] = empty
-			continue
-		}
-		args = append(args, c+"^{tree}")
-		at = append(at, i)
-	}
-	if len(args) == 0 {
-		return out, nil
-	}
-	stdout, err := g.ok([]byte(strings.Join(args, "\n")+"\n"), nil, "cat-file", "--batch-check=%(objectname)")
-	if err != nil {
-		return nil, err
-	}
-	lines := strings.Split(strings.TrimSpace(string(stdout)), "\n")
-	if len(lines) != len(args) {
-		return nil, fmt.Errorf("%w: cat-file printed %q for %q", ErrGit, stdout, args)
-	}
-	for k, i := range at {
-		if v := strings.TrimSpace(lines[k]); isObjectName(v) {
-			out[i] = v
-		}
-	}
-	return out, nil
-}
-
 // staged lists what the side's index has staged against its HEAD (or the
 // empty tree on an unborn branch).
-func (j *job) staged(g *repo, index *store.Entry, side, head, empty string) (map[string]stagedChange, error) {
+func (j *job) staged(g *repo, index *store.Entry, side, head string) (map[string]stagedChange, error) {
 	p := filepath.Join(g.dir, "index-"+side)
 	if err := g.place(p, index.ID); err != nil {
 		return nil, err
 	}
 	if head == "" {
-		head = empty
+		var err error
+		if head, err = j.emptyTree(g); err != nil {
+			return nil, err
+		}
 	}
 	out, err := g.ok(nil, []string{"GIT_INDEX_FILE=" + p}, "diff-index", "--cached", "-z", "--no-renames", "--no-abbrev", head, "--")
 	if err != nil {
@@ -210,13 +293,7 @@ func (j *job) applyStaged(g *repo, env []string, sides ...map[string]stagedChang
 			if c.unmerged {
 				return false, nil
 			}
-			newV, oldV := c.newMode+" "+c.newSHA, c.oldMode+" "+c.oldSHA
-			if zeroSHA(c.newSHA) {
-				newV = ""
-			}
-			if zeroSHA(c.oldSHA) {
-				oldV = ""
-			}
+			newV, oldV := c.newV(), c.oldV()
 			have := cur[p]
 			switch {
 			case have == newV:
@@ -233,32 +310,11 @@ func (j *job) applyStaged(g *repo, env []string, sides ...map[string]stagedChang
 	if len(want) == 0 {
 		return true, nil
 	}
-	var buf bytes.Buffer
-	for p, v := range want {
-		if v == "" {
-			v = "0 " + strings.Repeat("0", len(anySHA(cur, sides)))
-		}
-		fmt.Fprintf(&buf, "%s\t%s\x00", v, p)
-	}
-	if _, err := g.ok(buf.Bytes(), env, "update-index", "-z", "--index-info"); err != nil {
+	idx := strings.TrimPrefix(env[0], "GIT_INDEX_FILE=")
+	if err := g.updateIndex(idx, want); err != nil {
 		return false, err
 	}
 	return true, nil
-}
-
-// anySHA returns an object name of the repository's length.
-func anySHA(cur map[string]string, sides []map[string]stagedChange) string {
-	for _, changes := range sides {
-		for _, c := range changes {
-			return c.oldSHA
-		}
-	}
-	for _, v := range cur {
-		if _, sha, ok := strings.Cut(v, " "); ok {
-			return sha
-		}
-	}
-	return strings.Repeat("0", 40)
 }
 
 // place puts blob id at path dst (a hard link, or a copy).

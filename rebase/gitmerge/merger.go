@@ -160,7 +160,7 @@ type job struct {
 	objects   *objectsMerge
 	refs      *refsResult
 	mergeDate string // date of the last merge commit made
-	repo    *repo
+	repo      *repo
 	// reflogAdd are reflog lines the merge adds (a merge commit), by
 	// reflog path under logs/ ("refs/heads/main", "HEAD").
 	reflogAdd map[string][]string
@@ -192,12 +192,19 @@ func (j *job) git() (*repo, error) {
 	if err != nil {
 		return nil, err
 	}
-	objs, err := j.objects.linkList(j)
+	trace("repo made")
+	objs, later, err := j.objects.linkList(j)
+	trace("linklist")
 	if err != nil {
 		r.close()
 		return nil, err
 	}
-	if err := r.link(objs); err != nil {
+	loose, packs := splitPacks(objs)
+	if err := r.link(packs); err != nil {
+		r.close()
+		return nil, err
+	}
+	if err := r.pack(loose); err != nil {
 		r.close()
 		return nil, err
 	}
@@ -212,6 +219,7 @@ func (j *job) git() (*repo, error) {
 			return nil, err
 		}
 	}
+	r.later = later
 	j.repo = r
 	return r, nil
 }
@@ -219,11 +227,14 @@ func (j *job) git() (*repo, error) {
 // run merges the top level of the git directory and returns the merged
 // tree's ID.
 func (j *job) run() (store.ID, error) {
+	trace("run start")
+	defer trace("run end")
 	out := map[string]*store.Entry{}
 	var err error
 	if j.objects, err = j.mergeObjects(); err != nil {
 		return store.ID{}, err
 	}
+	trace("objects merged")
 	refs, err := j.mergeRefs()
 	if err != nil {
 		return store.ID{}, err
@@ -247,6 +258,7 @@ func (j *job) run() (store.ID, error) {
 	if rerr != nil {
 		return store.ID{}, rerr
 	}
+	trace("finish objects")
 	if out["objects"], err = j.objects.finish(j); err != nil {
 		return store.ID{}, err
 	}
@@ -433,28 +445,6 @@ func (j *job) newBlobEntry(data []byte, o, t *store.Entry) (*store.Entry, error)
 	}
 	e.ID, e.Size = id, n
 	return e, nil
-}
-
-// lookup returns the entry at a slash path below t, nil if absent.
-func (j *job) lookup(t *store.Tree, rel string) (*store.Entry, error) {
-	for {
-		first, rest, more := cut(rel)
-		e, ok := t.Lookup(first)
-		if !ok {
-			return nil, nil
-		}
-		if !more {
-			return &e, nil
-		}
-		if e.Kind != store.KindDir {
-			return nil, nil
-		}
-		var err error
-		if t, err = j.m.Store.GetTree(e.ID); err != nil {
-			return nil, fmt.Errorf("gitmerge: read %s: %w", j.full(first), err)
-		}
-		rel = rest
-	}
 }
 
 func cut(p string) (first, rest string, more bool) {

@@ -189,21 +189,49 @@ func (om *objectsMerge) tree(j *job, name string) (*store.Tree, error) {
 }
 
 // linkList lists the object files git needs: every loose object, and
-// each pack with its index (and reverse index).
-func (om *objectsMerge) linkList(j *job) ([]object, error) {
-	var objs []object
+// each pack with its index (and reverse index). Loose objects that some
+// side's index names as a work-tree file are listed in later instead: the
+// git commands of a merge read commits and trees, and blobs only where
+// both sides changed a file (merge-tree), which then fails and is retried
+// with them. Most loose objects of a freshly committed project are such
+// blobs, so this spares most links.
+func (om *objectsMerge) linkList(j *job) (objs, later []object, err error) {
+	blobs := map[string]bool{}
+	hashLen := 20
+	if f, _ := j.objectFormat(); f == "sha256" {
+		hashLen = 32
+	}
+	for _, t := range []*store.Tree{j.bt, j.ot, j.tt} {
+		e, ok := t.Lookup("index")
+		if !ok || !e.Kind.IsRegular() {
+			continue
+		}
+		data, err := j.readBlob(&e, "index")
+		if err != nil {
+			return nil, nil, err
+		}
+		trace("index read")
+		indexBlobs(data, hashLen, blobs)
+		trace("index parsed")
+	}
 	for name := range om.entries {
 		if !isUnionDir(name) {
 			continue
 		}
 		t, err := om.tree(j, name)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if name != "pack" {
 			for _, e := range t.Entries {
-				if e.Kind.IsRegular() && isHex(e.Name, len(e.Name)) {
-					objs = append(objs, object{name: name + "/" + e.Name, id: e.ID})
+				if !e.Kind.IsRegular() || !isHex(e.Name, len(e.Name)) {
+					continue
+				}
+				o := object{name: name + "/" + e.Name, id: e.ID}
+				if blobs[name+e.Name] {
+					later = append(later, o)
+				} else {
+					objs = append(objs, o)
 				}
 			}
 			continue
@@ -223,7 +251,7 @@ func (om *objectsMerge) linkList(j *job) ([]object, error) {
 			}
 		}
 	}
-	return objs, nil
+	return objs, later, nil
 }
 
 // finish adds the loose objects git wrote to the merged object

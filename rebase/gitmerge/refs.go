@@ -223,9 +223,24 @@ func (j *job) mergeRef(res *refsResult, name, b, o, t string, theirs map[string]
 // result deterministically: fixed identity, the later committer date of
 // the two, a message naming both. ok is false when git's merge conflicts.
 func (j *job) mergeCommit(g *repo, name, o, t string) (string, bool, error) {
-	r, err := g.run(nil, nil, "merge-tree", "--write-tree", "--allow-unrelated-histories", "-z", "--name-only", "--no-messages", o, t)
-	if err != nil {
-		return "", false, err
+	var r gitResult
+	for {
+		var err error
+		r, err = g.run(nil, nil, "merge-tree", "--write-tree", "--allow-unrelated-histories", "-z", "--name-only", "--no-messages", o, t)
+		if err != nil {
+			return "", false, err
+		}
+		if r.code <= 1 {
+			break
+		}
+		// Git died (a missing object): retry once with every object.
+		more, err := g.linkLater()
+		if err != nil {
+			return "", false, err
+		}
+		if !more {
+			break
+		}
 	}
 	if r.code != 0 {
 		return "", false, nil // 1: conflicts; >1: git could not merge them
