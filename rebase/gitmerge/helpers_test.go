@@ -117,7 +117,7 @@ func commitFile(t testing.TB, dir, name, content, msg string) {
 	t.Helper()
 	write(t, filepath.Join(dir, name), content)
 	git(t, dir, "add", "-A")
-	git(t, dir, "commit", "-q", "-m", msg)
+	git(t, dir, "commit", "-q", "--allow-empty", "-m", msg)
 }
 
 // importDir stores the directory tree at dir and returns its entry.

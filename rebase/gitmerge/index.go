@@ -2,10 +2,10 @@ package gitmerge
 
 import (
 	"bytes"
-	"sort"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"github.com/acyclicfs/acyclicfs/store"

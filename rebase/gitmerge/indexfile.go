@@ -3,10 +3,10 @@ package gitmerge
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/hex"
 )
 
-// indexBlobs returns the object names (hex) of the files an index lists:
+// indexBlobs adds the object names (binary, as strings) of the files an
+// index lists:
 // the blobs of the work tree. ok is false for anything it cannot parse
 // (then nothing is known). hashLen is 20, or 32 for sha256.
 func indexBlobs(data []byte, hashLen int, into map[string]bool) (ok bool) {
@@ -60,7 +60,7 @@ func indexBlobs(data []byte, hashLen int, into map[string]bool) (ok bool) {
 			}
 		}
 		if t := mode >> 12; t == 0o10 || t == 0o12 { // regular file, symlink
-			into[hex.EncodeToString(oid)] = true
+			into[string(oid)] = true
 		}
 	}
 	return true
