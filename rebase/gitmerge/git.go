@@ -141,9 +141,7 @@ func (r *repo) run(stdin []byte, env []string, args ...string) (gitResult, error
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	cmd.WaitDelay = time.Second
-	trace("git " + strings.Join(args, " "))
 	err := cmd.Run()
-	trace("  done")
 	res := gitResult{out: out.Bytes(), err: errb.Bytes()}
 	if ctxErr := r.ctx.Err(); ctxErr != nil {
 		return res, fmt.Errorf("%w: git %s: %w", ErrGitTimeout, strings.Join(args, " "), ctxErr)
@@ -195,7 +193,6 @@ func (r *repo) link(objs []object) error {
 			}
 		}
 	}
-	trace("mkdirs done")
 	workers := min(runtime.GOMAXPROCS(0), 8, len(objs)/256+1)
 	errs := make([]error, workers)
 	var wg sync.WaitGroup
@@ -212,7 +209,6 @@ func (r *repo) link(objs []object) error {
 		}()
 	}
 	wg.Wait()
-	trace(fmt.Sprintf("linked %d", len(objs)))
 	return errors.Join(errs...)
 }
 

@@ -1,10 +1,12 @@
 package gitmerge_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/acyclicfs/acyclicfs/rebase"
 	"github.com/acyclicfs/acyclicfs/rebase/gitmerge"
@@ -220,5 +222,31 @@ func TestNotAGitDir(t *testing.T) {
 		if _, _, ok, err := m.MergeSubtree(p, nil, d, d); ok || err != nil {
 			t.Errorf("%s: ok=%v err=%v, want declined", p, ok, err)
 		}
+	}
+}
+
+func TestTimeoutFailsCleanly(t *testing.T) {
+	s := newStore(t)
+	base := newRepo(t)
+	ours, theirs := fork(t, base, "ours"), fork(t, base, "theirs")
+	commitFile(t, ours, "a.txt", "ONE\ntwo\nthree\n", "ours")
+	commitFile(t, theirs, "b.txt", "alpha\nBETA\n", "theirs")
+	b := root(t, s, importDir(t, s, base))
+	o := root(t, s, importDir(t, s, ours))
+	th := root(t, s, importDir(t, s, theirs))
+	m := gitmerge.New(s)
+	m.TempDir = t.TempDir()
+	m.Timeout = time.Nanosecond
+	_, err := rebase.Merge3(s, s, b, o, th, rebase.Options{Subtree: m, KeepConflicts: true})
+	if !errors.Is(err, gitmerge.ErrGitTimeout) {
+		t.Fatalf("err = %v, want ErrGitTimeout", err)
+	}
+	if left, _ := os.ReadDir(m.TempDir); len(left) != 0 {
+		t.Errorf("temp dir not cleaned: %v", left)
+	}
+	// The same Merger works once given time.
+	m.Timeout = 0
+	if _, err := rebase.Merge3(s, s, b, o, th, rebase.Options{Subtree: m, KeepConflicts: true}); err != nil {
+		t.Fatal(err)
 	}
 }

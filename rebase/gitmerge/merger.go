@@ -180,7 +180,7 @@ func (j *job) git() (*repo, error) {
 	if j.repo != nil {
 		return j.repo, nil
 	}
-	j.m.versionOnce.Do(func() { j.m.versionErr = checkVersion(j.ctx, j.m.gitBin()) })
+	j.m.versionOnce.Do(func() { j.m.versionErr = checkVersion(context.Background(), j.m.gitBin()) })
 	if j.m.versionErr != nil {
 		return nil, j.m.versionErr
 	}
@@ -192,9 +192,7 @@ func (j *job) git() (*repo, error) {
 	if err != nil {
 		return nil, err
 	}
-	trace("repo made")
 	objs, later, err := j.objects.linkList(j)
-	trace("linklist")
 	if err != nil {
 		r.close()
 		return nil, err
@@ -227,14 +225,11 @@ func (j *job) git() (*repo, error) {
 // run merges the top level of the git directory and returns the merged
 // tree's ID.
 func (j *job) run() (store.ID, error) {
-	trace("run start")
-	defer trace("run end")
 	out := map[string]*store.Entry{}
 	var err error
 	if j.objects, err = j.mergeObjects(); err != nil {
 		return store.ID{}, err
 	}
-	trace("objects merged")
 	refs, err := j.mergeRefs()
 	if err != nil {
 		return store.ID{}, err
@@ -258,7 +253,6 @@ func (j *job) run() (store.ID, error) {
 	if rerr != nil {
 		return store.ID{}, rerr
 	}
-	trace("finish objects")
 	if out["objects"], err = j.objects.finish(j); err != nil {
 		return store.ID{}, err
 	}

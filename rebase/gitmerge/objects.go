@@ -2,8 +2,8 @@ package gitmerge
 
 import (
 	"bytes"
-	"encoding/hex"
 	"compress/zlib"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
