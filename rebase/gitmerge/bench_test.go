@@ -56,7 +56,7 @@ func TestLargeRepoTiming(t *testing.T) {
 	m.TempDir = t.TempDir()
 	var times []time.Duration
 	var merged *store.Entry
-	for range 5 {
+	for range 10 {
 		start = time.Now()
 		e, cs, ok, err := m.MergeSubtree("D/.git", &be, &oe, &te)
 		d := time.Since(start)
