@@ -11,6 +11,7 @@ import (
 
 	"github.com/acyclicfs/acyclicfs/corestate"
 	"github.com/acyclicfs/acyclicfs/rebase"
+	"github.com/acyclicfs/acyclicfs/rebase/gitmerge"
 	"github.com/acyclicfs/acyclicfs/store"
 	"github.com/acyclicfs/acyclicfs/window"
 )
@@ -58,6 +59,9 @@ type Manager struct {
 
 	winOnce sync.Once
 	win     *window.Coordinator // set once by Windows
+
+	gitOnce sync.Once
+	git     *gitmerge.Merger // set once by gitMerger; nil without git
 
 	detect detectMemo // in-place detection's per-directory verdicts
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/acyclicfs/acyclicfs/internal/failpoint"
 	"github.com/acyclicfs/acyclicfs/rebase"
+	"github.com/acyclicfs/acyclicfs/rebase/gitmerge"
 	"github.com/acyclicfs/acyclicfs/rebase/mergedriver"
 	"github.com/acyclicfs/acyclicfs/store"
 )
@@ -244,7 +246,27 @@ func (m *Manager) mergeOptions(opt rebase.Options, ours store.ID) rebase.Options
 	opt.KeepConflicts = true
 	opt.Limits = m.limit
 	opt.Driver = (&mergedriver.Runner{Config: mergedriver.TreeConfig(merger{m.st}, ours, userGitConfig())}).Merge
+	opt.Subtree = m.gitMerger()
 	return opt
+}
+
+// gitMerger returns the merger of git directories (nil without git: git
+// directories then merge path by path, which records conflicts on refs
+// but never publishes a marker).
+func (m *Manager) gitMerger() rebase.SubtreeMerger {
+	m.gitOnce.Do(func() {
+		if _, err := exec.LookPath("git"); err != nil {
+			return
+		}
+		// Its scratch git directories live in the store's tmp/, on the
+		// store's file system (objects are hard-linked, not copied), and
+		// are swept with tmp/ by the next open after a crash.
+		m.git = &gitmerge.Merger{Store: m.st, TempDir: filepath.Join(m.st.Dir(), "tmp")}
+	})
+	if m.git == nil {
+		return nil
+	}
+	return m.git
 }
 
 // userGitConfig returns the content of the store owner's global git
