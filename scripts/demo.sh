@@ -3,7 +3,8 @@
 # create a workspace from a sample tree, fork one child per "agent", mount a
 # child, run real tools inside it, advance the parent meanwhile, unmount to
 # reconcile (the child is rebased once), land both children, export the
-# result, and check the store.
+# result; two agents committing in forks of a git repository and both
+# landing cleanly; an in-place workspace; and check the store.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${ACYCLICFS_BIN:-$PWD/bin/acyclicfs}
@@ -12,7 +13,7 @@ work=$(mktemp -d /tmp/acyclicfs-demo.XXXXXX)
 export ACYCLICFS_STORE="$work/store"
 cleanup() {
   "$B" shutdown >/dev/null 2>&1 || true
-  mountpoint -q "$work/mnt" 2>/dev/null && umount -l "$work/mnt" || true
+  for m in "$work/mnt" "$work/m1" "$work/m2"; do mountpoint -q "$m" 2>/dev/null && umount -l "$m" || true; done
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -55,6 +56,28 @@ run "$B" diff agent-a --stat
 run "$B" land agent-a
 run "$B" export main "$work/out"
 run ls -A "$work/out"
+
+say "two agents commit in forks of one git repository; both land, and git sees both commits"
+export GIT_AUTHOR_NAME=agent GIT_AUTHOR_EMAIL=agent@example.com GIT_COMMITTER_NAME=agent GIT_COMMITTER_EMAIL=agent@example.com
+mkdir -p "$work/repo" "$work/m1" "$work/m2"
+printf '1\n2\n3\n4\n5\n6\n7\n8\n9\n' > "$work/repo/shared.txt"
+git -C "$work/repo" init -q -b main && git -C "$work/repo" add -A && git -C "$work/repo" commit -qm "start"
+run "$B" create repo --from "$work/repo"
+run "$B" fork repo agent-c
+run "$B" fork repo agent-d
+run "$B" mount agent-c "$work/m1"
+run "$B" mount agent-d "$work/m2"
+run "$B" exec "$work/m1" -- sh -c 'sed -i "s/^2$/two (agent-c)/" shared.txt && git commit -qam "agent-c: line 2"'
+run "$B" exec "$work/m2" -- sh -c 'sed -i "s/^8$/eight (agent-d)/" shared.txt && git commit -qam "agent-d: line 8"'
+run "$B" land agent-c
+run "$B" land agent-d
+run "$B" status repo
+run "$B" export repo "$work/repo-out"
+run git -C "$work/repo-out" log --oneline --graph main
+run git -C "$work/repo-out" status --short
+run git -C "$work/repo-out" fsck --strict --no-progress
+run "$B" unmount "$work/m1"
+run "$B" unmount "$work/m2"
 
 say "in place: a workspace over a real directory, mounted over it; the unmount writes the changes back"
 mkdir -p "$work/proj" && printf 'hello\n' > "$work/proj/notes.txt"
