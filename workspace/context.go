@@ -413,9 +413,8 @@ func (m *Manager) planRoot(pub *Publication, r *PublicationRoot) (rootPlan, []Co
 		if err != nil {
 			return plan, nil, err
 		}
-		opt := m.mergeOptions(rebase.Options{}, oursRoot)
-		opt.KeepConflicts = false // a plan that conflicts writes nothing
-		mr, err := rebase.Merge3(merger{m.st}, merger{m.st}, baseRoot, oursRoot, theirsRoot, opt)
+		// Without KeepConflicts: a plan that conflicts writes nothing.
+		mr, err := m.merge3(baseRoot, oursRoot, theirsRoot, rebase.Options{})
 		if err != nil {
 			return plan, nil, fmt.Errorf("merge %s onto %s: %w", w.Name, p.Name, err)
 		}

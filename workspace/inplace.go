@@ -284,15 +284,15 @@ func (m *Manager) syncInPlace(name string, lost []ConflictInfo) (Result, error) 
 			if err != nil {
 				return res, err
 			}
-			opt := m.mergeOptions(rebase.Options{Markers: true}, hroot)
-			mr, err := rebase.Merge3(merger{m.st}, merger{m.st}, mroot, hroot, ext, opt)
+			opt := rebase.Options{Markers: true, KeepConflicts: true}
+			mr, err := m.merge3(mroot, hroot, ext, opt)
 			if errors.Is(err, store.ErrBaseChanged) {
 				// Part of what DIR held is lost (a listing, a file's
 				// bytes): merge as if it had not been there, so both
 				// sides' entries are kept.
 				var base store.ID
 				if base, _, err = m.baseWithoutLost(mroot, hroot, ext); err == nil {
-					mr, err = rebase.Merge3(merger{m.st}, merger{m.st}, base, hroot, ext, opt)
+					mr, err = m.merge3(base, hroot, ext, opt)
 				}
 			}
 			if err != nil {

@@ -102,7 +102,7 @@ func (m *Manager) PublishCapture(ws string, pinned, root store.ID, permit *store
 	if root == baseRoot {
 		return w.Head, nil, nil // the mount changed nothing: the moved head stands
 	}
-	mr, err := rebase.Merge3(merger{m.st}, merger{m.st}, baseRoot, root, headRoot, m.mergeOptions(rebase.Options{}, root))
+	mr, err := m.merge3(baseRoot, root, headRoot, rebase.Options{KeepConflicts: true})
 	if err != nil {
 		return store.ID{}, nil, fmt.Errorf("merge capture of %s with its moved head: %w", ws, err)
 	}

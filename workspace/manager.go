@@ -11,7 +11,6 @@ import (
 
 	"github.com/acyclicfs/acyclicfs/corestate"
 	"github.com/acyclicfs/acyclicfs/rebase"
-	"github.com/acyclicfs/acyclicfs/rebase/gitmerge"
 	"github.com/acyclicfs/acyclicfs/store"
 	"github.com/acyclicfs/acyclicfs/window"
 )
@@ -61,7 +60,7 @@ type Manager struct {
 	win     *window.Coordinator // set once by Windows
 
 	gitOnce sync.Once
-	git     *gitmerge.Merger // set once by gitMerger; nil without git
+	git     bool // set once by hasGit
 
 	detect detectMemo // in-place detection's per-directory verdicts
 }

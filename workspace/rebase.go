@@ -204,7 +204,7 @@ func (m *Manager) mergeOnto(w, p store.Workspace, key string, opt RebaseOptions)
 	if err != nil {
 		return gen, nil, err
 	}
-	mr, err := rebase.Merge3(merger{m.st}, merger{m.st}, baseRoot, oursRoot, theirsRoot, m.mergeOptions(rebase.Options{Prefer: opt.Prefer, Markers: opt.Markers}, oursRoot))
+	mr, err := m.merge3(baseRoot, oursRoot, theirsRoot, rebase.Options{Prefer: opt.Prefer, Markers: opt.Markers, KeepConflicts: true})
 	if err != nil {
 		return gen, nil, fmt.Errorf("merge %s onto %s: %w", w.Name, w.Parent, err)
 	}
@@ -238,34 +238,31 @@ func (m *Manager) mergeOnto(w, p store.Workspace, key string, opt RebaseOptions)
 }
 
 // mergeOptions completes opt with what every merge of workspace trees
-// uses: conflicts kept (callers record them), the manager's limits, and
-// the merge drivers that .gitattributes name, configured in the git
-// config of the repository holding the path in ours (the tree whose
-// content stands in at a conflict) after the store owner's ~/.gitconfig.
-func (m *Manager) mergeOptions(opt rebase.Options, ours store.ID) rebase.Options {
-	opt.KeepConflicts = true
+// uses: the manager's limits, the merge drivers that .gitattributes name
+// (configured in the git config of the repository holding the path in
+// ours — the tree whose content stands in at a conflict — after the store
+// owner's ~/.gitconfig), and the git-aware merge of git directories, all
+// reading and writing through buf.
+func (m *Manager) mergeOptions(opt rebase.Options, ours store.ID, buf *treeBuffer) rebase.Options {
 	opt.Limits = m.limit
-	opt.Driver = (&mergedriver.Runner{Config: mergedriver.TreeConfig(merger{m.st}, ours, userGitConfig())}).Merge
-	opt.Subtree = m.gitMerger()
-	return opt
-}
-
-// gitMerger returns the merger of git directories (nil without git: git
-// directories then merge path by path, which records conflicts on refs
-// but never publishes a marker).
-func (m *Manager) gitMerger() rebase.SubtreeMerger {
-	m.gitOnce.Do(func() {
-		if _, err := exec.LookPath("git"); err != nil {
-			return
-		}
+	opt.Driver = (&mergedriver.Runner{Config: mergedriver.TreeConfig(buf, ours, userGitConfig())}).Merge
+	if m.hasGit() {
 		// Its scratch git directories live in the store's tmp/, on the
 		// store's file system (objects are hard-linked, not copied), and
 		// are swept with tmp/ by the next open after a crash.
-		m.git = &gitmerge.Merger{Store: m.st, TempDir: filepath.Join(m.st.Dir(), "tmp")}
-	})
-	if m.git == nil {
-		return nil
+		opt.Subtree = &gitmerge.Merger{Store: buf, TempDir: filepath.Join(m.st.Dir(), "tmp")}
 	}
+	return opt
+}
+
+// hasGit reports whether git is on PATH (looked up once). Without it git
+// directories merge path by path, which records conflicts on refs but
+// never publishes a marker.
+func (m *Manager) hasGit() bool {
+	m.gitOnce.Do(func() {
+		_, err := exec.LookPath("git")
+		m.git = err == nil
+	})
 	return m.git
 }
 

@@ -292,6 +292,23 @@ func isHex(s string, n int) bool {
 	return true
 }
 
+// versions caches checkVersion's verdict per git binary (an error value,
+// or nil), so that a Merger per merge costs no extra git run. A check that
+// timed out is not cached.
+var versions sync.Map
+
+func checkVersionOnce(bin string) error {
+	if v, ok := versions.Load(bin); ok {
+		err, _ := v.(error)
+		return err
+	}
+	err := checkVersion(context.Background(), bin)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		versions.Store(bin, err)
+	}
+	return err
+}
+
 // checkVersion fails with ErrGitVersion when git predates 2.38.
 func checkVersion(ctx context.Context, bin string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)

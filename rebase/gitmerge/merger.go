@@ -7,7 +7,6 @@ import (
 	"io"
 	"path"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/acyclicfs/acyclicfs/rebase"
@@ -71,9 +70,6 @@ type Merger struct {
 	// ErrGitTimeout (Merge3 then fails and publishes nothing; blobs
 	// already written are unreferenced and left to the store's GC).
 	Timeout time.Duration
-
-	versionOnce sync.Once
-	versionErr  error
 }
 
 // New returns a Merger over s with default settings.
@@ -180,9 +176,8 @@ func (j *job) git() (*repo, error) {
 	if j.repo != nil {
 		return j.repo, nil
 	}
-	j.m.versionOnce.Do(func() { j.m.versionErr = checkVersion(context.Background(), j.m.gitBin()) })
-	if j.m.versionErr != nil {
-		return nil, j.m.versionErr
+	if err := checkVersionOnce(j.m.gitBin()); err != nil {
+		return nil, err
 	}
 	format, err := j.objectFormat()
 	if err != nil {

@@ -60,6 +60,7 @@ type config struct {
 	profile    bool
 	profSys    []string // systems the census covers
 	noForks    bool
+	noLand     bool
 	noInPlace  bool
 	transport  string // every acyclicfs mount's --transport
 	acyclicfs  string
@@ -99,6 +100,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&cfg.seqMiB, "seq-mib", 1024, "size of the sequential write/read file in MiB")
 	fs.StringVar(&forkSizes, "fork-sizes", "1000,100000", "tree sizes (files) for the acyclicfs-only fork and capture measurements")
 	fs.BoolVar(&cfg.noForks, "no-forks", false, "skip the acyclicfs-only fork and capture measurements")
+	fs.BoolVar(&cfg.noLand, "no-land", false, "skip the acyclicfs-only land of a git commit into a moved parent (the Go tree committed to git)")
 	fs.StringVar(&cfg.transport, "transport", "auto", "acyclicfs mount --transport: auto (io_uring where the fuse module's enable_uring is on), io_uring or dev-fuse")
 	fs.BoolVar(&cfg.noInPlace, "no-inplace", false, "skip the acyclicfs-only in-place workspace measurements (1,000/10,000/100,000 files; -quick: up to 10,000)")
 	fs.StringVar(&cfg.dir, "dir", "", "work directory (default: a fresh directory under $TMPDIR)")
@@ -250,6 +252,11 @@ func run(ctx context.Context, cfg *config) (err error) {
 	}
 	if !cfg.noForks && contains(cfg.systems, sysAcyclicfs) {
 		if err := runForks(ctx, env, res); err != nil {
+			return err
+		}
+	}
+	if !cfg.noLand && contains(cfg.systems, sysAcyclicfs) {
+		if err := runLand(ctx, env, res); err != nil {
 			return err
 		}
 	}

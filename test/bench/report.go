@@ -27,6 +27,7 @@ type results struct {
 	// samples it has stay paired with native's by run index.
 	failed  map[string]map[string]string
 	forks   []*forkResult
+	land    *landResult
 	inplace *inplaceResult
 	profile map[string]map[string]*profileResult // workload -> system
 	// keptCensus is the previous report's census section, carried over by
@@ -203,6 +204,9 @@ func (r *results) markdown() string {
 
 	if len(r.forks) > 0 {
 		r.forkMarkdown(&b)
+	}
+	if r.land != nil {
+		r.landMarkdown(&b)
 	}
 	if r.inplace != nil {
 		r.inplaceMarkdown(&b)
