@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -446,6 +447,13 @@ func removeContents(dir string) error {
 }
 
 // cleanTmp removes temp files left by a crash.
+// isShardName reports whether name is one of tmpShard's directories
+// (anything else in tmp/ — a merge's scratch git directory — goes whole).
+func isShardName(name string) bool {
+	n, err := strconv.Atoi(name)
+	return err == nil && n >= 0 && n < tmpShards && strconv.Itoa(n) == name
+}
+
 func (s *Store) cleanTmp() error {
 	ents, err := os.ReadDir(s.tmpDir())
 	if err != nil {
@@ -453,7 +461,7 @@ func (s *Store) cleanTmp() error {
 	}
 	for _, e := range ents {
 		p := filepath.Join(s.tmpDir(), e.Name())
-		if fi, err := e.Info(); err == nil && fi.IsDir() && fi.Size() <= maxTmpDirSize {
+		if fi, err := e.Info(); err == nil && fi.IsDir() && fi.Size() <= maxTmpDirSize && isShardName(e.Name()) {
 			// A shard (tmpShard) of normal size is kept, emptied: removing
 			// a directory that a batch has grown costs 13-25 ms here, and
 			// only a grown one needs making again (see below).

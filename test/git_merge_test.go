@@ -177,3 +177,55 @@ func TestGitForksSameLine(t *testing.T) {
 	e.unmount(m2)
 	e.fsck()
 }
+
+// TestGitMergeCrashAllOrNothing kills the git-aware rebase of an idle
+// sibling that follows a land — once while git's scratch directory is in
+// use, once just before the publication: each time the sibling is wholly
+// as before or wholly rebased (the next command may finish the follow),
+// the store checks clean, no scratch directory is left, and both commits
+// land in the end.
+func TestGitMergeCrashAllOrNothing(t *testing.T) {
+	needTool(t, "git")
+	for _, point := range []string{"gitmerge.after-git", "rebase.before-publish"} {
+		t.Run(point, func(t *testing.T) {
+			e := newEnv(t)
+			repo := filepath.Join(e.dir, "repo")
+			writeTree(t, repo, map[string]string{"a.txt": "a\n", "b.txt": "b\n"})
+			git(t, repo, "init", "-q", "-b", "main")
+			git(t, repo, "add", "-A")
+			git(t, repo, "commit", "-q", "-m", "start")
+			e.ok("create", "main", "--from", repo)
+			for i, ws := range []string{"a1", "a2"} {
+				e.ok("fork", "main", ws)
+				dir := e.checkout(ws, "work-"+ws)
+				writeTree(t, dir, map[string]string{[]string{"a.txt", "b.txt"}[i]: "from " + ws + "\n"})
+				git(t, dir, "commit", "-q", "-am", "from "+ws)
+				e.ok("commit", ws, dir)
+			}
+			before := e.head("a2")
+			// land a1 publishes, then its idle sibling a2 follows: the
+			// git-aware merge that the failpoint kills.
+			r, err := runCmd(e.command([]string{"ACYCLICFS_FAILPOINT_ARMED=1", "ACYCLICFS_FAILPOINT=" + point}, "land", "a1"))
+			if err != nil || r.code != -1 && r.code != 137 {
+				t.Fatalf("land with %s armed: want a killed process: %v %s", point, err, r)
+			}
+			if h := e.head("a2"); h != before {
+				if got := e.run("rebase", "a2"); got.line() != "current" {
+					t.Fatalf("a2 moved by the recovery, yet not wholly: %s", got)
+				}
+			}
+			if cs := e.statusOf("a2").Conflicts; len(cs) != 0 {
+				t.Fatalf("conflicts after a crash: %+v", cs)
+			}
+			if left, _ := filepath.Glob(filepath.Join(e.store, "tmp", "acyclicfs-gitmerge-*")); len(left) != 0 {
+				t.Fatalf("scratch git directories left: %q", left)
+			}
+			e.fsck()
+			e.ok("land", "a2")
+			out := e.checkRepo("main")
+			if got := git(t, out, "log", "--format=%s", "main"); !strings.Contains(got, "from a1\n") || !strings.Contains(got, "from a2\n") {
+				t.Fatalf("git log main: %q", got)
+			}
+		})
+	}
+}

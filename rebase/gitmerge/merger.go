@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/acyclicfs/acyclicfs/internal/failpoint"
 	"github.com/acyclicfs/acyclicfs/rebase"
 	"github.com/acyclicfs/acyclicfs/store"
 )
@@ -237,6 +238,9 @@ func (j *job) run() (store.ID, error) {
 	if out["index"], err = j.mergeIndex(refs, out["HEAD"]); err != nil {
 		return store.ID{}, err
 	}
+	// Crash tests: git has run and written objects back, nothing merged
+	// is referenced yet.
+	failpoint.Hit("gitmerge.after-git")
 	handled := map[string]bool{"objects": true, "refs": true, "packed-refs": true, "HEAD": true, "index": true}
 	var rerr error
 	eachName(j.bt, j.ot, j.tt, func(name string, b, o, t *store.Entry) {
