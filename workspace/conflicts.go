@@ -391,7 +391,7 @@ func cleanTreePath(p string) (string, error) {
 	}
 	for _, el := range strings.Split(p, "/") {
 		if el == ".." {
-			return "", fmt.Errorf("%w: %q: paths are relative to the workspace root and may not hold ..", ErrInvalidInput, p)
+			return "", fmt.Errorf("%w: %q: paths are relative to the workspace root and may not hold a \"..\" element", ErrInvalidInput, p)
 		}
 	}
 	return c[1:], nil
