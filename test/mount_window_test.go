@@ -377,6 +377,9 @@ func TestWindowMountAndExecErrors(t *testing.T) {
 	// refused before anything is mounted (the daemon would serve its own
 	// store through its own mount, or lose track of the inner mount).
 	inSession(t, mp, "mkdir sub")
+	// That session's lease ends when the sweeper finds it gone; the execs
+	// below must find the window idle to print "current".
+	e.waitIdle("child")
 	storeSub := filepath.Join(e.store, "x")
 	if err := os.Mkdir(storeSub, 0o755); err != nil {
 		t.Fatal(err)
