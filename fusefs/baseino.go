@@ -31,20 +31,26 @@ const ownInoBit = 1 << 62
 // baseInos caches BaseIno answers per lower ID (0: not a reference).
 type baseInos struct{ m sync.Map }
 
-// reportedIno is the st_ino of overlay inode num whose pinned-view object
-// is lowerID. Without Config.BaseInodes it is num. With it, a file or
-// directory still named by a base reference reports the directory's own
-// inode number — so a git index written outside the mount matches inside
-// it and git does not re-read every file — and everything else num with
-// ownInoBit set. The root is always 1.
-func (m *Mount) reportedIno(num uint64, lowerID store.ID) uint64 {
-	if !m.cfg.BaseInodes || num == 1 {
-		return num
+// reportedIno is the st_ino of overlay inode num, whose own number (ino.go:
+// the hash of its first path) is ino and whose pinned-view object is
+// lowerID. With Config.BaseInodes a file or directory still named by a base
+// reference reports the in-place directory's own inode number instead — so
+// a git index written outside the mount matches inside it. The root is 1;
+// an inode not named yet (an unlinked O_TMPFILE) reports num with
+// ownInoBit.
+func (m *Mount) reportedIno(ino, num uint64, lowerID store.ID) uint64 {
+	if num == 1 {
+		return 1
 	}
-	if b := m.baseStat(lowerID); b.ino != 0 {
-		return b.ino
+	if m.cfg.BaseInodes {
+		if b := m.baseStat(lowerID); b.ino != 0 {
+			return b.ino
+		}
 	}
-	return num | ownInoBit
+	if ino == 0 {
+		return num | ownInoBit
+	}
+	return ino
 }
 
 // baseStat looks lowerID up as a base reference (cached per ID; IDs are
@@ -58,7 +64,7 @@ func (m *Mount) baseStat(lowerID store.ID) baseStat {
 	}
 	var b baseStat
 	if bi, ok := m.cfg.Objects.(BaseInoer); ok {
-		if ino, ctime, ok := bi.BaseIno(lowerID); ok && ino != 0 && ino != 1 && ino&ownInoBit == 0 {
+		if ino, ctime, ok := bi.BaseIno(lowerID); ok && ino != 0 && ino != 1 && ino < stableInoBit {
 			b = baseStat{ino: ino, ctime: ctime}
 		}
 	}
@@ -66,26 +72,18 @@ func (m *Mount) baseStat(lowerID store.ID) baseStat {
 	return b
 }
 
-// stableAttr is go-fuse's identity for overlay inode a. With BaseInodes
-// the reported inode number may repeat (hard links in the directory are
-// separate overlay inodes), so the overlay's own number goes into Gen,
-// which go-fuse includes in the identity.
+// stableAttr is go-fuse's identity for overlay inode a: the reported
+// number, which may repeat (an in-place directory's hard links are
+// separate overlay inodes; a renamed inode keeps its number while a new
+// one may take the path's), and the overlay's own number in Gen, which
+// go-fuse includes in the identity.
 func (m *Mount) stableAttr(a *attrSnapshot) fs.StableAttr {
-	mode := a.mode & uint32(0o170000)
-	if !m.cfg.BaseInodes {
-		return fs.StableAttr{Mode: mode, Ino: a.num}
-	}
-	return fs.StableAttr{Mode: mode, Ino: m.reportedIno(a.num, a.lowerID), Gen: a.num}
+	return fs.StableAttr{Mode: a.mode & uint32(0o170000), Ino: m.reportedIno(a.ino, a.num, a.lowerID), Gen: a.num}
 }
 
 // sameNode reports whether go-fuse node identity st belongs to overlay
 // inode num.
-func (m *Mount) sameNode(st fs.StableAttr, num uint64) bool {
-	if !m.cfg.BaseInodes {
-		return st.Ino == num
-	}
-	return st.Gen == num
-}
+func (m *Mount) sameNode(st fs.StableAttr, num uint64) bool { return st.Gen == num }
 
 // lowerIDOrZero is the pinned view's object for in, zero for a new inode.
 func (in *inode) lowerIDOrZero() store.ID {

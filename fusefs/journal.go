@@ -190,6 +190,7 @@ func (s *snapshot) build(objects Objects, stateDir string) (*overlay, error) {
 		}
 	}
 	o.root = byNum[1]
+	o.root.ino, o.root.pathHash = 1, rootPathHash
 	// Every recorded inode must hang off the root (no cycles, no orphans).
 	reached := 0
 	var walk func(d *inode, depth int) error
@@ -219,6 +220,7 @@ func (s *snapshot) build(objects Objects, stateDir string) (*overlay, error) {
 	if reached != dirs {
 		return nil, fmt.Errorf("%w: unreachable directories", ErrBadSnapshot)
 	}
+	o.numberTree(o.root)
 	o.uppers = map[uint64]bool{}
 	for num, in := range byNum {
 		if in.upper {

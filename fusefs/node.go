@@ -45,7 +45,7 @@ func callerOwner(ctx context.Context, ov *overlay) (uid, gid uint32) {
 // attrSnapshot is what fillAttr needs, copied under the lock so the stat
 // of an upper file happens outside it.
 type attrSnapshot struct {
-	num                   uint64
+	num, ino              uint64
 	lowerID               store.ID // the pinned view's object here (zero if new)
 	mode, uid, gid, nlink uint32
 	size                  int64
@@ -56,7 +56,7 @@ type attrSnapshot struct {
 
 // snapAttr copies in's attributes. Caller holds mu.
 func snapAttr(in *inode) attrSnapshot {
-	a := attrSnapshot{num: in.num, lowerID: in.lowerIDOrZero(), mode: in.mode, uid: in.uid, gid: in.gid, nlink: in.nlink(),
+	a := attrSnapshot{num: in.num, ino: in.ino, lowerID: in.lowerIDOrZero(), mode: in.mode, uid: in.uid, gid: in.gid, nlink: in.nlink(),
 		atime: in.atime, mtime: in.mtime, ctime: in.ctime, upper: in.upper}
 	switch {
 	case in.isDir():
@@ -79,7 +79,7 @@ func snapAttr(in *inode) attrSnapshot {
 // fill writes a into out, taking size and times of an upper file from the
 // file itself: passthrough writes never reach the daemon.
 func (m *Mount) fill(a *attrSnapshot, out *fuse.Attr) {
-	out.Ino = m.reportedIno(a.num, a.lowerID)
+	out.Ino = m.reportedIno(a.ino, a.num, a.lowerID)
 	out.Mode = a.mode
 	out.Nlink = a.nlink
 	out.Owner = fuse.Owner{Uid: a.uid, Gid: a.gid}

@@ -50,6 +50,7 @@ func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 	ov := n.m.ov
 	var list []fuse.DirEntry
 	var lowers []store.ID
+	var nums []uint64
 	err := ov.update(func() error {
 		ch, err := ov.children(n.in)
 		if err != nil {
@@ -57,9 +58,11 @@ func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 		}
 		list = make([]fuse.DirEntry, 0, len(ch))
 		lowers = make([]store.ID, 0, len(ch))
+		nums = make([]uint64, 0, len(ch))
 		for name, c := range ch {
-			list = append(list, fuse.DirEntry{Name: name, Mode: c.mode & syscall.S_IFMT, Ino: c.num})
+			list = append(list, fuse.DirEntry{Name: name, Mode: c.mode & syscall.S_IFMT, Ino: c.ino})
 			lowers = append(lowers, c.lowerIDOrZero())
+			nums = append(nums, c.num)
 		}
 		return nil
 	})
@@ -67,7 +70,7 @@ func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 		return nil, toErrno(err)
 	}
 	for i := range list { // outside the lock: may ask the store
-		list[i].Ino = n.m.reportedIno(list[i].Ino, lowers[i])
+		list[i].Ino = n.m.reportedIno(list[i].Ino, nums[i], lowers[i])
 	}
 	sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
 	// "." and "..", first, as a local directory lists them (ls -a, and
@@ -430,6 +433,7 @@ func (o *overlay) moveLink(sd *inode, name string, dd *inode, newName string, c 
 	for i, l := range c.links {
 		if l.dir == sd && l.name == name {
 			c.links[i] = link{dir: dd, name: newName}
+			o.nameInode(dd, newName, c)
 			break
 		}
 	}

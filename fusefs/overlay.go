@@ -27,6 +27,10 @@ type link struct {
 // it is linked).
 type inode struct {
 	num uint64
+	// ino is the number the mount reports (ino.go): the hash of the path
+	// the inode was first named by; 0 until named. pathHash is the hash of
+	// its current path (its children's numbers derive from it).
+	ino, pathHash uint64
 
 	mode     uint32 // S_IFMT | permission bits
 	uid, gid uint32
@@ -114,9 +118,13 @@ type overlay struct {
 	stateDir string
 	uid, gid uint32
 
-	mu      sync.Mutex // protects every inode field, root, nextIno, seq, capSeq
+	mu      sync.Mutex // protects every inode field, root, nextIno, seq, capSeq, inos
 	root    *inode
 	rootID  store.ID
+	// inos maps each path-derived inode number handed out in this mount
+	// to the overlay inode that reports it (ino.go), so that none is
+	// handed out twice.
+	inos map[uint64]uint64
 	nextIno uint64
 	seq     uint64 // last sequence number handed out
 	capSeq  uint64 // seq at the last Capture (0: never captured)
@@ -154,10 +162,10 @@ type overlay struct {
 
 func newOverlay(objects Objects, stateDir string, rootID store.ID) *overlay {
 	o := &overlay{objects: objects, stateDir: stateDir, nextIno: 2,
-		uid: uint32(os.Getuid()), gid: uint32(os.Getgid())}
+		uid: uint32(os.Getuid()), gid: uint32(os.Getgid()), inos: map[uint64]uint64{}}
 	o.rootID = rootID
 	o.released = sync.NewCond(&o.mu)
-	o.root = &inode{num: 1, mode: syscall.S_IFDIR | 0o755, uid: o.uid, gid: o.gid,
+	o.root = &inode{num: 1, ino: 1, pathHash: rootPathHash, mode: syscall.S_IFDIR | 0o755, uid: o.uid, gid: o.gid,
 		lower: store.Entry{Kind: store.KindDir, ID: rootID}, hasLower: true}
 	now := time.Now().UnixNano()
 	o.root.mtime, o.root.atime, o.root.ctime = now, now, now
@@ -246,6 +254,7 @@ func (o *overlay) install(d *inode, t *store.Tree) {
 	for _, e := range t.Entries {
 		c := o.newLowerInode(e)
 		c.links = []link{{dir: d, name: e.Name}}
+		o.nameInode(d, e.Name, c)
 		d.children[e.Name] = c
 		if c.isDir() {
 			d.nlinkExtra++
@@ -347,6 +356,7 @@ func (o *overlay) dirChanged(d *inode) {
 func (o *overlay) addLink(d *inode, name string, c *inode) {
 	d.children[name] = c
 	c.links = append(c.links, link{dir: d, name: name})
+	o.nameInode(d, name, c)
 	if c.isDir() {
 		d.nlinkExtra++
 	}

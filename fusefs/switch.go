@@ -378,6 +378,7 @@ func (o *overlay) unlinkQuiet(d *inode, name string, c *inode) {
 func (o *overlay) linkLower(d *inode, ne store.Entry) {
 	c := o.newLowerInode(ne)
 	c.links = []link{{dir: d, name: ne.Name}}
+	o.nameInode(d, ne.Name, c)
 	d.children[ne.Name] = c
 	if c.isDir() {
 		d.nlinkExtra++

@@ -1,0 +1,88 @@
+package fusefs
+
+import (
+	"encoding/binary"
+	"slices"
+)
+
+// Stable inode numbers (docs/design.md "Inode numbers").
+//
+// git's index records each file's inode number (with its mtime, ctime,
+// size, mode, uid and gid) and re-reads every file whose stat differs. So
+// the number a mount reports for an unchanged file must not depend on the
+// order the kernel looked names up in: it is a hash of the file's path
+// from the mount's root, the same in every mount of every workspace that
+// holds a file at that path. An inode takes the number of the path it has
+// when it is first named in the mount and keeps it (a rename does not
+// renumber a live file); the next mount numbers it by its new path.
+//
+// Numbers are 64-bit, in [2^61, 2^62): apart from the root (1), from the
+// overlay's own numbers (ownInoBit, 2^62 and up) and from an in-place
+// directory's real ones, which are smaller. A hash that another live
+// inode of the mount already reports (a path re-created while its old
+// inode lives on, or, with probability ~n²/2^62, two paths) falls back to
+// the overlay's own number, so numbers are unique within a mount at all
+// times. 32-bit programs built without large-file support get EOVERFLOW
+// from stat, as on file systems with large inode numbers (XFS, btrfs).
+
+const (
+	stableInoBit  = 1 << 61
+	stableInoMask = stableInoBit - 1
+	rootPathHash  = 0x6163796c69636673 // "acyclicfs": the root's path hash
+)
+
+// childPathHash is the path hash of name in a directory whose path hash is
+// parent: FNV-1a over the parent's hash and the name, then a finalizer
+// (splitmix64) so that similar paths spread over the whole range.
+func childPathHash(parent uint64, name string) uint64 {
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], parent)
+	for _, c := range b {
+		h = (h ^ uint64(c)) * prime
+	}
+	for i := 0; i < len(name); i++ {
+		h = (h ^ uint64(name[i])) * prime
+	}
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return h
+}
+
+// nameInode records that c is now d/name: its path hash follows the name
+// (so that children named later hash under the new path), and a c without
+// a number yet takes d/name's. Caller holds mu.
+func (o *overlay) nameInode(d *inode, name string, c *inode) {
+	c.pathHash = childPathHash(d.pathHash, name)
+	if c.ino != 0 {
+		return
+	}
+	want := c.pathHash&stableInoMask | stableInoBit
+	if owner, taken := o.inos[want]; taken && owner != c.num {
+		c.ino = c.num | ownInoBit
+		return
+	}
+	o.inos[want] = c.num
+	c.ino = want
+}
+
+// numberTree names every inode below d (a restored snapshot), in name
+// order so that a collision falls the same way each time. Caller holds mu.
+func (o *overlay) numberTree(d *inode) {
+	names := make([]string, 0, len(d.children))
+	for n := range d.children {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		c := d.children[n]
+		o.nameInode(d, n, c)
+		if c.isDir() && c.children != nil {
+			o.numberTree(c)
+		}
+	}
+}
