@@ -199,4 +199,3 @@ func linksOf(st map[string]statKey, p string) int {
 	}
 	return n
 }
-

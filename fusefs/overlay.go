@@ -118,13 +118,13 @@ type overlay struct {
 	stateDir string
 	uid, gid uint32
 
-	mu      sync.Mutex // protects every inode field, root, nextIno, seq, capSeq, inos
-	root    *inode
-	rootID  store.ID
+	mu     sync.Mutex // protects every inode field, root, nextIno, seq, capSeq, inos
+	root   *inode
+	rootID store.ID
 	// inos maps each path-derived inode number handed out in this mount
 	// to the overlay inode that reports it (ino.go), so that none is
 	// handed out twice.
-	inos map[uint64]uint64
+	inos    map[uint64]uint64
 	nextIno uint64
 	seq     uint64 // last sequence number handed out
 	capSeq  uint64 // seq at the last Capture (0: never captured)
