@@ -182,11 +182,41 @@ func (m *merger) mergeDir(path string, b, o, t store.ID) (store.ID, int, error) 
 	m.attrs.enter(path, ot, tt)
 	defer m.attrs.leave(path)
 	out := &store.Tree{Entries: make([]store.Entry, 0, max(len(ot.Entries), len(tt.Entries)))}
-	be, oe, te := bt.Entries, ot.Entries, tt.Entries
+	err = ZipEntries(bt, ot, tt, func(name string, bp, op, tp *store.Entry) error {
+		e, err := m.mergeEntry(joinPath(path, name), bp, op, tp)
+		if err != nil {
+			return err
+		}
+		if e != nil {
+			e.Name = name
+			out.Entries = append(out.Entries, *e)
+		}
+		return nil
+	})
+	if err != nil {
+		return store.ID{}, 0, err
+	}
+	id, err := m.queueTree(out, path)
+	return id, len(out.Entries), err
+}
+
+// ZipEntries calls fn once per name of the three trees (any may be nil),
+// in name order, with each tree's entry of that name (nil where it has
+// none), and stops at fn's first error.
+func ZipEntries(b, o, t *store.Tree, fn func(name string, b, o, t *store.Entry) error) error {
+	var be, oe, te []store.Entry
+	if b != nil {
+		be = b.Entries
+	}
+	if o != nil {
+		oe = o.Entries
+	}
+	if t != nil {
+		te = t.Entries
+	}
 	for len(be) > 0 || len(oe) > 0 || len(te) > 0 {
 		// Smallest name among the three heads; entries are sorted.
-		name := ""
-		first := true
+		name, first := "", true
 		for _, es := range [][]store.Entry{be, oe, te} {
 			if len(es) > 0 && (first || es[0].Name < name) {
 				name, first = es[0].Name, false
@@ -202,17 +232,11 @@ func (m *merger) mergeDir(path string, b, o, t store.ID) (store.ID, int, error) 
 		if len(te) > 0 && te[0].Name == name {
 			tp, te = &te[0], te[1:]
 		}
-		e, err := m.mergeEntry(joinPath(path, name), bp, op, tp)
-		if err != nil {
-			return store.ID{}, 0, err
-		}
-		if e != nil {
-			e.Name = name
-			out.Entries = append(out.Entries, *e)
+		if err := fn(name, bp, op, tp); err != nil {
+			return err
 		}
 	}
-	id, err := m.queueTree(out, path)
-	return id, len(out.Entries), err
+	return nil
 }
 
 // same reports whether two optional entries are the same content: both
@@ -431,24 +455,11 @@ func (m *merger) mergeRegular(c Conflict, b, o, t *store.Entry) (*store.Entry, e
 // readSides reads the blobs of a text merge. ok is false when any side is
 // too large or binary, which makes the path unmergeable by lines.
 func (m *merger) readSides(path string, b, o, t *store.Entry) (bc, oc, tc []byte, ok bool, err error) {
-	var out [3][]byte
-	for i, e := range []*store.Entry{b, o, t} {
-		if e == nil {
-			continue
-		}
-		if e.Size > m.lim.MaxTextBytes {
-			return nil, nil, nil, false, nil
-		}
-		data, err := m.r.ReadBlob(e.ID)
-		if err != nil {
-			return nil, nil, nil, false, fmt.Errorf("rebase: read blob %s at %q: %w", e.ID.Short(), path, err)
-		}
-		if int64(len(data)) > m.lim.MaxTextBytes || IsBinary(data) {
-			return nil, nil, nil, false, nil
-		}
-		out[i] = data
+	bc, oc, tc, ok, err = m.readRaw(path, b, o, t)
+	if !ok || err != nil || IsBinary(bc) || IsBinary(oc) || IsBinary(tc) {
+		return nil, nil, nil, false, err
 	}
-	return out[0], out[1], out[2], true, nil
+	return bc, oc, tc, true, nil
 }
 
 // conflict records c and resolves it when Options say so. markers is the

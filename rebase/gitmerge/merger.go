@@ -452,26 +452,10 @@ func cut(p string) (first, rest string, more bool) {
 // eachName calls fn for every name in the three sorted trees, in order,
 // with the entries (nil where absent).
 func eachName(bt, ot, tt *store.Tree, fn func(name string, b, o, t *store.Entry)) {
-	be, oe, te := bt.Entries, ot.Entries, tt.Entries
-	for len(be) > 0 || len(oe) > 0 || len(te) > 0 {
-		name, first := "", true
-		for _, es := range [][]store.Entry{be, oe, te} {
-			if len(es) > 0 && (first || es[0].Name < name) {
-				name, first = es[0].Name, false
-			}
-		}
-		var b, o, t *store.Entry
-		if len(be) > 0 && be[0].Name == name {
-			b, be = &be[0], be[1:]
-		}
-		if len(oe) > 0 && oe[0].Name == name {
-			o, oe = &oe[0], oe[1:]
-		}
-		if len(te) > 0 && te[0].Name == name {
-			t, te = &te[0], te[1:]
-		}
+	_ = rebase.ZipEntries(bt, ot, tt, func(name string, b, o, t *store.Entry) error {
 		fn(name, b, o, t)
-	}
+		return nil
+	})
 }
 
 func same(a, b *store.Entry) bool {
