@@ -279,3 +279,52 @@ func TestCrashWhileIdle(t *testing.T) {
 	e.unmount(mp)
 	e.fsck()
 }
+
+// TestShutdownRecoversEveryDeadMount: after the daemon is killed with
+// two mounts, one shutdown detaches both dead mountpoints and recovers
+// their workspaces (fsynced data kept), with a daemon serving a third
+// mount meanwhile and without one.
+func TestShutdownRecoversEveryDeadMount(t *testing.T) {
+	t.Parallel()
+	for _, withDaemon := range []bool{false, true} {
+		e := newMountEnv(t)
+		e.ok("create", "main")
+		var mps []string
+		for _, ws := range []string{"a", "b"} {
+			e.ok("fork", "main", ws)
+			mp := e.mountAt(ws)
+			inSession(t, mp, "echo "+ws+" > f && sync f")
+			mps = append(mps, mp)
+		}
+		pid := e.daemonPID()
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		if err := waitGone(pid, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		for _, mp := range mps {
+			waitDead(t, mp)
+		}
+		if withDaemon {
+			e.ok("fork", "main", "c")
+			e.mountAt("c")
+		}
+		r := e.run("shutdown")
+		if r.code != 0 || strings.Count(r.stdout, "recovered from a dead daemon") != 2 {
+			t.Fatalf("shutdown (daemon running: %v): %s", withDaemon, r)
+		}
+		for i, ws := range []string{"a", "b"} {
+			if st := e.statusOf(ws); st.State != "idle" {
+				t.Errorf("%s after shutdown: %s", ws, st.State)
+			}
+			if slices.Contains(fuseMounts(), mps[i]) {
+				t.Errorf("%s still mounted at %s", ws, mps[i])
+			}
+			if got := e.content(ws, "f"); got != ws+"\n" {
+				t.Errorf("%s's fsynced file after recovery: %q", ws, got)
+			}
+		}
+		e.fsck()
+	}
+}

@@ -292,17 +292,56 @@ func (a *app) recoverOffline(m *workspace.Manager, rec workspace.MountRecord) (w
 	return workspace.Result{Workspace: rec.Workspace, Outcome: workspace.OutcomeCurrent, Head: w.Head, Base: w.Base}, nil
 }
 
+// recoverStale detaches and recovers every mount of the store that no
+// running daemon serves (its daemon died), as unmount does for one. It
+// returns an "MP: outcome" line per mount and how many failed.
+func (a *app) recoverStale() ([]string, int, error) {
+	m, err := a.manager()
+	if err != nil {
+		return nil, 0, err
+	}
+	recs, err := m.MountRecords()
+	if err != nil {
+		return nil, 0, err
+	}
+	var outs []string
+	failed := 0
+	for _, rec := range recs {
+		if a.d != nil && a.d.serving(rec.Workspace) {
+			continue
+		}
+		res, err := a.recoverOffline(m, rec)
+		if err != nil {
+			failed++
+			outs = append(outs, fmt.Sprintf("%s: %v", rec.Mountpoint, err))
+			continue
+		}
+		outs = append(outs, fmt.Sprintf("%s: %s (recovered from a dead daemon)", rec.Mountpoint, res.Outcome))
+	}
+	return outs, failed, nil
+}
+
 func (a *app) cmdShutdown() *cobra.Command {
 	return &cobra.Command{
 		Use:   "shutdown",
 		Short: "Unmount every mount (each reconciled), then stop the daemon",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if a.d == nil {
-				a.info("no daemon is running")
-				return a.emit(map[string]any{"unmounted": []string{}}, func(io.Writer) {})
+			var outs []string
+			failed := 0
+			if a.d != nil {
+				outs, failed = a.d.unmountAll()
 			}
-			outs, failed := a.d.unmountAll()
+			// Mounts a dead daemon left (after a crash: ENOTCONN, their
+			// workspaces "recovering") are detached and recovered too.
+			stale, nstale, err := a.recoverStale()
+			if err != nil {
+				return fmt.Errorf("shutdown: %w", err)
+			}
+			outs, failed = append(outs, stale...), failed+nstale
+			if a.d == nil && len(outs) == 0 {
+				a.info("no daemon is running")
+			}
 			if outs == nil {
 				outs = []string{}
 			}
