@@ -330,8 +330,14 @@ type statusWS struct {
 	Mountpoint string `json:"mountpoint"`
 	Window     string `json:"window"`
 	Leases     []struct {
-		ID    string `json:"id"`
-		Owner string `json:"owner"`
+		ID        string `json:"id"`
+		Owner     string `json:"owner"`
+		Processes []struct {
+			PID       int    `json:"pid"`
+			Command   string `json:"command"`
+			CwdInside bool   `json:"cwd_inside"`
+			OpenFiles int    `json:"open_files"`
+		} `json:"processes"`
 	} `json:"leases"`
 	PendingParent string `json:"pending_parent"`
 	Behind        bool   `json:"behind_parent"`

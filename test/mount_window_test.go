@@ -1,6 +1,7 @@
 package test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -501,4 +502,41 @@ func TestExecBackgroundKeepsLease(t *testing.T) {
 	if l := e.log("child"); len(l) < 2 || l[0].kind != "capture" || l[1].gen != head {
 		t.Fatalf("log %s: want one capture on top of %s", kinds(l), head)
 	}
+}
+
+// TestStatusNamesLeaseHolders: who holds a window is visible — a process
+// whose working directory is in the mount and one with a file open there
+// are listed under their leases by status (JSON and text).
+func TestStatusNamesLeaseHolders(t *testing.T) {
+	t.Parallel()
+	e, mp := forkMounted(t, map[string]string{"log": "1\n"})
+	cwd := exec.Command("setsid", "sh", "-c", "cd "+mp+" && cat log >/dev/null && exec sleep 60")
+	tail := exec.Command("setsid", "tail", "-f", filepath.Join(mp, "log"))
+	for _, c := range []*exec.Cmd{cwd, tail} {
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+	}
+	var sleepSeen, tailSeen bool
+	waitFor(t, 20*time.Second, "status to name both holders", func() bool {
+		sleepSeen, tailSeen = false, false
+		for _, l := range e.statusOf("child").Leases {
+			for _, p := range l.Processes {
+				sleepSeen = sleepSeen || p.PID == cwd.Process.Pid && p.Command == "sleep" && p.CwdInside
+				tailSeen = tailSeen || p.PID == tail.Process.Pid && p.Command == "tail" && p.OpenFiles >= 1 && !p.CwdInside
+			}
+		}
+		return sleepSeen && tailSeen
+	})
+	txt := e.run("status", "child").stdout
+	if !strings.Contains(txt, fmt.Sprintf("pid %d sleep (cwd inside)", cwd.Process.Pid)) || !strings.Contains(txt, fmt.Sprintf("pid %d tail (", tail.Process.Pid)) {
+		t.Fatalf("status text does not name the holders:\n%s", txt)
+	}
+	for _, c := range []*exec.Cmd{cwd, tail} {
+		c.Process.Kill()
+		c.Wait()
+	}
+	e.waitIdle("child")
+	e.unmount(mp)
 }

@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/acyclicfs/acyclicfs/fusefs/sessions"
 	"github.com/acyclicfs/acyclicfs/store"
 	"github.com/acyclicfs/acyclicfs/window"
 	"github.com/acyclicfs/acyclicfs/workspace"
@@ -19,6 +22,19 @@ type statusLease struct {
 	ID      string `json:"id"`
 	Owner   string `json:"owner"`
 	Expires string `json:"expires"`
+	// Processes are the live processes of a session lease (an implicit
+	// one, or exec's), with what of the mount each uses.
+	Processes []statusProc `json:"processes,omitempty"`
+}
+
+// statusProc is a process holding a lease.
+type statusProc struct {
+	PID     int    `json:"pid"`
+	Command string `json:"command"`
+	// CwdInside: its working directory is in the mount; OpenFiles counts
+	// its descriptors open on files in the mount.
+	CwdInside bool `json:"cwd_inside"`
+	OpenFiles int  `json:"open_files"`
 }
 
 // statusRow is one workspace in `status`.
@@ -124,8 +140,16 @@ func (a *app) statusOf(m *workspace.Manager, w store.Workspace) (statusRow, erro
 	} else {
 		row.Window = string(snap.Phase.Kind)
 		row.PendingParent = snap.Phase.PendingParent
+		var srv *served
+		if a.d != nil {
+			srv = a.d.get(w.Name)
+		}
 		for _, l := range sortedLeases(snap.Phase.Leases) {
-			row.Leases = append(row.Leases, statusLease{ID: l.ID.String(), Owner: l.Owner, Expires: time.UnixMilli(l.ExpiresAtMillis).UTC().Format(time.RFC3339)})
+			sl := statusLease{ID: l.ID.String(), Owner: l.Owner, Expires: time.UnixMilli(l.ExpiresAtMillis).UTC().Format(time.RFC3339)}
+			if srv != nil {
+				sl.Processes = srv.leaseHolders(l.Owner)
+			}
+			row.Leases = append(row.Leases, sl)
 		}
 	}
 	if w.Parent != "" {
@@ -184,7 +208,25 @@ func printStatus(out io.Writer, rep statusReport) {
 	tw.Flush()
 	for _, r := range rep.Workspaces {
 		for _, l := range r.Leases {
-			fmt.Fprintf(out, "lease %s %s owner %s expires %s\n", r.Workspace, l.ID, l.Owner, l.Expires)
+			held := ""
+			for i, p := range l.Processes {
+				sep := ", "
+				if i == 0 {
+					sep = " held by "
+				}
+				var use []string
+				if p.CwdInside {
+					use = append(use, "cwd inside")
+				}
+				if p.OpenFiles > 0 {
+					use = append(use, fmt.Sprintf("%d open", p.OpenFiles))
+				}
+				held += fmt.Sprintf("%spid %d %s", sep, p.PID, p.Command)
+				if len(use) > 0 {
+					held += " (" + strings.Join(use, ", ") + ")"
+				}
+			}
+			fmt.Fprintf(out, "lease %s %s owner %s expires %s%s\n", r.Workspace, l.ID, l.Owner, l.Expires, held)
 		}
 		for _, c := range r.Conflicts {
 			fmt.Fprintf(out, "conflict %s %s (%s)\n", r.Workspace, quotePath(c.Path), c.Kind)
@@ -215,4 +257,37 @@ func printStatus(out io.Writer, rep statusReport) {
 	for _, w := range rep.Recovery {
 		fmt.Fprintf(out, "recovery: %s\n", w)
 	}
+}
+
+// leaseHolders lists the live processes of the session a lease label
+// names ("sid:N", or exec's "exec sid:N"), with their use of the mount.
+func (s *served) leaseHolders(label string) []statusProc {
+	owner := sessions.Owner(strings.TrimPrefix(label, "exec "))
+	procs, err := s.tracker.Processes(owner)
+	if err != nil {
+		return nil
+	}
+	out := make([]statusProc, 0, len(procs))
+	for _, p := range procs {
+		sp := statusProc{PID: p.PID, Command: p.Comm}
+		sp.CwdInside, sp.OpenFiles = mountUse(p.PID, s.mp)
+		out = append(out, sp)
+	}
+	return out
+}
+
+// mountUse reports whether process pid's working directory is in the
+// mount at mp, and how many of its descriptors are open on files in it.
+func mountUse(pid int, mp string) (cwdInside bool, open int) {
+	in := func(p string) bool { return p == mp || strings.HasPrefix(p, mp+"/") }
+	if cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid)); err == nil {
+		cwdInside = in(cwd)
+	}
+	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	for _, fd := range fds {
+		if t, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && in(t) {
+			open++
+		}
+	}
+	return cwdInside, open
 }
