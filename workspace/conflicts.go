@@ -74,13 +74,6 @@ func (m *Manager) withTheirs(cs []store.Conflict, root store.ID) ([]store.Confli
 	return out, nil
 }
 
-// sameConflict reports whether two records describe the same unsettled
-// disagreement.
-func sameConflict(a, b store.Conflict) bool {
-	eq := func(x, y *store.Side) bool { return x == nil && y == nil || x != nil && y != nil && *x == *y }
-	return a.Path == b.Path && a.Kind == b.Kind && eq(a.Base, b.Base) && eq(a.Ours, b.Ours) && eq(a.Theirs, b.Theirs)
-}
-
 // infosOf converts recorded conflicts for output.
 func infosOf(cs []store.Conflict) []ConflictInfo {
 	out := make([]ConflictInfo, 0, len(cs))
@@ -90,8 +83,11 @@ func infosOf(cs []store.Conflict) []ConflictInfo {
 	return out
 }
 
-// pendingConflicts returns the conflicts of w's head that its parent's
-// head does not share: what landing would publish unresolved.
+// pendingConflicts returns the conflicts of w's head that landing would
+// publish: all of them, except those at a path where the parent's head
+// has a conflict too and w holds exactly what the parent holds there (a
+// conflict w inherited from its parent and did not touch: landing it
+// changes nothing at that path).
 func (m *Manager) pendingConflicts(w store.Workspace) ([]store.Conflict, error) {
 	cs, err := m.conflictsOf(w.Head)
 	if err != nil || len(cs) == 0 || w.Parent == "" {
@@ -105,13 +101,43 @@ func (m *Manager) pendingConflicts(w store.Workspace) ([]store.Conflict, error) 
 	if err != nil {
 		return nil, err
 	}
+	var ownRoot, parentRoot store.ID
 	var out []store.Conflict
 	for _, c := range cs {
-		if !slices.ContainsFunc(theirs, func(t store.Conflict) bool { return sameConflict(c, t) }) {
+		if !slices.ContainsFunc(theirs, func(t store.Conflict) bool { return t.Path == c.Path }) {
+			out = append(out, c)
+			continue
+		}
+		if ownRoot.IsZero() {
+			if ownRoot, err = m.rootOf(w.Head); err != nil {
+				return nil, err
+			}
+			if parentRoot, err = m.rootOf(p.Head); err != nil {
+				return nil, err
+			}
+		}
+		mine, err := m.entryAt(ownRoot, c.Path)
+		if err != nil {
+			return nil, err
+		}
+		parents, err := m.entryAt(parentRoot, c.Path)
+		if err != nil {
+			return nil, err
+		}
+		if !sameEntry(mine, parents) {
 			out = append(out, c)
 		}
 	}
 	return out, nil
+}
+
+// sameEntry reports whether two optional entries hold the same content
+// (kind and object; names and times aside).
+func sameEntry(a, b *store.Entry) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return a.Kind == b.Kind && a.ID == b.ID
 }
 
 // settleOutcome turns a rebase's result into conflicted when name's head
@@ -337,6 +363,9 @@ func (m *Manager) Resolve(name string, paths []string, opt ResolveOptions) (Reso
 	res.Head = gen
 	res.Remaining = infosOf(remaining)
 	m.headChanged(name)
+	if err := m.afterInPlaceMoved(name); err != nil {
+		return res, fmt.Errorf("resolve %s: resolved, but writing it into its directory failed: %w", name, err)
+	}
 	return res, nil
 }
 
