@@ -63,7 +63,7 @@ func (d *differ) dir(path string, a, b store.ID) error {
 }
 
 func (d *differ) entry(dir string, a, b *store.Entry) error {
-	if same(a, b) {
+	if SameContent(a, b) {
 		return nil
 	}
 	var p string

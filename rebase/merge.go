@@ -239,9 +239,10 @@ func ZipEntries(b, o, t *store.Tree, fn func(name string, b, o, t *store.Entry) 
 	return nil
 }
 
-// same reports whether two optional entries are the same content: both
-// absent, or the same kind and ID. Mtime and size are not compared.
-func same(a, b *store.Entry) bool {
+// SameContent reports whether two optional entries are the same content:
+// both absent, or the same kind and ID. Names, mtimes and sizes are not
+// compared.
+func SameContent(a, b *store.Entry) bool {
 	if a == nil || b == nil {
 		return a == nil && b == nil
 	}
@@ -266,7 +267,7 @@ func clone(e *store.Entry) *store.Entry {
 }
 
 func (m *merger) mergeEntry(path string, b, o, t *store.Entry) (*store.Entry, error) {
-	if same(o, t) && same(b, o) {
+	if SameContent(o, t) && SameContent(b, o) {
 		return clone(o), nil
 	}
 	m.changed++
@@ -274,11 +275,11 @@ func (m *merger) mergeEntry(path string, b, o, t *store.Entry) (*store.Entry, er
 		return nil, fmt.Errorf("%w: more than %d changed paths (at %q)", ErrLimit, m.lim.MaxChanges, path)
 	}
 	switch {
-	case same(o, t):
+	case SameContent(o, t):
 		return clone(o), nil
-	case same(b, o):
+	case SameContent(b, o):
 		return clone(t), nil
-	case same(b, t):
+	case SameContent(b, t):
 		return clone(o), nil
 	}
 	return m.bothChanged(path, b, o, t)

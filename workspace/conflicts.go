@@ -124,20 +124,11 @@ func (m *Manager) pendingConflicts(w store.Workspace) ([]store.Conflict, error) 
 		if err != nil {
 			return nil, err
 		}
-		if !sameEntry(mine, parents) {
+		if !rebase.SameContent(mine, parents) {
 			out = append(out, c)
 		}
 	}
 	return out, nil
-}
-
-// sameEntry reports whether two optional entries hold the same content
-// (kind and object; names and times aside).
-func sameEntry(a, b *store.Entry) bool {
-	if a == nil || b == nil {
-		return a == nil && b == nil
-	}
-	return a.Kind == b.Kind && a.ID == b.ID
 }
 
 // settleOutcome turns a rebase's result into conflicted when name's head

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/acyclicfs/acyclicfs/rebase"
 	"github.com/acyclicfs/acyclicfs/store"
 )
 
@@ -40,8 +41,8 @@ func (j *job) mergeIndex(res *refsResult, _ *store.Entry) (*store.Entry, error) 
 	ht := resolve(res.t.head, res.t.refs)
 	// A side contributes staged changes only if it touched its index or
 	// HEAD since base; an untouched side has nothing of its own to add.
-	contribO := io != nil && !(same(ib, io) && ho == hb)
-	contribT := it != nil && !(same(ib, it) && ht == hb)
+	contribO := io != nil && !(rebase.SameContent(ib, io) && ho == hb)
+	contribT := it != nil && !(rebase.SameContent(ib, it) && ht == hb)
 	switch {
 	case io == nil && it == nil:
 		return nil, nil

@@ -281,7 +281,7 @@ func (j *job) mergeTop(name string, b, o, t *store.Entry) (*store.Entry, error) 
 	switch {
 	case name == "logs":
 		return j.mergeLogs(b, o, t)
-	case name == "shallow" && !same(o, t) && !same(b, o) && !same(b, t) && o != nil && t != nil:
+	case name == "shallow" && !rebase.SameContent(o, t) && !rebase.SameContent(b, o) && !rebase.SameContent(b, t) && o != nil && t != nil:
 		data, err := j.shallowUnion()
 		if err != nil {
 			return nil, err
@@ -312,11 +312,11 @@ func newer(_ *job, _ string, _, o, t *store.Entry) (*store.Entry, error) {
 // directories on both recurse, anything else is pol's to settle.
 func (j *job) merge3(rel string, b, o, t *store.Entry, pol policy) (*store.Entry, error) {
 	switch {
-	case same(o, t):
+	case rebase.SameContent(o, t):
 		return clone(o), nil
-	case same(b, o):
+	case rebase.SameContent(b, o):
 		return clone(t), nil
-	case same(b, t):
+	case rebase.SameContent(b, t):
 		return clone(o), nil
 	}
 	if o == nil || t == nil || o.Kind != store.KindDir || t.Kind != store.KindDir {
@@ -456,13 +456,6 @@ func eachName(bt, ot, tt *store.Tree, fn func(name string, b, o, t *store.Entry)
 		fn(name, b, o, t)
 		return nil
 	})
-}
-
-func same(a, b *store.Entry) bool {
-	if a == nil || b == nil {
-		return a == nil && b == nil
-	}
-	return a.Kind == b.Kind && a.ID == b.ID
 }
 
 func clone(e *store.Entry) *store.Entry {

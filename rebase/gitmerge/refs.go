@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/acyclicfs/acyclicfs/rebase"
 	"github.com/acyclicfs/acyclicfs/store"
 )
 
@@ -366,9 +367,9 @@ func (j *job) writeRefs(res *refsResult) error {
 	var recs []packedRec
 	regen := false
 	switch {
-	case same(po, pt), same(pb, pt):
+	case rebase.SameContent(po, pt), rebase.SameContent(pb, pt):
 		packed = po
-	case same(pb, po):
+	case rebase.SameContent(pb, po):
 		packed = pt
 	default:
 		regen = true
