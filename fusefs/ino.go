@@ -1,8 +1,9 @@
 package fusefs
 
 import (
-	"encoding/binary"
 	"slices"
+
+	"github.com/acyclicfs/acyclicfs/internal/pathino"
 )
 
 // Stable inode numbers (docs/design.md "Inode numbers").
@@ -26,32 +27,13 @@ import (
 // from stat, as on file systems with large inode numbers (XFS, btrfs).
 
 const (
-	stableInoBit  = 1 << 61
-	stableInoMask = stableInoBit - 1
-	rootPathHash  = 0x6163796c69636673 // "acyclicfs": the root's path hash
+	stableInoBit = pathino.StableBit
+	rootPathHash = pathino.RootHash
 )
 
 // childPathHash is the path hash of name in a directory whose path hash is
-// parent: FNV-1a over the parent's hash and the name, then a finalizer
-// (splitmix64) so that similar paths spread over the whole range.
-func childPathHash(parent uint64, name string) uint64 {
-	const offset, prime = 14695981039346656037, 1099511628211
-	h := uint64(offset)
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], parent)
-	for _, c := range b {
-		h = (h ^ uint64(c)) * prime
-	}
-	for i := 0; i < len(name); i++ {
-		h = (h ^ uint64(name[i])) * prime
-	}
-	h ^= h >> 30
-	h *= 0xbf58476d1ce4e5b9
-	h ^= h >> 27
-	h *= 0x94d049bb133111eb
-	h ^= h >> 31
-	return h
-}
+// parent (package pathino).
+func childPathHash(parent uint64, name string) uint64 { return pathino.Child(parent, name) }
 
 // nameInode records that c is now d/name: its path hash follows the name
 // (so that children named later hash under the new path), and a c without
@@ -61,7 +43,7 @@ func (o *overlay) nameInode(d *inode, name string, c *inode) {
 	if c.ino != 0 {
 		return
 	}
-	want := c.pathHash&stableInoMask | stableInoBit
+	want := pathino.Number(c.pathHash)
 	if owner, taken := o.inos[want]; taken && owner != c.num {
 		c.ino = c.num | ownInoBit
 		return

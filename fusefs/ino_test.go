@@ -11,6 +11,8 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/acyclicfs/acyclicfs/internal/pathino"
+
 	"github.com/acyclicfs/acyclicfs/store"
 )
 
@@ -102,6 +104,11 @@ func TestStableInodeNumbers(t *testing.T) {
 		for _, p := range paths {
 			if sa[p] != sb[p] {
 				rt.Fatalf("%s: %+v in one mount, %+v in another", p, sa[p], sb[p])
+			}
+			// The number is the one an index written outside any mount
+			// (create --from-git) records for the path.
+			if want := pathino.Of(p); uint64(sa[p].ino) != want {
+				rt.Fatalf("%s: inode %d, pathino.Of says %d", p, sa[p].ino, want)
 			}
 		}
 
