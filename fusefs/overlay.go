@@ -158,6 +158,10 @@ type overlay struct {
 	// uppers lists upper files a replayed snapshot refers to; only used
 	// while opening, before the overlay is shared.
 	uppers map[uint64]bool
+
+	// fsm is the change bookkeeping that answers git's fsmonitor hook
+	// (fsmonitor.go). Guarded by mu.
+	fsm fsmState
 }
 
 func newOverlay(objects Objects, stateDir string, rootID store.ID) *overlay {
@@ -370,6 +374,7 @@ func (o *overlay) removeLink(d *inode, name string, c *inode) {
 	detachName(d, name, c)
 	c.ctime = time.Now().UnixNano()
 	o.dirChanged(d)
+	o.fsmRemoved(d, name, c)
 	o.maybeDropUpper(c)
 }
 

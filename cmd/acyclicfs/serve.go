@@ -125,6 +125,9 @@ type mountOptions struct {
 	warmEntries int
 	// waitWarm: the mount command returns once the warm-up has ended.
 	waitWarm bool
+	// noFSMonitor: do not point a repository at the mount's root at the
+	// fsmonitor hook, and remove the lines an earlier mount added.
+	noFSMonitor bool
 }
 
 // mountWorkspace mounts ws at mp in this daemon, recovering a previous
@@ -271,6 +274,15 @@ func (d *daemon) mountWorkspace(ws, mp string, opt mountOptions) (*served, []str
 	ok = true
 	if err := d.applyContextState(s); err != nil { // a freeze that raced this mount
 		d.logger.Printf("%s: context state: %v", ws, err)
+	}
+	// An in-place workspace's .git is the user's own repository: left alone.
+	if !isInPlace && !s.readOnly.Load() {
+		// Without it git works as before, only slower: logged, not fatal.
+		if exe, err := os.Executable(); err != nil {
+			d.logger.Printf("%s: fsmonitor not set up: %v", ws, err)
+		} else if err := configureFSMonitor(mp, exe, d.dir, !opt.noFSMonitor); err != nil {
+			d.logger.Printf("%s: fsmonitor not set up: %v", ws, err)
+		}
 	}
 	d.logger.Printf("mounted %s at %s (generation %s)", ws, mp, w.Head.Short())
 	return s, notes, nil
