@@ -289,6 +289,12 @@ func (o *overlay) fsmonitor(token, prefix string) FSMonitorAnswer {
 	}
 	sort.Strings(paths)
 	ans.All, ans.Paths = false, paths
+	if len(paths) == 0 {
+		// Nothing changed since token (.git/ aside): it still describes
+		// the worktree, and handing it back spares git rewriting its
+		// index for a new token.
+		ans.Token = token
+	}
 	return ans
 }
 
