@@ -189,9 +189,20 @@ func TestFSMonitorConfigAndHook(t *testing.T) {
 	if _, paths = e.hook(t, mp, tokC); len(paths) != 0 {
 		t.Fatalf("hook after a remount with a clean token = %q, want nothing", paths)
 	}
+	// The token create --from-git puts in a fresh index: clean at a tree,
+	// of no overlay. Nothing changed since: nothing to stat, and the
+	// token handed back as it is (git need not rewrite its index).
+	tree := strings.Split(tokC, ":")[2]
+	cleanAt := "acyclicfs:1:" + tree + ":-:0:c"
+	if tok, paths := e.hook(t, mp, cleanAt); len(paths) != 0 || tok != cleanAt {
+		t.Fatalf("hook(%q) = %q %q, want it back and nothing", cleanAt, tok, paths)
+	}
 	inSession(t, mp, "echo 4 > d1/y")
 	if _, paths = e.hook(t, mp, tokC); strings.Join(paths, " ") != "d1/y" {
 		t.Fatalf("hook after a remount and a change = %q, want d1/y", paths)
+	}
+	if _, paths = e.hook(t, mp, cleanAt); strings.Join(paths, " ") != "d1/y" {
+		t.Fatalf("hook(%q) after a change = %q, want d1/y", cleanAt, paths)
 	}
 	e.unmount(mp)
 }

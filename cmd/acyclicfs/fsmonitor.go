@@ -31,6 +31,7 @@ import (
 // fsmonitorRequest asks the daemon about the mount at Mountpoint.
 type fsmonitorRequest struct {
 	Mountpoint string `json:"mountpoint"`
+	Dev        string `json:"dev"`    // the mount's device, "major:minor"
 	Prefix     string `json:"prefix"` // the worktree, relative to the mount root
 	Token      string `json:"token"`
 }
@@ -109,7 +110,7 @@ func (a *app) fsmonitorAnswer(token string) fusefs.FSMonitorAnswer {
 	if err != nil {
 		return fsmonitorUnknown()
 	}
-	mp, ok := acyclicfsMountOf(cwd)
+	mp, dev, ok := acyclicfsMountOf(cwd)
 	if !ok {
 		return fsmonitorUnknown()
 	}
@@ -127,21 +128,22 @@ func (a *app) fsmonitorAnswer(token string) fusefs.FSMonitorAnswer {
 	c := newClient(dir)
 	c.http.Timeout = 10 * time.Second
 	var ans fusefs.FSMonitorAnswer
-	if err := c.call("/fsmonitor", fsmonitorRequest{Mountpoint: mp, Prefix: filepath.ToSlash(prefix), Token: token}, &ans); err != nil || ans.Token == "" {
+	if err := c.call("/fsmonitor", fsmonitorRequest{Mountpoint: mp, Dev: dev, Prefix: filepath.ToSlash(prefix), Token: token}, &ans); err != nil || ans.Token == "" {
 		return fsmonitorUnknown()
 	}
 	return ans
 }
 
 // acyclicfsMountOf finds, in mountinfo, the innermost mount holding path
-// and reports its mountpoint if it is an acyclicfs mount.
-func acyclicfsMountOf(path string) (string, bool) {
+// and reports its mountpoint and device if it is an acyclicfs mount. It
+// asks nothing of the mount itself.
+func acyclicfsMountOf(path string) (mp, dev string, ours bool) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
-		return "", false
+		return "", "", false
 	}
 	defer f.Close()
-	best, bestOurs := "", false
+	best, bestDev, bestOurs := "", "", false
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -160,10 +162,10 @@ func acyclicfsMountOf(path string) (string, bool) {
 		_, post, _ := strings.Cut(line, " - ")
 		pf := strings.Fields(post)
 		// Later lines mount over earlier ones at the same place.
-		best = mp
+		best, bestDev = mp, fields[2]
 		bestOurs = len(pf) >= 2 && pf[0] == "fuse.acyclicfs" && strings.HasPrefix(pf[1], "acyclicfs")
 	}
-	return best, bestOurs && best != ""
+	return best, bestDev, bestOurs && best != ""
 }
 
 // unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
@@ -205,7 +207,12 @@ func (d *daemon) handleFSMonitor(w http.ResponseWriter, r *http.Request) {
 	var mnt *fusefs.Mount
 	d.mu.Lock()
 	for _, s := range d.mounts {
-		if s != nil && s.mp == req.Mountpoint && s.mnt != nil {
+		if s == nil || s.mnt == nil {
+			continue
+		}
+		// By device where both sides know it (a path may differ by a
+		// symlink); a device names one live mount on the machine.
+		if s.dev != "" && req.Dev != "" && s.dev == req.Dev || (s.dev == "" || req.Dev == "") && s.mp == req.Mountpoint {
 			mnt = s.mnt
 		}
 	}

@@ -37,7 +37,10 @@ type served struct {
 	ttl      time.Duration
 	by       sessions.By
 	mnt      *fusefs.Mount
-	tracker  *sessions.Tracker
+	// dev is the mount's device ("major:minor", as mountinfo shows it),
+	// by which the fsmonitor hook names the mount it runs in.
+	dev     string
+	tracker *sessions.Tracker
 	// inPlace: the workspace is in place; reconciliation materializes it
 	// into its directory. baseDir, when the mount covers that directory,
 	// is the fd to the directory underneath (docs/inplace.md).
@@ -268,6 +271,10 @@ func (d *daemon) mountWorkspace(ws, mp string, opt mountOptions) (*served, []str
 		return nil, notes, fmt.Errorf("mount %s at %s: %w", ws, mp, err)
 	}
 	s.mnt = mnt
+	var st unix.Stat_t
+	if err := unix.Stat(mp, &st); err == nil {
+		s.dev = fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
+	}
 	d.mu.Lock()
 	d.mounts[ws] = s
 	d.mu.Unlock()
