@@ -513,3 +513,42 @@ func TestFSMonitorMatchesScan(t *testing.T) {
 		check("the last session's end")
 	})
 }
+
+// TestFSMonitorParentMoved: a mounted fork follows its parent when a
+// sibling lands (a view switch onto a rebased tree); git status with the
+// hook sees the sibling's changes as a full scan does.
+func TestFSMonitorParentMoved(t *testing.T) {
+	needTool(t, "git")
+	e := newMountEnv(t)
+	repo := fsmRepo(t, e)
+	e.ok("create", "main", "--from", repo)
+	e.ok("fork", "main", "f")
+	e.ok("fork", "main", "g")
+	mf := e.mountAt("f")
+	if got, want := statusPair(t, mf); got != want || got != "" {
+		t.Fatalf("git status in f: %q, without the hook %q", got, want)
+	}
+	// f changes something of its own; its token is then dirty.
+	inSession(t, mf, "echo mine >> a")
+	if got, want := statusPair(t, mf); got != want {
+		t.Fatalf("git status in f: %q, without the hook %q", got, want)
+	}
+	mg := e.mountAt("g")
+	inSession(t, mg, "echo parent >> d1/x; echo new > d2/new; rm d1/sub/z")
+	e.unmount(mg)
+	e.waitIdle("f")
+	e.ok("land", "g") // f is idle: it follows main at once
+	if got := inSession(t, mf, "cat d2/new"); got != "new\n" {
+		t.Fatalf("f did not follow main: d2/new = %q", got)
+	}
+	got, want := statusPair(t, mf)
+	if got != want {
+		t.Fatalf("after f followed main: git status %q, without the hook %q", got, want)
+	}
+	for _, p := range []string{" M a", " M d1/x", " D d1/sub/z", "?? d2/new"} {
+		if !strings.Contains(got, p+"\n") {
+			t.Fatalf("git status after following main lacks %q:\n%s", p, got)
+		}
+	}
+	e.unmount(mf)
+}
