@@ -29,7 +29,9 @@ type results struct {
 	forks   []*forkResult
 	land    *landResult
 	inplace *inplaceResult
-	profile map[string]map[string]*profileResult // workload -> system
+	// fsmonitor: git status with and without the mount's hook.
+	fsmonitor *fsmonitorGit
+	profile   map[string]map[string]*profileResult // workload -> system
 	// keptCensus is the previous report's census section, carried over by
 	// a run without -profile.
 	keptCensus string
@@ -210,6 +212,9 @@ func (r *results) markdown() string {
 	}
 	if r.inplace != nil {
 		r.inplaceMarkdown(&b)
+	}
+	if r.fsmonitor != nil {
+		r.fsmonitorMarkdown(&b)
 	}
 	if len(r.profile) > 0 {
 		r.profileMarkdown(&b)
