@@ -104,6 +104,11 @@ func TestFSMonitorConfigAndHook(t *testing.T) {
 			t.Fatalf("hook(%q) = %q %q, want a token and /", bad, tok, paths)
 		}
 	}
+	// Only protocol version 2: anything else is a usage error (git then
+	// tries version 1, which it does not get either, and scans).
+	if r := e.fails(2, "fsmonitor", "1", "0"); !strings.Contains(r.stderr, "version") {
+		t.Fatalf("fsmonitor 1: %s", r)
+	}
 	tok, _ := e.hook(t, mp, "")
 	// No change: nothing to report.
 	if tok2, paths := e.hook(t, mp, tok); len(paths) != 0 {
