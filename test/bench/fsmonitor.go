@@ -22,8 +22,11 @@ type fsmonitorGit struct {
 	// remount (the index then carries what the previous mount left).
 	off1, off2, offRe1, offRe2 []time.Duration
 	on1, on2, onRe1, onRe2     []time.Duration
-	dirty                      []int // lines any status printed (0: clean)
-	err                        string
+	// With the hook and --warm-entries 0: git stats nothing, so the
+	// metadata warm-up only competes with it for the daemon and the CPU.
+	cold1, cold2, coldRe1, coldRe2 []time.Duration
+	dirty                          []int // lines any status printed (0: clean)
+	err                            string
 }
 
 // runFSMonitorGit commits a copy of the Go src tree to git natively,
@@ -60,7 +63,7 @@ func (e *benchEnv) fsmonitorGit(ctx context.Context, g *fsmonitorGit, runs int) 
 	if _, err := e.acyCmd(ctx, "create", "fsmgit", "--from", repo); err != nil {
 		return err
 	}
-	for _, ws := range []string{"fsmoff", "fsmon"} {
+	for _, ws := range []string{"fsmoff", "fsmon", "fsmcold"} {
 		if _, err := e.acyCmd(ctx, "fork", "fsmgit", ws); err != nil {
 			return err
 		}
@@ -113,6 +116,7 @@ func (e *benchEnv) fsmonitorGit(ctx context.Context, g *fsmonitorGit, runs int) 
 		}{
 			{"fsmoff", []string{"--no-fsmonitor"}, &g.off1, &g.off2, &g.offRe1, &g.offRe2},
 			{"fsmon", nil, &g.on1, &g.on2, &g.onRe1, &g.onRe2},
+			{"fsmcold", []string{"--warm-entries", "0"}, &g.cold1, &g.cold2, &g.coldRe1, &g.coldRe2},
 		} {
 			mp := filepath.Join(e.work, "mnt", fmt.Sprintf("%s-%d", v.ws, i))
 			if err := os.MkdirAll(mp, 0o755); err != nil {
@@ -128,10 +132,11 @@ func (e *benchEnv) fsmonitorGit(ctx context.Context, g *fsmonitorGit, runs int) 
 			}
 			*v.a, *v.b, *v.reA, *v.reB = append(*v.a, a), append(*v.b, b), append(*v.reA, ra), append(*v.reB, rb)
 		}
-		logf("fsmonitor: git status run %d: native %v then %v; without the hook %v then %v, remounted %v then %v; with it %v then %v, remounted %v then %v",
+		logf("fsmonitor: git status run %d: native %v then %v; without the hook %v then %v, remounted %v then %v; with it %v then %v, remounted %v then %v; with it and no warm-up %v then %v, remounted %v then %v",
 			i+1, g.native1[i].Round(time.Millisecond), g.native2[i].Round(time.Millisecond),
 			g.off1[i].Round(time.Millisecond), g.off2[i].Round(time.Millisecond), g.offRe1[i].Round(time.Millisecond), g.offRe2[i].Round(time.Millisecond),
-			g.on1[i].Round(time.Millisecond), g.on2[i].Round(time.Millisecond), g.onRe1[i].Round(time.Millisecond), g.onRe2[i].Round(time.Millisecond))
+			g.on1[i].Round(time.Millisecond), g.on2[i].Round(time.Millisecond), g.onRe1[i].Round(time.Millisecond), g.onRe2[i].Round(time.Millisecond),
+			g.cold1[i].Round(time.Millisecond), g.cold2[i].Round(time.Millisecond), g.coldRe1[i].Round(time.Millisecond), g.coldRe2[i].Round(time.Millisecond))
 	}
 	return nil
 }
@@ -139,14 +144,22 @@ func (e *benchEnv) fsmonitorGit(ctx context.Context, g *fsmonitorGit, runs int) 
 func (r *results) fsmonitorMarkdown(b *strings.Builder) {
 	g := r.fsmonitor
 	b.WriteString("\n### git status with the fsmonitor hook\n\n")
-	fmt.Fprintf(b, "A copy of the Go src tree (%d tracked files) committed to git natively, imported with `create --from` (its `.git` copied) and forked twice. Per run: `git status --porcelain` natively twice; then in a mount of one fork made with `--no-fsmonitor` and of the other with the hook (docs/git.md \"fsmonitor\"), each status its own `exec`: mount, status twice, unmount, mount again at the same place, status twice, unmount. The first status after the first mount with the hook scans (the index has no token yet); after a remount the index carries the previous mount's token. Ratios are per run against native's second status.\n\n", g.files)
-	hdr := []string{"native 1st", "native 2nd", "without: 1st", "2nd", "remount 1st", "2nd", "with hook: 1st", "2nd", "remount 1st", "2nd", "with hook, remount 1st / native", "with hook, 2nd / native", "dirty lines"}
+	fmt.Fprintf(b, "A copy of the Go src tree (%d tracked files) committed to git natively, imported with `create --from` (its `.git` copied) and forked three times. Per run: `git status --porcelain` natively twice; then in a mount of one fork made with `--no-fsmonitor`, of another with the hook (docs/git.md \"fsmonitor\"), and of the third with the hook and `--warm-entries 0` (no metadata warm-up competing with the first status), each status its own `exec`: mount, status twice, unmount, mount again at the same place, status twice, unmount. The first status after the first mount with the hook scans (the index has no token yet); after a remount the index carries the previous mount's token. Ratios are per run against native's second status.\n\n", g.files)
+	fmt.Fprintf(b, "Native: 1st %s, 2nd %s; dirty lines (every status) %s.\n\n", fmtStat(durStat(g.native1)), fmtStat(durStat(g.native2)), intStatI(g.dirty))
+	hdr := []string{"mount", "1st after mount", "2nd", "1st after remount", "2nd", "1st after remount / native", "2nd / native"}
 	writeRow(b, hdr)
 	writeSep(b, len(hdr))
-	writeRow(b, []string{fmtStat(durStat(g.native1)), fmtStat(durStat(g.native2)),
-		fmtStat(durStat(g.off1)), fmtStat(durStat(g.off2)), fmtStat(durStat(g.offRe1)), fmtStat(durStat(g.offRe2)),
-		fmtStat(durStat(g.on1)), fmtStat(durStat(g.on2)), fmtStat(durStat(g.onRe1)), fmtStat(durStat(g.onRe2)),
-		fmtRatio(summarize(ratios(g.onRe1, g.native2))), fmtRatio(summarize(ratios(g.on2, g.native2))), intStatI(g.dirty)})
+	for _, v := range []struct {
+		label           string
+		a, b2, reA, reB []time.Duration
+	}{
+		{"without the hook", g.off1, g.off2, g.offRe1, g.offRe2},
+		{"with the hook", g.on1, g.on2, g.onRe1, g.onRe2},
+		{"with the hook, `--warm-entries 0`", g.cold1, g.cold2, g.coldRe1, g.coldRe2},
+	} {
+		writeRow(b, []string{v.label, fmtStat(durStat(v.a)), fmtStat(durStat(v.b2)), fmtStat(durStat(v.reA)), fmtStat(durStat(v.reB)),
+			fmtRatio(summarize(ratios(v.reA, g.native2))), fmtRatio(summarize(ratios(v.b2, g.native2)))})
+	}
 	b.WriteString("\n")
 	goal := func(label string, a []time.Duration) {
 		if st := summarize(ratios(a, g.native2)); st.n > 0 {
@@ -155,6 +168,7 @@ func (r *results) fsmonitorMarkdown(b *strings.Builder) {
 	}
 	goal("first git status after a remount, with the hook", g.onRe1)
 	goal("second git status, with the hook", g.on2)
+	goal("first git status after a remount, with the hook and no warm-up", g.coldRe1)
 	if g.err != "" {
 		fmt.Fprintf(b, "- the fsmonitor measurement failed: `%s`\n", oneLine(g.err))
 	}
