@@ -325,11 +325,7 @@ func (o *overlay) fsmClean(gitDir string) bool {
 	if o.root.subSeq == 0 && len(o.fsm.writers) == 0 {
 		return true
 	}
-	if o.root.seq != 0 {
-		return false
-	}
-	var dirty []string
-	if !o.fsmWalkSeq(o.root, "", gitDir, &dirty) || len(dirty) > 0 {
+	if o.root.seq != 0 || o.fsmChangedBelow(o.root, "", gitDir) {
 		return false
 	}
 	for in := range o.fsm.writers {
@@ -342,25 +338,20 @@ func (o *overlay) fsmClean(gitDir string) bool {
 	return true
 }
 
-// fsmWalkSeq finds one inode below d with a seq of its own (a change
-// relative to the lower tree), skipping skip. Caller holds mu.
-func (o *overlay) fsmWalkSeq(d *inode, path, skip string, out *[]string) bool {
+// fsmChangedBelow reports whether an inode below d (at path), outside the
+// directory skip, has a change of its own relative to the lower tree.
+// Caller holds mu.
+func (o *overlay) fsmChangedBelow(d *inode, path, skip string) bool {
 	for name, c := range d.children {
 		p := joinPath(path, name)
 		if p == skip {
 			continue
 		}
-		if c.seq > 0 {
-			*out = append(*out, p)
+		if c.seq > 0 || c.isDir() && c.subSeq > 0 && c.children != nil && o.fsmChangedBelow(c, p, skip) {
 			return true
 		}
-		if c.isDir() && c.subSeq > 0 && c.children != nil {
-			if o.fsmWalkSeq(c, p, skip, out); len(*out) > 0 {
-				return true
-			}
-		}
 	}
-	return true
+	return false
 }
 
 // fsmDiffRoots adds to set every path below prefix that differs between
