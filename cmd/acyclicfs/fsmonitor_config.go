@@ -38,22 +38,46 @@ func fsmonitorBlock(exe, storeDir string) string {
 	return fsmBlockBegin + "\n[core]\n\tfsmonitor = " + gitConfigQuote(cmd) + "\n\tuntrackedCache = true\n" + fsmBlockEnd + "\n"
 }
 
-// withoutFSMonitorBlock removes the marked block (every copy of it).
+// withoutFSMonitorBlock removes the marked block (every copy of it): the
+// markers and the two settings it holds. git may have added other keys
+// inside it (`git config` appends a key to the last section of its name,
+// which is often the block's [core]): those stay, under their [core].
 func withoutFSMonitorBlock(cfg []byte) []byte {
-	var out bytes.Buffer
-	in := false
+	var out, block bytes.Buffer
+	in, kept := false, false
 	for _, line := range bytes.SplitAfter(cfg, []byte("\n")) {
 		t := string(bytes.TrimSpace(line))
 		switch {
 		case t == fsmBlockBegin:
-			in = true
+			in, kept = true, false
+			block.Reset()
 		case in && t == fsmBlockEnd:
 			in = false
+			if kept {
+				out.Write(block.Bytes())
+			}
 		case !in:
 			out.Write(line)
+		case isOwnSetting(t):
+		default:
+			block.Write(line)
+			if t != "[core]" && t != "" {
+				kept = true
+			}
 		}
 	}
+	if in && kept { // a block git cut short: keep what is not ours
+		out.Write(block.Bytes())
+	}
 	return out.Bytes()
+}
+
+// isOwnSetting: a line of the block that sets one of the two keys it
+// holds (git keys are case-insensitive).
+func isOwnSetting(line string) bool {
+	key, _, _ := strings.Cut(line, "=")
+	key = strings.ToLower(strings.TrimSpace(key))
+	return key == "fsmonitor" || key == "untrackedcache"
 }
 
 // configureFSMonitor adds (on) or removes (off) the block in

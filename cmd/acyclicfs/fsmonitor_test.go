@@ -54,6 +54,37 @@ func TestFSMonitorConfigBlock(t *testing.T) {
 			t.Fatalf("config after removal %q, want %q", after, want)
 		}
 	}
+	// git added a key inside the block (git config appends to the last
+	// [core]): removing the block keeps it, under [core].
+	if err := os.WriteFile(cfg, []byte("[user]\n\tname = x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := configureFSMonitor(root, exe, store, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exec.LookPath("git"); err == nil {
+		if out, err := exec.Command("git", "config", "-f", cfg, "core.autocrlf", "false").CombinedOutput(); err != nil {
+			t.Fatalf("git config: %v %s", err, out)
+		}
+		b, _ := os.ReadFile(cfg)
+		if !strings.Contains(string(b), "autocrlf = false\n"+fsmBlockEnd) {
+			t.Fatalf("git put the key elsewhere; the test no longer covers the case:\n%s", b)
+		}
+		for _, on := range []bool{true, false} { // a new mount, then --no-fsmonitor
+			if err := configureFSMonitor(root, exe, store, on); err != nil {
+				t.Fatal(err)
+			}
+			out, err := exec.Command("git", "config", "-f", cfg, "core.autocrlf").Output()
+			if err != nil || strings.TrimSpace(string(out)) != "false" {
+				b, _ := os.ReadFile(cfg)
+				t.Fatalf("core.autocrlf lost (on=%v): %q %v\n%s", on, out, err, b)
+			}
+		}
+		if out, err := exec.Command("git", "config", "-f", cfg, "core.fsmonitor").Output(); err == nil {
+			t.Fatalf("core.fsmonitor still set: %s", out)
+		}
+	}
+
 	// No .git directory: nothing written.
 	other := t.TempDir()
 	if err := configureFSMonitor(other, exe, store, true); err != nil {
