@@ -31,6 +31,9 @@ import (
 const (
 	fsmLogMax   = 1 << 16
 	fsmMaxPaths = 1 << 17
+	// fsmReuseSwitches: an unchanged token is handed back while at most
+	// this many view switches came after it.
+	fsmReuseSwitches = 16
 )
 
 // fsmEntry is one log record at seq: a path (relative to the mount root,
@@ -289,10 +292,12 @@ func (o *overlay) fsmonitor(token, prefix string) FSMonitorAnswer {
 	}
 	sort.Strings(paths)
 	ans.All, ans.Paths = false, paths
-	if len(paths) == 0 {
+	if len(paths) == 0 && len(switches) <= fsmReuseSwitches {
 		// Nothing changed since token (.git/ aside): it still describes
 		// the worktree, and handing it back spares git rewriting its
-		// index for a new token.
+		// index for a new token. Not once many view switches lie between
+		// (every session's end is one): each would be diffed again at
+		// every query.
 		ans.Token = token
 	}
 	return ans

@@ -262,6 +262,25 @@ func TestFSMonitorAnswers(t *testing.T) {
 	if ans = m3.FSMonitor(tok6, ""); !covered(ans, "a") {
 		t.Fatalf("changed back and switched: %+v, want a", ans)
 	}
+
+	// Only .git/ changes, each captured and switched to (a session's end):
+	// the token comes back as it is, until so many switches lie between
+	// that a new one saves diffing them all at every query.
+	tok7 := m3.FSMonitor("", "").Token
+	for i := 1; i <= fsmReuseSwitches+1; i++ {
+		mustWrite(t, filepath.Join(mnt3, ".git/index"), fmt.Sprint(i))
+		id, _, err := m3.Capture()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m3.SwitchView(id); err != nil {
+			t.Fatal(err)
+		}
+		ans = m3.FSMonitor(tok7, "")
+		if ans.All || len(ans.Paths) != 0 || (ans.Token == tok7) != (i <= fsmReuseSwitches) {
+			t.Fatalf("after %d switches with .git changes only: %+v (asked with %s)", i, ans, tok7)
+		}
+	}
 }
 
 // BenchmarkFSMonitor: one query for what changed since the last token, in
