@@ -57,7 +57,7 @@ func Open(ctx context.Context, path string) (*Repo, error) {
 		return nil, fmt.Errorf("repository %s: %w", path, err)
 	}
 	if fi, err := os.Stat(abs); err != nil {
-		return nil, fmt.Errorf("repository %s: %w", path, err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrNotRepo, path, err)
 	} else if !fi.IsDir() {
 		return nil, fmt.Errorf("%w: %s is not a directory", ErrNotRepo, path)
 	}
