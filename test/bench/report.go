@@ -25,11 +25,13 @@ type results struct {
 	// failed: a peer's workload that failed (workload -> system -> the
 	// error's first line); it is not run on that system again, so the
 	// samples it has stay paired with native's by run index.
-	failed  map[string]map[string]string
-	forks   []*forkResult
-	land    *landResult
-	inplace *inplaceResult
-	profile map[string]map[string]*profileResult // workload -> system
+	failed map[string]map[string]string
+	forks  []*forkResult
+	land   *landResult
+	// gitImport is create --from-git against git worktree add.
+	gitImport *gitImportResult
+	inplace   *inplaceResult
+	profile   map[string]map[string]*profileResult // workload -> system
 	// keptCensus is the previous report's census section, carried over by
 	// a run without -profile.
 	keptCensus string
@@ -204,6 +206,9 @@ func (r *results) markdown() string {
 
 	if len(r.forks) > 0 {
 		r.forkMarkdown(&b)
+	}
+	if r.gitImport != nil {
+		r.gitImportMarkdown(&b)
 	}
 	if r.land != nil {
 		r.landMarkdown(&b)
