@@ -167,9 +167,9 @@ type (
 
 // mcpExecOut is what exec returns.
 type mcpExecOut struct {
-	Stdout   string `json:"stdout"`
-	Stderr   string `json:"stderr"`
-	ExitCode int    `json:"exit_code" jsonschema:"the command's exit status"`
+	Stdout   string   `json:"stdout"`
+	Stderr   string   `json:"stderr"`
+	ExitCode int      `json:"exit_code" jsonschema:"the command's exit status"`
 	Outcome  string   `json:"outcome" jsonschema:"the reconcile outcome of the lease's end: current, rebased, conflicted or still-active"`
 	Paths    []string `json:"paths,omitempty" jsonschema:"the paths the outcome concerns (conflicts)"`
 }
