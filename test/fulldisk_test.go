@@ -358,3 +358,41 @@ func TestUnmountBusyCheckAfterDetach(t *testing.T) {
 	}
 	_ = syscall.Kill(-bystander.Process.Pid, syscall.SIGKILL)
 }
+
+// TestStatusShowsLeaseIdleTime: status names how long each lease's
+// session has made no request of the mount (JSON idle_ms, text "idle D"),
+// so a shell left in a mount is told from a tool at work.
+func TestStatusShowsLeaseIdleTime(t *testing.T) {
+	t.Parallel()
+	e, mp := forkMounted(t, map[string]string{"log": "1\n"})
+	p := startInside(t, mp, `cat log >/dev/null && exec sleep 600`)
+	var idle int64
+	waitFor(t, 20*time.Second, "status to show the lease idle for a second", func() bool {
+		r := e.run("--json", "status", "child")
+		var rep struct {
+			Workspaces []struct {
+				Leases []struct {
+					IdleMS *int64 `json:"idle_ms"`
+				} `json:"leases"`
+			} `json:"workspaces"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+			t.Fatalf("status --json: %v\n%s", err, r)
+		}
+		if len(rep.Workspaces) != 1 || len(rep.Workspaces[0].Leases) != 1 || rep.Workspaces[0].Leases[0].IdleMS == nil {
+			return false
+		}
+		idle = *rep.Workspaces[0].Leases[0].IdleMS
+		return idle >= 1000
+	})
+	if idle > 60_000 {
+		t.Fatalf("idle_ms %d: the session made a request less than a minute ago", idle)
+	}
+	if txt := e.run("status", "child").stdout; !strings.Contains(txt, " idle ") {
+		t.Fatalf("status text does not show the lease's idle time:\n%s", txt)
+	}
+	_ = syscall.Kill(-p.Process.Pid, syscall.SIGKILL)
+	p.Wait()
+	e.waitIdle("child")
+	e.unmount(mp)
+}
