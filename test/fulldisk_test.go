@@ -158,7 +158,8 @@ func (e *env) captureOf(ws string) *captureState {
 // ends. The capture fails for space: the lease ends all the same (the
 // window goes idle instead of staying active past its expiry), status
 // says so in text and JSON (store path, bytes needed), unmount and
-// unmount --lazy refuse naming the store and leave the mount as it was.
+// unmount --lazy refuse naming the store and leave the mount as it was,
+// and land refuses (the head lacks what the mount holds).
 // Once a tool deletes the big file the capture is stored (status says
 // so), gc leaves no retired upper file behind, unmount succeeds, every
 // fsynced byte is kept and fsck is clean.
@@ -206,6 +207,14 @@ func TestFullStoreDiskCaptureFailsAndRecovers(t *testing.T) {
 	}
 	if got := inSession(t, mp, "cat kept.txt"); got != kept {
 		t.Fatal("kept.txt changed in the mount")
+	}
+	// Landing now would publish a head without what the mount holds.
+	mainHead := e.head("main")
+	if r := e.fails(1, "land", "child"); !strings.Contains(r.stderr, "holds changes no capture could store yet") {
+		t.Fatalf("land with a capture owed: %s", r)
+	}
+	if e.head("main") != mainHead {
+		t.Fatal("the refused land moved main")
 	}
 
 	// The tool deletes the big file: its session's final close stores the

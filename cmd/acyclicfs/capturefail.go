@@ -110,8 +110,8 @@ func (s *served) noteCaptureFailure(err error) error {
 		NoSpace: f.noSpace, Store: s.d.dir, Attempts: f.attempts}
 	if f.noSpace {
 		st.NeededBytes, st.FreeBytes = f.needed, max(f.free, 0)
-		err = &noSpaceError{ws: s.ws, store: s.d.dir, needed: f.needed, free: max(f.free, 0), err: err}
 	}
+	err = s.failedErr()
 	s.captureState.Store(st)
 	s.d.logger.Printf("%s: capture failed (attempt %d; the mount keeps its changes and retries): %v", s.ws, f.attempts, err)
 	if !s.retrying {
@@ -119,6 +119,16 @@ func (s *served) noteCaptureFailure(err error) error {
 		go s.retryCaptures()
 	}
 	return err
+}
+
+// failedErr is the error of the recorded failure, as noteCaptureFailure
+// returned it. Called with s.lock held, s.failed set.
+func (s *served) failedErr() error {
+	f := s.failed
+	if f.noSpace {
+		return &noSpaceError{ws: s.ws, store: s.d.dir, needed: f.needed, free: max(f.free, 0), err: f.err}
+	}
+	return f.err
 }
 
 // noteCaptureStored clears a recorded failure after a capture succeeded.
