@@ -405,3 +405,32 @@ func TestStatusShowsLeaseIdleTime(t *testing.T) {
 	e.waitIdle("child")
 	e.unmount(mp)
 }
+
+// TestUnmountOnFullDiskWithNothingToWrite: everything the mount holds is
+// captured, then another program fills the store's disk: unmount needs
+// to write nothing (no overlay snapshot for a state directory it resets)
+// and succeeds, and so does fsck.
+func TestUnmountOnFullDiskWithNothingToWrite(t *testing.T) {
+	e, fsDir, mp := fullDiskEnv(t)
+	e.execOK(mp, "echo x > f.txt")
+	fill := filepath.Join(fsDir, "fill")
+	if err := exec.Command("sh", "-c", `head -c 100000000 /dev/zero > "$1"; true`, "sh", fill).Run(); err != nil {
+		t.Fatal(err)
+	}
+	if free := freeOn(t, fsDir); free > 64<<10 {
+		t.Fatalf("the store's disk is not full: %d bytes free", free)
+	}
+	if o, _ := e.unmount(mp); o != "current" {
+		t.Fatalf("unmount on a full disk: %s", o)
+	}
+	if isMountpoint(mp) {
+		t.Fatal("still mounted")
+	}
+	if st := e.statusOf("child"); st.State != "idle" {
+		t.Fatalf("after the unmount: %s", st.State)
+	}
+	if got := e.run("cat", "child", "f.txt").stdout; got != "x\n" {
+		t.Fatalf("f.txt: %q", got)
+	}
+	e.fsck()
+}
