@@ -26,6 +26,11 @@ import (
 // store's free space; there is no event for space coming back.
 const captureRetryInterval = 2 * time.Second
 
+// maxRetryBackoff bounds the wait between background retries of a
+// capture that failed for another reason than space (one more attempt
+// per captureRetryInterval waited, up to this).
+const maxRetryBackoff = time.Minute
+
 // noSpaceError is a capture that failed for space: it names the store and
 // what the capture may need. It unwraps to the write's error (ENOSPC).
 type noSpaceError struct {
@@ -76,7 +81,8 @@ type captureFailure struct {
 	since    time.Time // first failure
 	attempts int
 	needed   int64
-	free     int64 // at the latest attempt
+	free     int64     // at the latest attempt
+	last     time.Time // the latest attempt
 }
 
 // statusCapture is status's view of a mount's capture trouble: "failed"
@@ -104,6 +110,7 @@ func (s *served) noteCaptureFailure(err error) error {
 	}
 	f.err, f.noSpace = err, isNoSpace(err)
 	f.attempts++
+	f.last = time.Now()
 	f.free = freeBytes(s.d.dir)
 	f.needed = s.mnt.PendingBytes()
 	st := &statusCapture{State: "failed", Since: f.since.UTC().Format(time.RFC3339), Error: err.Error(),
@@ -176,8 +183,9 @@ func (s *served) closeAfterFailedCapture(lease window.Lease, err error) (workspa
 
 // retryCaptures retries a failed capture in the background while the
 // mount is idle, each time the store's disk has more free space than at
-// the last attempt (or room for the estimate), until one succeeds or the
-// mount is gone. A final close or unmount in between retries by itself.
+// the last attempt (or room for the estimate) — a failure for another
+// reason with a growing back-off — until one succeeds or the mount is
+// gone. A final close or unmount in between retries by itself.
 func (s *served) retryCaptures() {
 	t := time.NewTicker(captureRetryInterval)
 	defer t.Stop()
@@ -197,7 +205,9 @@ func (s *served) retryCaptures() {
 			return
 		}
 		free := freeBytes(s.d.dir)
-		if s.closing || len(s.leases) > 0 || (f.noSpace && free <= f.free && free < f.needed) {
+		due := f.noSpace && (free > f.free || free >= f.needed) ||
+			!f.noSpace && time.Since(f.last) >= min(time.Duration(f.attempts)*captureRetryInterval, maxRetryBackoff)
+		if s.closing || len(s.leases) > 0 || !due {
 			s.release()
 			continue
 		}
