@@ -768,6 +768,7 @@ func (s *served) refresh() {
 		return
 	}
 	defer s.mnt.HoldWarm()()
+	defer s.doing("refresh onto the moved head")()
 	if err := s.captureAndPublish(nil); err != nil {
 		s.d.logger.Printf("%s: capture before refresh: %v", s.ws, err)
 		return
@@ -799,6 +800,7 @@ func (s *served) unmount(lazy bool) (res workspace.Result, err error) {
 			return workspace.Result{}, fmt.Errorf("%w: %w (nothing was done)", workspace.ErrBusy, &fusefs.BusyError{Mountpoint: s.mp, Users: users})
 		}
 	}
+	defer s.doing("unmount")()
 	s.acquire(0)
 	s.last = workspace.Result{}
 	s.closing = true // new sessions are refused from here on
