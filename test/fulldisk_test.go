@@ -434,3 +434,58 @@ func TestUnmountOnFullDiskWithNothingToWrite(t *testing.T) {
 	}
 	e.fsck()
 }
+
+// TestGCFreesMountScratch: gc gives back mount scratch no overlay needs:
+// the retired upper file of a file that was fsynced and deleted while its
+// session still runs (upper-trash, kept for the snapshot that names it),
+// and a state directory under STORE/mounts that no mount record names.
+// The mount's own state and the running session are left alone.
+func TestGCFreesMountScratch(t *testing.T) {
+	t.Parallel()
+	e, mp := forkMounted(t, map[string]string{"base.txt": "base\n"})
+	gate := e.fifo("gate")
+	p := startInside(t, mp, `head -c 4000000 /dev/zero > big && sync big && rm big && echo kept > kept.txt && read x < "$G"`, "G="+gate.path)
+	w := gate.opened(30 * time.Second)
+	trashDir := filepath.Join(e.store, "mounts", "child", "upper-trash")
+	if ents, err := os.ReadDir(trashDir); err != nil || len(ents) != 1 {
+		t.Fatalf("upper-trash while the session runs: %d entries, %v; want the deleted file's", len(ents), err)
+	}
+	ghost := filepath.Join(e.store, "mounts", "ghost", "upper")
+	if err := os.MkdirAll(ghost, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ghost, "7"), make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out struct {
+		Freed int64 `json:"freed_bytes"`
+	}
+	if r := e.run("--json", "gc"); r.code != 0 || json.Unmarshal([]byte(r.stdout), &out) != nil {
+		t.Fatalf("gc: %s", r)
+	}
+	if out.Freed < 4000000+1<<20 {
+		t.Fatalf("gc freed %d bytes, want the deleted file's 4000000 and the orphan's 1 MiB", out.Freed)
+	}
+	if ents, _ := os.ReadDir(trashDir); len(ents) != 0 {
+		t.Fatalf("upper-trash after gc: %d entries", len(ents))
+	}
+	if _, err := os.Stat(filepath.Dir(ghost)); !os.IsNotExist(err) {
+		t.Fatalf("the orphaned state directory survived gc: %v", err)
+	}
+	release(t, w)
+	if err := p.Wait(); err != nil {
+		t.Fatalf("the session failed after gc: %v", err)
+	}
+	e.waitIdle("child")
+	if o, _ := e.unmount(mp); o != "current" {
+		t.Fatalf("unmount: %s", o)
+	}
+	got := e.exportTo("child", "out")
+	if b := readFile(t, filepath.Join(got, "kept.txt")); b != "kept\n" {
+		t.Fatalf("kept.txt: %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(got, "big")); !os.IsNotExist(err) {
+		t.Fatalf("big came back: %v", err)
+	}
+	e.fsck()
+}
