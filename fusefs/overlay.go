@@ -278,12 +278,8 @@ func modeForKind(k store.Kind) uint32 {
 		return syscall.S_IFLNK | 0o777
 	case store.KindDir:
 		return syscall.S_IFDIR | 0o755
-	case store.KindSocket:
-		return syscall.S_IFSOCK | 0o755 // as bind(2) makes it under umask 022
-	case store.KindFIFO:
-		return syscall.S_IFIFO | 0o644 // as mkfifo(1) makes it under umask 022
-	case store.KindCharDev, store.KindBlockDev:
-		return store.SpecialMode(k) | 0o600 // a device opens to its owner only
+	case store.KindFIFO, store.KindSocket, store.KindCharDev, store.KindBlockDev:
+		return store.SpecialMode(k) | store.SpecialPerm(k)
 	}
 	return syscall.S_IFREG | 0o644
 }

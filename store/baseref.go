@@ -200,6 +200,20 @@ func SpecialMode(k Kind) uint32 {
 	return 0
 }
 
+// SpecialPerm is the permission bits a special file of kind k is shown
+// and recreated with (trees keep no permission bits): a FIFO 0644 and a
+// socket 0755, as mkfifo(1) and bind(2) make them under umask 022; a
+// device 0600, so a device never opens to other users by default.
+func SpecialPerm(k Kind) uint32 {
+	switch k {
+	case KindSocket:
+		return 0o755
+	case KindCharDev, KindBlockDev:
+		return 0o600
+	}
+	return 0o644
+}
+
 // baseRefFromStat builds the reference for path in base from its lstat;
 // false if the file type has no tree kind.
 func baseRefFromStat(base ID, path string, st *unix.Stat_t) (BaseRef, bool) {

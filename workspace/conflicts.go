@@ -516,7 +516,7 @@ func (m *Manager) markConflicts(w store.Workspace, permit *store.Permit) (store.
 		if err != nil {
 			return w.Head, nil, err
 		}
-		if cur == nil || cur.ID != c.Ours.ID || cur.Kind != c.Ours.Kind {
+		if cur == nil || !rebase.SameContent(cur, c.Ours.Entry(cur.Name)) {
 			continue // edited since, or not a file: leave it as it is
 		}
 		var sides [3][]byte

@@ -316,6 +316,14 @@ func (m *Manager) materializeAt(root store.ID, dfd int, dir string, count *int, 
 			if err := unix.Symlinkat(string(target), dfd, e.Name); err != nil {
 				return fmt.Errorf("export %s: %w", p, err)
 			}
+		case store.KindFIFO, store.KindSocket, store.KindCharDev, store.KindBlockDev:
+			made, err := m.mknodAt(dfd, e.Name, p, e)
+			if err != nil {
+				return err
+			}
+			if !made {
+				continue
+			}
 		default:
 			if err := m.writeFileAt(dfd, e.Name, p, e); err != nil {
 				return err
@@ -327,6 +335,26 @@ func (m *Manager) materializeAt(root store.ID, dfd int, dir string, count *int, 
 		progress(*count)
 	}
 	return nil
+}
+
+// mknodAt recreates the special file e as name in the directory open as
+// dfd (p is its path, for messages): a FIFO, a socket node (a name only:
+// nothing listens on it until a server binds there anew) or a device
+// node. A device the caller may not create (no CAP_MKNOD) is skipped with
+// a warning and made is false; everything else is written or an error.
+func (m *Manager) mknodAt(dfd int, name, p string, e store.Entry) (made bool, err error) {
+	perm := store.SpecialPerm(e.Kind)
+	if err := unix.Mknodat(dfd, name, store.SpecialMode(e.Kind)|perm, int(e.Rdev())); err != nil {
+		if e.Kind.IsDevice() && errors.Is(err, unix.EPERM) {
+			m.opt.Warn(fmt.Sprintf("skipped %s %s: creating a device node needs CAP_MKNOD", e.Kind, p))
+			return false, nil
+		}
+		return false, fmt.Errorf("export %s: %w", p, err)
+	}
+	if err := unix.Fchmodat(dfd, name, perm, 0); err != nil { // umask may have narrowed it
+		return false, fmt.Errorf("export %s: %w", p, err)
+	}
+	return true, nil
 }
 
 // writeFileAt writes e's content as name in the directory open as dfd (p
