@@ -479,6 +479,8 @@ func (m *Manager) CatEntry(name string, gen store.ID, p string, side ConflictSid
 		return store.Entry{}, fmt.Errorf("%w: %s: no such file in %s", ErrNoSuchPath, quoteOne(cp), gen.Short())
 	case e.Kind == store.KindDir:
 		return store.Entry{}, fmt.Errorf("%w: %s is a directory", ErrNoSuchPath, quoteOne(cp))
+	case e.Kind.IsSpecial():
+		return store.Entry{}, fmt.Errorf("%w: %s is a %s: it has no content", ErrNoSuchPath, quoteOne(cp), e.Kind)
 	}
 	return *e, nil
 }

@@ -96,7 +96,7 @@ func (m *Manager) Export(gen store.ID, dir string, force bool) (int, error) {
 		return 0, m.abortExport(&j, fmt.Errorf("create staging %s: %w", newDir, err))
 	}
 	total := -1 // unknown: the tree is not walked twice
-	count, err := m.materialize(root, newDir, func(done int) { m.opt.Progress("export", done, total) })
+	count, err := m.materialize(root, newDir, target, func(done int) { m.opt.Progress("export", done, total) })
 	if err != nil {
 		return 0, m.abortExport(&j, err)
 	}
@@ -269,18 +269,20 @@ func (m *Manager) PendingExports() ([]string, error) {
 	return out, nil
 }
 
-// materialize writes tree root into the existing, empty directory dir.
-// Entries are created with O_EXCL|O_NOFOLLOW: nothing is written through a
-// symlink, not even one this export created. Every call is relative to its
-// directory's descriptor, so a tree deeper than PATH_MAX exports too.
-func (m *Manager) materialize(root store.ID, dir string, progress func(done int)) (int, error) {
+// materialize writes tree root into the existing, empty directory dir;
+// messages name paths under shown (the export's target, where dir is its
+// staging directory). Entries are created with O_EXCL|O_NOFOLLOW: nothing
+// is written through a symlink, not even one this export created. Every
+// call is relative to its directory's descriptor, so a tree deeper than
+// PATH_MAX exports too.
+func (m *Manager) materialize(root store.ID, dir, shown string, progress func(done int)) (int, error) {
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return 0, fmt.Errorf("export %s: %w", dir, err)
 	}
 	defer unix.Close(fd)
 	count := 0
-	err = m.materializeAt(root, fd, dir, &count, progress)
+	err = m.materializeAt(root, fd, shown, &count, progress)
 	return count, err
 }
 
