@@ -251,3 +251,22 @@ func TestSpecialFilesInPlace(t *testing.T) {
 	}
 	e.fsck()
 }
+
+// TestSpecialFilesNodevForOthers: a mount other users can enter is nodev:
+// root makes a device node there (and it is kept), but it does not open.
+func TestSpecialFilesNodevForOthers(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: mounts, and mknod of devices (CAP_MKNOD)")
+	}
+	e := newMountEnv(t)
+	src := filepath.Join(e.dir, "src")
+	writeTree(t, src, map[string]string{"seed.txt": "seed\n"})
+	e.ok("create", "w", "--from", src)
+	mp := e.mountAt("w", "--allow-other")
+	r, err := sessionRun(mp, "mknod null c 1 3 && stat -c %F null && cat null")
+	if err != nil || r.code == 0 || r.stdout != "character special file\n" || !strings.Contains(r.stderr, "Permission denied") {
+		t.Fatalf("a device in an --allow-other mount: %v %s; want it made but not opened", err, r)
+	}
+	e.unmount(mp)
+	sameTree(t, "captured", map[string]string{"null": "chardev 1,3 600"}, specialList(t, e.exportTo("w", "export")))
+}

@@ -364,12 +364,12 @@ func (m *Manager) prepareWrites(d *dirfd.Dir, j *matJournal, from int) ([]string
 // follows a symlink), a file's removal leaves a directory a later edit
 // made at its name, and a directory that already exists is kept.
 //
-// DIR may hold entries the workspace cannot show or store (fifos,
-// sockets, devices: names only, no content). Where the new tree puts a
-// directory at such a name, the node is replaced; a directory the tree
-// drops but that still holds such entries is kept, and the next detection
-// takes it back into the workspace as DIR's: nothing is deleted that the
-// view never showed.
+// DIR may hold entries the view did not show (a device whose number no
+// tree can hold, or a node made after the detection). Where the new tree
+// puts a directory at such a name, the node is replaced; a directory the
+// tree drops but that still holds such entries is kept, and the next
+// detection takes it back into the workspace as DIR's: nothing is deleted
+// that the view never showed.
 func (m *Manager) applyEdit(d *dirfd.Dir, j *matJournal, i int) error {
 	e := &j.Edits[i]
 	switch e.Op {
