@@ -44,6 +44,7 @@ type snapChild struct {
 type snapInode struct {
 	Num                 uint64
 	Mode, UID, GID      uint32
+	Rdev                uint32 // devices; absent (0) in snapshots from before special files
 	Atime, Mtime, Ctime int64
 	Lower               store.Entry
 	HasLower, Upper     bool
@@ -75,7 +76,7 @@ func (o *overlay) encodeSnapshot() ([]byte, error) {
 		if in.upper {
 			o.encodedUppers[in.num] = true
 		}
-		s.Inodes = append(s.Inodes, snapInode{Num: in.num, Mode: in.mode, UID: in.uid, GID: in.gid,
+		s.Inodes = append(s.Inodes, snapInode{Num: in.num, Mode: in.mode, Rdev: in.rdev, UID: in.uid, GID: in.gid,
 			Atime: in.atime, Mtime: in.mtime, Ctime: in.ctime, Lower: in.lower, HasLower: in.hasLower,
 			Upper: in.upper, Target: in.target, Xattrs: in.xattrs, Seq: in.seq, SubSeq: in.subSeq,
 			LinkSeq: in.linkSeq, CapTree: in.capTree})
@@ -147,10 +148,18 @@ func (s *snapshot) build(objects Objects, stateDir string) (*overlay, error) {
 		}
 		switch r.Mode & syscall.S_IFMT {
 		case syscall.S_IFDIR, syscall.S_IFREG, syscall.S_IFLNK:
+			if r.Rdev != 0 {
+				return nil, fmt.Errorf("%w: device number on mode %o", ErrBadSnapshot, r.Mode)
+			}
+		case syscall.S_IFIFO, syscall.S_IFSOCK:
+			if r.Rdev != 0 {
+				return nil, fmt.Errorf("%w: device number on mode %o", ErrBadSnapshot, r.Mode)
+			}
+		case syscall.S_IFCHR, syscall.S_IFBLK:
 		default:
 			return nil, fmt.Errorf("%w: bad mode %o", ErrBadSnapshot, r.Mode)
 		}
-		in := &inode{num: r.Num, mode: r.Mode, uid: r.UID, gid: r.GID, atime: r.Atime, mtime: r.Mtime,
+		in := &inode{num: r.Num, mode: r.Mode, rdev: r.Rdev, uid: r.UID, gid: r.GID, atime: r.Atime, mtime: r.Mtime,
 			ctime: r.Ctime, lower: r.Lower, hasLower: r.HasLower, upper: r.Upper, target: r.Target,
 			xattrs: r.Xattrs, seq: r.Seq, subSeq: r.SubSeq, linkSeq: r.LinkSeq, capTree: r.CapTree}
 		if in.upper && !in.isReg() {
@@ -339,6 +348,9 @@ func (o *overlay) writeSnapshot(snapMu interface {
 		}
 		o.mu.Lock()
 		o.named = newNamed
+		for _, num := range trash {
+			delete(o.unlinked, num)
+		}
 		o.mu.Unlock()
 	}()
 	// Upper files' names (copy-ups, creates) must be durable before a
@@ -347,12 +359,44 @@ func (o *overlay) writeSnapshot(snapMu interface {
 		return err
 	}
 	failpoint.Hit("overlay.before-snapshot")
-	if err := writeFileAtomic(filepath.Join(o.stateDir, snapName), b); err != nil {
+	err = writeFileAtomic(filepath.Join(o.stateDir, snapName), b)
+	if err != nil && isNoSpace(err) && o.truncateUnlinked(trash) {
+		// The disk is full, maybe of files deleted since the last
+		// snapshot, which keeps them until a new one is durable: give
+		// their space back first and try once more.
+		err = writeFileAtomic(filepath.Join(o.stateDir, snapName), b)
+	}
+	if err != nil {
 		return err
 	}
 	failpoint.Hit("overlay.after-snapshot")
 	written = true
 	return nil
+}
+
+// truncateUnlinked empties the retired upper files among trash that were
+// retired by an unlink (no name and no handle left), and reports whether
+// it freed anything. The durable snapshot may still name them: a crash
+// before the next snapshot brings such a file back, empty, where it was
+// deleted since that snapshot (its content is what was deleted). Files
+// retired by a view switch are left whole: a replay needs their content.
+func (o *overlay) truncateUnlinked(trash []uint64) bool {
+	o.mu.Lock()
+	var nums []uint64
+	for _, num := range trash {
+		if o.unlinked[num] {
+			nums = append(nums, num)
+		}
+	}
+	o.mu.Unlock()
+	freed := false
+	for _, num := range nums {
+		var st syscall.Stat_t
+		if syscall.Stat(o.trashPath(num), &st) == nil && st.Blocks > 0 && os.Truncate(o.trashPath(num), 0) == nil {
+			freed = true
+		}
+	}
+	return freed
 }
 
 func sortedNames(m map[string]*inode) []string {
@@ -373,10 +417,12 @@ func writeFileAtomic(path string, b []byte) error {
 	}
 	if _, err := f.Write(b); err != nil {
 		f.Close()
+		_ = os.Remove(tmp) // a partial write holds space a full disk needs
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
+		_ = os.Remove(tmp)
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := f.Close(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -33,6 +34,7 @@ type inode struct {
 	ino, pathHash uint64
 
 	mode     uint32 // S_IFMT | permission bits
+	rdev     uint32 // device number of a character or block device
 	uid, gid uint32
 	atime    int64 // ns since epoch
 	mtime    int64
@@ -104,6 +106,13 @@ func (in *inode) isDir() bool     { return in.mode&syscall.S_IFMT == syscall.S_I
 func (in *inode) isSymlink() bool { return in.mode&syscall.S_IFMT == syscall.S_IFLNK }
 func (in *inode) isReg() bool     { return in.mode&syscall.S_IFMT == syscall.S_IFREG }
 
+// isSpecial reports whether in is a FIFO, socket or device: a name with
+// attributes only (the kernel serves its opens itself).
+func (in *inode) isSpecial() bool {
+	_, ok := store.SpecialKindOfMode(in.mode)
+	return ok
+}
+
 // errNeedLoad asks overlay.update to load dir's lower tree outside the
 // lock and retry.
 type errNeedLoad struct{ dir *inode }
@@ -136,6 +145,10 @@ type overlay struct {
 	// trash lists upper files moved to trashDir since the last snapshot
 	// was encoded; they are deleted once that snapshot is durable.
 	trash []uint64
+	// unlinked marks the trash entries of files retired because no name
+	// and no open handle was left (not by a view switch): a full disk may
+	// truncate them before the next snapshot (writeSnapshot).
+	unlinked map[uint64]bool
 	// named holds the upper files the durable snapshot may name; nil until
 	// this process wrote one (then an older snapshot may name anything).
 	// An upper file it does not name is deleted at once when retired: a
@@ -158,6 +171,12 @@ type overlay struct {
 	// uppers lists upper files a replayed snapshot refers to; only used
 	// while opening, before the overlay is shared.
 	uppers map[uint64]bool
+
+	// capturing counts captures storing contents now; captureFiles and
+	// captureBytes count the files and bytes the latest one has hashed
+	// (CaptureProgress).
+	capturing                  atomic.Int32
+	captureFiles, captureBytes atomic.Int64
 
 	// fsm is the change bookkeeping that answers git's fsmonitor hook
 	// (fsmonitor.go). Guarded by mu.
@@ -274,13 +293,15 @@ func modeForKind(k store.Kind) uint32 {
 		return syscall.S_IFLNK | 0o777
 	case store.KindDir:
 		return syscall.S_IFDIR | 0o755
+	case store.KindFIFO, store.KindSocket, store.KindCharDev, store.KindBlockDev:
+		return store.SpecialMode(k) | store.SpecialPerm(k)
 	}
 	return syscall.S_IFREG | 0o644
 }
 
 // newLowerInode makes a clean inode for a lower entry. Caller holds mu.
 func (o *overlay) newLowerInode(e store.Entry) *inode {
-	c := &inode{num: o.nextIno, mode: modeForKind(e.Kind), uid: o.uid, gid: o.gid,
+	c := &inode{num: o.nextIno, mode: modeForKind(e.Kind), rdev: uint32(e.Rdev()), uid: o.uid, gid: o.gid,
 		atime: e.Mtime, mtime: e.Mtime, ctime: e.Mtime, lower: e, hasLower: true}
 	c.lower.Name = ""
 	o.nextIno++
@@ -398,7 +419,23 @@ func detachName(d *inode, name string, c *inode) {
 func (o *overlay) maybeDropUpper(c *inode) {
 	if len(c.links) == 0 && c.opens == 0 && c.upper {
 		o.dropUpper(c)
+		if o.trashIndex(c.num) >= 0 {
+			if o.unlinked == nil {
+				o.unlinked = map[uint64]bool{}
+			}
+			o.unlinked[c.num] = true
+		}
 	}
+}
+
+// trashIndex is num's index in trash, or -1. Caller holds mu.
+func (o *overlay) trashIndex(num uint64) int {
+	for i := len(o.trash) - 1; i >= 0; i-- {
+		if o.trash[i] == num {
+			return i
+		}
+	}
+	return -1
 }
 
 // dropUpper retires c's upper file; c shows its lower entry again.
@@ -467,6 +504,9 @@ func (in *inode) kind() store.Kind {
 		return store.KindDir
 	case syscall.S_IFLNK:
 		return store.KindSymlink
+	}
+	if k, ok := store.SpecialKindOfMode(in.mode); ok {
+		return k
 	}
 	if in.mode&0o111 != 0 {
 		return store.KindExec

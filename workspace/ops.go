@@ -248,6 +248,9 @@ func (m *Manager) Remove(name string, recursive bool) ([]string, error) {
 		if _, rev, found, err := m.loadInPlace(n); err == nil && found {
 			_ = m.cs.CompareAndDelete(familyInPlace, n, rev)
 		}
+		if _, rev, found, err := m.GitBinding(n); err == nil && found {
+			_ = m.DeleteGitBinding(n, rev)
+		}
 	}
 	return order, nil
 }

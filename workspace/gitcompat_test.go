@@ -1,0 +1,153 @@
+package workspace
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/acyclicfs/acyclicfs/corestate"
+)
+
+// The reference design's git_compatibility_delete_is_revision_fenced_and_durable:
+// a record of the old layout is isolated (not read, left untouched), a
+// write is a compare-and-swap on the revision, a delete at a stale
+// revision is refused, a delete at the current one is durable across a
+// reopen.
+func TestGitCompatDeleteIsRevisionFencedAndDurable(t *testing.T) {
+	dir := t.TempDir()
+	m, err := Open(dir, Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacy, err := corestate.NewFamily[GitBinding](m.cs, "git-compat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := legacy.CompareAndSwap("ws", 0, GitBinding{Workspace: "ws", Branch: "main"}); err != nil {
+		t.Fatal(err)
+	}
+	legacyFile := recordFile(m.cs, "git-compat", "ws")
+	before, err := os.ReadFile(legacyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, found, err := m.GitBinding("ws"); err != nil || found {
+		t.Fatalf("new family sees the legacy record: found=%v err=%v", found, err)
+	}
+
+	b := GitBinding{Repo: "/repo/.git", Branch: "refs/heads/main", Base: "c0ffee"}
+	rev, err := m.SetGitBinding("ws", 0, b)
+	if err != nil || rev != 1 {
+		t.Fatalf("first write = %d, %v", rev, err)
+	}
+	if _, err := m.SetGitBinding("ws", 0, b); !errors.Is(err, corestate.ErrConflict) {
+		t.Fatalf("second create at revision 0 = %v, want ErrConflict", err)
+	}
+	if err := m.DeleteGitBinding("ws", 0); !errors.Is(err, corestate.ErrConflict) {
+		t.Fatalf("stale delete = %v, want ErrConflict", err)
+	}
+	if got, r, found, err := m.GitBinding("ws"); err != nil || !found || r != 1 || got.Base != "c0ffee" {
+		t.Fatalf("after stale delete: %+v rev %d found %v err %v", got, r, found, err)
+	}
+	if err := m.DeleteGitBinding("ws", 1); err != nil {
+		t.Fatalf("delete at the current revision: %v", err)
+	}
+	m.Close()
+
+	re, err := Open(dir, Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer re.Close()
+	if _, _, found, err := re.GitBinding("ws"); err != nil || found {
+		t.Fatalf("deleted record after reopen: found=%v err=%v", found, err)
+	}
+	after, err := os.ReadFile(legacyFile)
+	if err != nil || string(after) != string(before) {
+		t.Fatalf("legacy record touched: %q -> %q (%v)", before, after, err)
+	}
+}
+
+// A write that crashes after the new record is durable but before the
+// old one is rotated out recovers to the new record; one that crashes
+// before is invisible. Either way the revision moved at most once.
+func TestGitCompatWriteRecovers(t *testing.T) {
+	for _, step := range []string{"record.after-next", "record.after-rotate"} {
+		t.Run(step, func(t *testing.T) {
+			dir := t.TempDir()
+			m, err := Open(dir, Options{NoSync: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := m.SetGitBinding("ws", 0, GitBinding{Repo: "/r", Base: "one"}); err != nil {
+				t.Fatal(err)
+			}
+			crashAt(t, step)
+			_, werr := m.SetGitBinding("ws", 1, GitBinding{Repo: "/r", Base: "two"})
+			corestate.SetFailpointForTest(nil)
+			m.Close()
+			re, err := Open(dir, Options{NoSync: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer re.Close()
+			got, rev, found, err := re.GitBinding("ws")
+			if err != nil || !found {
+				t.Fatalf("after crash at %s (write error %v): found=%v err=%v", step, werr, found, err)
+			}
+			switch {
+			case got.Base == "one" && rev == 1, got.Base == "two" && rev == 2:
+			default:
+				t.Fatalf("after crash at %s: base %q at revision %d", step, got.Base, rev)
+			}
+			if werr == nil && got.Base != "two" {
+				t.Fatalf("a write reported done was lost at %s", step)
+			}
+		})
+	}
+}
+
+// A record that is not a binding of its key is corruption, not a binding.
+func TestGitCompatRejectsForeignRecord(t *testing.T) {
+	m := openTest(t)
+	if _, err := m.SetGitBinding("a", 0, GitBinding{Repo: "/r"}); err != nil {
+		t.Fatal(err)
+	}
+	src, dst := recordFile(m.cs, familyGitCompat, "a"), recordFile(m.cs, familyGitCompat, "b")
+	raw, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !json.Valid(raw) {
+		t.Fatalf("record file is not JSON: %q", raw)
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := m.GitBinding("b"); !errors.Is(err, corestate.ErrCorrupt) {
+		t.Fatalf("a's record under b's key = %v, want ErrCorrupt", err)
+	}
+	_ = os.Remove(dst)
+}
+
+// Removing a workspace removes its binding.
+func TestRemoveDeletesGitBinding(t *testing.T) {
+	m := openTest(t)
+	if _, _, err := m.Create("ws", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.SetGitBinding("ws", 0, GitBinding{Repo: "/r"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Remove("ws", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, found, err := m.GitBinding("ws"); err != nil || found {
+		t.Fatalf("binding after remove: found=%v err=%v", found, err)
+	}
+}
