@@ -1,0 +1,295 @@
+package test
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// gitRun runs acyclicfs with gitEnv (a git identity) and returns the result.
+func (e *env) gitRun(args ...string) result {
+	e.t.Helper()
+	r, err := runCmd(e.command(gitEnv, args...))
+	if err != nil {
+		e.t.Fatalf("run %v: %v", args, err)
+	}
+	return r
+}
+
+// gitOK is gitRun for a command that must succeed.
+func (e *env) gitOK(args ...string) string {
+	e.t.Helper()
+	r := e.gitRun(args...)
+	if r.code != 0 {
+		e.t.Fatalf("acyclicfs %s: %s", strings.Join(args, " "), r)
+	}
+	return r.line()
+}
+
+// repoState is what publish must leave alone in REPO: the work tree's
+// status, the index file's bytes, every ref but the published branch.
+type repoState struct {
+	status string
+	index  []byte
+	refs   string
+}
+
+func snapRepo(t *testing.T, repo, except string) repoState {
+	t.Helper()
+	idx, err := os.ReadFile(filepath.Join(repo, ".git", "index"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refs []string
+	for _, l := range strings.Split(git(t, repo, "for-each-ref", "--format=%(refname) %(objectname)"), "\n") {
+		if l != "" && !strings.HasPrefix(l, except+" ") {
+			refs = append(refs, l)
+		}
+	}
+	return repoState{git(t, repo, "status", "--porcelain"), idx, strings.Join(refs, "\n")}
+}
+
+func (s repoState) same(t *testing.T, o repoState) {
+	t.Helper()
+	if s.status != o.status {
+		t.Errorf("REPO's status changed: %q -> %q", s.status, o.status)
+	}
+	if !bytes.Equal(s.index, o.index) {
+		t.Errorf("REPO's index file changed")
+	}
+	if s.refs != o.refs {
+		t.Errorf("REPO's other refs changed:\n%s\n->\n%s", s.refs, o.refs)
+	}
+}
+
+// gitRepo3 makes REPO with branches main (checked out), feature and other,
+// a clone of it checked out on feature imported as workspace ws, and binds
+// ws to REPO's feature. It returns the env and REPO's path.
+func gitRepo3(t *testing.T, ws string) (*env, string) {
+	t.Helper()
+	needTool(t, "git")
+	e := newMountEnv(t)
+	repo := filepath.Join(e.dir, "repo")
+	writeTree(t, repo, map[string]string{
+		"a.txt": tenLines, "b.txt": "b\n", ".gitignore": "*.log\nbuild/\n",
+		"keep.log": "tracked although ignored\n",
+	})
+	git(t, repo, "init", "-q", "-b", "main")
+	git(t, repo, "add", "-A")
+	git(t, repo, "add", "-f", "keep.log")
+	git(t, repo, "commit", "-q", "-m", "start")
+	git(t, repo, "branch", "feature")
+	git(t, repo, "branch", "other")
+	co := filepath.Join(e.dir, "co-"+ws)
+	git(t, e.dir, "clone", "-q", "-b", "feature", repo, co)
+	e.ok("create", ws, "--from", co)
+	e.gitOK("git", "bind", ws, repo, "--branch", "feature")
+	return e, repo
+}
+
+// gitShow is `git show WS --json`.
+type gitShowJSON struct {
+	Repo, Branch, Base, Published, Current, OnLand string
+	Moved                                         bool
+}
+
+func (e *env) gitShow(ws string) gitShowJSON {
+	e.t.Helper()
+	var s struct {
+		Repo      string `json:"repo"`
+		Branch    string `json:"branch"`
+		Base      string `json:"base"`
+		Published string `json:"published"`
+		Current   string `json:"current"`
+		OnLand    string `json:"on_land"`
+		Moved     bool   `json:"moved"`
+	}
+	if err := json.Unmarshal([]byte(e.gitRun("git", "show", ws, "--json").stdout), &s); err != nil {
+		e.t.Fatalf("git show %s --json: %v", ws, err)
+	}
+	return gitShowJSON{s.Repo, s.Branch, s.Base, s.Published, s.Current, s.OnLand, s.Moved}
+}
+
+// TestGitPublishFromMount: a commit made in the mount and uncommitted
+// changes after it reach REPO's bound branch: the commit as it is, the
+// changes as one commit on top whose message lists the workspace's log;
+// ignored files stay out, a tracked file matching an ignore pattern is
+// in. REPO's work tree, index and other refs are untouched. A second
+// publish is a no-op.
+func TestGitPublishFromMount(t *testing.T) {
+	t.Parallel()
+	e, repo := gitRepo3(t, "ws")
+	show := e.gitShow("ws")
+	if show.Branch != "refs/heads/feature" || show.Moved || show.Base != strings.TrimSpace(git(t, repo, "rev-parse", "feature")) {
+		t.Fatalf("git show after bind: %+v", show)
+	}
+	before := snapRepo(t, repo, "refs/heads/feature")
+	mp := e.mountAt("ws")
+	e.commitIn(mp, `echo agent >> b.txt`, "agent work")
+	e.execOK(mp, `set -e; echo more >> a.txt; echo new > new.txt; echo junk > junk.log; mkdir build; echo o > build/out; echo kept >> keep.log`)
+	e.waitIdle("ws")
+
+	out := e.gitOK("git", "publish", "ws", "-m", "agent: finish")
+	if !strings.HasPrefix(out, "published feature: ") {
+		t.Fatalf("publish printed %q", out)
+	}
+	subjects := git(t, repo, "log", "--format=%s", "feature")
+	if subjects != "agent: finish\nagent work\nstart\n" {
+		t.Fatalf("git log feature:\n%s", subjects)
+	}
+	body := git(t, repo, "log", "-1", "--format=%b", "feature")
+	if !strings.Contains(body, "since the last publish") || !strings.Contains(body, e.head("ws")) {
+		t.Errorf("the commit's message does not list the workspace's log:\n%s\nlog head %s", body, e.head("ws"))
+	}
+	files := git(t, repo, "ls-tree", "-r", "--name-only", "feature")
+	if files != ".gitignore\na.txt\nb.txt\nkeep.log\nnew.txt\n" {
+		t.Fatalf("published tree:\n%s", files)
+	}
+	if got := git(t, repo, "show", "feature:keep.log"); got != "tracked although ignored\nkept\n" {
+		t.Errorf("keep.log = %q", got)
+	}
+	if got := git(t, repo, "show", "feature:a.txt"); got != tenLines+"more\n" {
+		t.Errorf("a.txt = %q", got)
+	}
+	git(t, repo, "fsck", "--strict", "--no-progress")
+	snapRepo(t, repo, "refs/heads/feature").same(t, before)
+	if s := e.gitShow("ws"); s.Published != strings.TrimSpace(git(t, repo, "rev-parse", "feature")) || s.Moved {
+		t.Errorf("git show after publish: %+v", s)
+	}
+	// Nothing new: a no-op.
+	if out := e.gitOK("git", "publish", "ws"); !strings.HasPrefix(out, "already published: feature at ") {
+		t.Fatalf("second publish printed %q", out)
+	}
+	// A later change after the commit of uncommitted changes: on top of it.
+	e.execOK(mp, `echo later >> b.txt`)
+	e.waitIdle("ws")
+	e.gitOK("git", "publish", "ws", "-m", "later")
+	if subjects := git(t, repo, "log", "--format=%s", "feature"); subjects != "later\nagent: finish\nagent work\nstart\n" {
+		t.Fatalf("git log feature after the third publish:\n%s", subjects)
+	}
+	e.unmount(mp)
+	e.fsck()
+}
+
+// TestGitPublishRefused: publish while REPO's branch moved since the
+// workspace agreed with it exits 3 and changes nothing; bind of a bound
+// workspace needs --force; unbind ends publishing.
+func TestGitPublishRefused(t *testing.T) {
+	t.Parallel()
+	e, repo := gitRepo3(t, "ws")
+	e.fails(3, "git", "bind", "ws", repo, "--branch", "other")
+	e.fails(2, "git", "bind", "ws", repo, "--branch", "nosuch", "--force")
+	e.fails(2, "git", "bind", "ws", e.dir, "--force")
+	e.fails(2, "git", "publish", "nosuch")
+
+	// Someone else moves feature.
+	other := filepath.Join(e.dir, "other-clone")
+	git(t, e.dir, "clone", "-q", "-b", "feature", repo, other)
+	writeTree(t, other, map[string]string{"c.txt": "c\n"})
+	git(t, other, "add", "-A")
+	git(t, other, "commit", "-q", "-m", "elsewhere")
+	git(t, other, "push", "-q", "origin", "feature")
+	if !e.gitShow("ws").Moved {
+		t.Fatalf("git show does not see feature moved")
+	}
+	work := filepath.Join(e.dir, "work")
+	e.ok("export", "ws", work)
+	writeTree(t, work, map[string]string{"a.txt": "changed\n"})
+	e.ok("commit", "ws", work)
+	before := snapRepo(t, repo, "")
+	r := e.gitRun("git", "publish", "ws")
+	if r.code != 3 || !strings.Contains(r.stderr, "git pull") {
+		t.Fatalf("publish after feature moved: %s", r)
+	}
+	snapRepo(t, repo, "").same(t, before)
+
+	e.ok("git", "unbind", "ws")
+	e.fails(2, "git", "publish", "ws")
+	e.fails(2, "git", "show", "ws")
+	e.fsck()
+}
+
+// TestGitPublishTwoWorkspacesOneBranch: two workspaces bound to one
+// branch publish at once: exactly one wins, the other exits 3, and the
+// branch holds the winner's commit.
+func TestGitPublishTwoWorkspacesOneBranch(t *testing.T) {
+	t.Parallel()
+	e, repo := gitRepo3(t, "w1")
+	co := filepath.Join(e.dir, "co-w1")
+	e.ok("create", "w2", "--from", co)
+	e.gitOK("git", "bind", "w2", repo, "--branch", "feature")
+	for _, ws := range []string{"w1", "w2"} {
+		work := filepath.Join(e.dir, "work-"+ws)
+		e.ok("export", ws, work)
+		writeTree(t, work, map[string]string{ws + ".txt": ws + "\n"})
+		e.ok("commit", ws, work)
+	}
+	start := strings.TrimSpace(git(t, repo, "rev-parse", "feature"))
+	var wg sync.WaitGroup
+	res := make([]result, 2)
+	for i, ws := range []string{"w1", "w2"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := runCmd(e.command(gitEnv, "git", "publish", ws, "--json"))
+			if err != nil {
+				t.Error(err)
+			}
+			res[i] = r
+		}()
+	}
+	wg.Wait()
+	won := -1
+	for i, r := range res {
+		switch r.code {
+		case 0:
+			if won >= 0 {
+				t.Fatalf("both publishes won:\n%s\n%s", res[0], res[1])
+			}
+			won = i
+		case 3:
+		default:
+			t.Fatalf("publish %d: %s", i+1, r)
+		}
+	}
+	if won < 0 {
+		t.Fatalf("no publish won:\n%s\n%s", res[0], res[1])
+	}
+	var pr struct{ Old, New string }
+	if err := json.Unmarshal([]byte(res[won].stdout), &pr); err != nil {
+		t.Fatal(err)
+	}
+	if now := strings.TrimSpace(git(t, repo, "rev-parse", "feature")); now != pr.New || pr.Old != start {
+		t.Fatalf("feature is %s; the winner published %s..%s from %s", now, pr.Old, pr.New, start)
+	}
+	winner := []string{"w1", "w2"}[won]
+	if files := git(t, repo, "ls-tree", "--name-only", "feature"); !strings.Contains(files, winner+".txt") || strings.Contains(files, []string{"w2", "w1"}[won]+".txt") {
+		t.Fatalf("feature's files: %s", files)
+	}
+	e.fsck()
+}
+
+// TestGitLandPublishes: a workspace bound with --on-land publish
+// publishes when a fork lands into it, and land says so.
+func TestGitLandPublishes(t *testing.T) {
+	t.Parallel()
+	e, repo := gitRepo3(t, "ws")
+	e.gitOK("git", "bind", "ws", repo, "--branch", "feature", "--on-land", "publish", "--force")
+	e.ok("fork", "ws", "kid")
+	work := filepath.Join(e.dir, "work")
+	e.ok("export", "kid", work)
+	writeTree(t, work, map[string]string{"kid.txt": "from kid\n"})
+	e.ok("commit", "kid", work)
+	r := e.gitRun("land", "kid")
+	if r.code != 0 || !strings.Contains(r.stdout, "published feature: ") {
+		t.Fatalf("land kid: %s", r)
+	}
+	if got := git(t, repo, "show", "feature:kid.txt"); got != "from kid\n" {
+		t.Fatalf("feature:kid.txt = %q", got)
+	}
+	e.fsck()
+}
