@@ -28,6 +28,10 @@ var (
 	ErrBindingMoved = errors.New("git binding changed meanwhile")
 )
 
+// publishBeforeCAS, set by tests, runs between publish's reading the
+// branch and its compare-and-swap.
+var publishBeforeCAS func(repo, branch string)
+
 // OnLandPublish is GitBinding.OnLand for a workspace that publishes after
 // each land into it.
 const OnLandPublish = "publish"
@@ -328,6 +332,9 @@ func (m *Manager) GitPublish(ws string, opt PublishOptions) (PublishResult, erro
 	oldArg := old
 	if oldArg == "" {
 		oldArg = strings.Repeat("0", len(newOID))
+	}
+	if publishBeforeCAS != nil {
+		publishBeforeCAS(b.Repo, branch)
 	}
 	if _, err := g.run(nil, "update-ref", "-m", "acyclicfs publish "+ws, branch, newOID, oldArg); err != nil {
 		if now, rerr := g.resolve(branch); rerr == nil && now != old {
