@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 
 	"github.com/acyclicfs/acyclicfs/internal/osfile"
@@ -489,18 +490,43 @@ func (b *BlobBatch) Commit() error {
 	if err := fail("batch.before-rename"); err != nil {
 		return err
 	}
-	dirs := map[string]bool{}
+	// Renames go a few at a time: each waits on its fan-out directory's
+	// lock and journal, and a big batch (an import) renames thousands.
+	var (
+		dmu  sync.Mutex // guards dirs and b.pending's deletions
+		dirs = map[string]bool{}
+		g    errgroup.Group
+	)
+	g.SetLimit(renameConcurrency)
+	type pendingBlob struct {
+		id  ID
+		tmp string
+	}
+	todo := make([]pendingBlob, 0, len(b.pending))
 	for id, tmp := range b.pending {
-		fan := filepath.Dir(s.BlobPath(id))
-		if _, statErr := os.Lstat(fan); statErr != nil {
-			dirs[s.objectsDir()] = true // a new fan-out entry
-		}
-		dirs[fan] = true
-		err := s.publishTemp(tmp, id, false)
-		delete(b.pending, id) // published, or its temp is gone
-		if err != nil {
-			return fmt.Errorf("commit blob batch: %w", err)
-		}
+		todo = append(todo, pendingBlob{id, tmp})
+	}
+	for _, p := range todo {
+		id, tmp := p.id, p.tmp
+		g.Go(func() error {
+			fan := filepath.Dir(s.BlobPath(id))
+			_, statErr := os.Lstat(fan)
+			err := s.publishTemp(tmp, id, false)
+			dmu.Lock()
+			if statErr != nil {
+				dirs[s.objectsDir()] = true // a new fan-out entry
+			}
+			dirs[fan] = true
+			delete(b.pending, id) // published, or its temp is gone
+			dmu.Unlock()
+			if err != nil {
+				return fmt.Errorf("commit blob batch: %w", err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
 	}
 	if useSyncfs {
 		err = s.syncfs()
@@ -516,6 +542,9 @@ func (b *BlobBatch) Commit() error {
 	}
 	return nil
 }
+
+// renameConcurrency bounds the renames of a batch commit in flight.
+const renameConcurrency = 4
 
 // syncFiles fsyncs the temp files of a small batch concurrently, so the
 // file system can merge their journal commits.

@@ -33,6 +33,7 @@ var layers = map[string]int{
 	"internal/osfile":    -1,
 	"internal/pathino":   -1,
 	"internal/fsmtoken":  -1,
+	"internal/gitrepo":   -1,
 	"rebase/rebasetest":  2,
 }
 

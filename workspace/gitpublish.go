@@ -315,7 +315,7 @@ func (m *Manager) GitPublish(ws string, opt PublishOptions) (PublishResult, erro
 		}
 	}
 
-	tb, err := m.newTreeBuilder(g, format)
+	tb, err := m.newPubTrees(g, format)
 	if err != nil {
 		return res, fmt.Errorf("publish %s: %w", ws, err)
 	}
@@ -355,7 +355,7 @@ func (m *Manager) GitPublish(ws string, opt PublishOptions) (PublishResult, erro
 // publishCommit builds the workspace's tree in REPO and returns the commit
 // to publish: the first parent itself when the tree is its tree and there
 // is one parent, else a new commit.
-func (m *Manager) publishCommit(tb *treeBuilder, ws string, w store.Workspace, b GitBinding, root store.ID, gitE *store.Entry, parents []string, tracked, old string, opt PublishOptions, res *PublishResult) (string, error) {
+func (m *Manager) publishCommit(tb *pubTrees, ws string, w store.Workspace, b GitBinding, root store.ID, gitE *store.Entry, parents []string, tracked, old string, opt PublishOptions, res *PublishResult) (string, error) {
 	for attempt := 0; ; attempt++ {
 		sets, fp, err := m.topIgnore(gitE)
 		if err != nil {

@@ -132,8 +132,8 @@ func (m *Manager) saveOIDCache(format string) error {
 	return nil
 }
 
-// treeBuilder turns store trees into git trees in REPO.
-type treeBuilder struct {
+// pubTrees turns store trees into git trees in REPO.
+type pubTrees struct {
 	m       *Manager
 	g       *gitRepo
 	format  string
@@ -153,7 +153,7 @@ type pendingObj struct {
 	blob store.ID // a blob's store ID
 }
 
-func (m *Manager) newTreeBuilder(g *gitRepo, format string) (*treeBuilder, error) {
+func (m *Manager) newPubTrees(g *gitRepo, format string) (*pubTrees, error) {
 	if format != "sha1" && format != "sha256" {
 		return nil, fmt.Errorf("%w: object format %q", ErrInvalidInput, format)
 	}
@@ -161,10 +161,10 @@ func (m *Manager) newTreeBuilder(g *gitRepo, format string) (*treeBuilder, error
 	if err != nil {
 		return nil, err
 	}
-	return &treeBuilder{m: m, g: g, format: format, cat: cat, local: map[[32]byte]oidSlot{}, pendingSeen: map[string]bool{}}, nil
+	return &pubTrees{m: m, g: g, format: format, cat: cat, local: map[[32]byte]oidSlot{}, pendingSeen: map[string]bool{}}, nil
 }
 
-func (tb *treeBuilder) close() {
+func (tb *pubTrees) close() {
 	tb.cat.close()
 	if tb.tmp != "" {
 		os.RemoveAll(tb.tmp)
@@ -175,7 +175,7 @@ func (tb *treeBuilder) close() {
 }
 
 // forget drops the cache (memory and file) and what this build computed.
-func (tb *treeBuilder) forget() {
+func (tb *pubTrees) forget() {
 	c := &tb.m.oids
 	c.mu.Lock()
 	tb.m.oidTable(tb.format)
@@ -187,7 +187,7 @@ func (tb *treeBuilder) forget() {
 	tb.noCache = true
 }
 
-func (tb *treeBuilder) lookup(k [32]byte) (oidSlot, bool) {
+func (tb *pubTrees) lookup(k [32]byte) (oidSlot, bool) {
 	if s, ok := tb.local[k]; ok {
 		return s, true
 	}
@@ -201,7 +201,7 @@ func (tb *treeBuilder) lookup(k [32]byte) (oidSlot, bool) {
 	return s, ok
 }
 
-func (tb *treeBuilder) remember(k [32]byte, s oidSlot) {
+func (tb *pubTrees) remember(k [32]byte, s oidSlot) {
 	tb.local[k] = s
 	c := &tb.m.oids
 	c.mu.Lock()
@@ -215,7 +215,7 @@ func (tb *treeBuilder) remember(k [32]byte, s oidSlot) {
 	c.dirty[tb.format] = true
 }
 
-func (tb *treeBuilder) newHash() hash.Hash {
+func (tb *pubTrees) newHash() hash.Hash {
 	if tb.format == "sha256" {
 		return sha256.New()
 	}
@@ -223,7 +223,7 @@ func (tb *treeBuilder) newHash() hash.Hash {
 }
 
 // objectName is git's name of an object of type typ holding data.
-func (tb *treeBuilder) objectName(typ string, data []byte) string {
+func (tb *pubTrees) objectName(typ string, data []byte) string {
 	h := tb.newHash()
 	fmt.Fprintf(h, "%s %d\x00", typ, len(data))
 	h.Write(data)
@@ -251,7 +251,7 @@ func dirKey(rel string, id store.ID, fp [32]byte, tracked string, allIgnored boo
 }
 
 // blob returns the git name of the store blob id, hashing it on a miss.
-func (tb *treeBuilder) blob(id store.ID) (string, error) {
+func (tb *pubTrees) blob(id store.ID) (string, error) {
 	k := blobKey(id)
 	if s, ok := tb.lookup(k); ok && !s.empty {
 		tb.want(pendingObj{oid: s.oid, blob: id}, false)
@@ -269,7 +269,7 @@ func (tb *treeBuilder) blob(id store.ID) (string, error) {
 
 // want notes an object REPO must hold; only freshly computed names are
 // checked (cached ones are covered by the connectivity check).
-func (tb *treeBuilder) want(o pendingObj, fresh bool) {
+func (tb *pubTrees) want(o pendingObj, fresh bool) {
 	if !fresh || tb.pendingSeen[o.oid] {
 		return
 	}
@@ -285,7 +285,7 @@ type gitEntry struct {
 }
 
 // readGitTree lists the git tree oid.
-func (tb *treeBuilder) readGitTree(oid string) (map[string]gitEntry, error) {
+func (tb *pubTrees) readGitTree(oid string) (map[string]gitEntry, error) {
 	out := map[string]gitEntry{}
 	if oid == "" {
 		return out, nil
@@ -316,7 +316,7 @@ func (tb *treeBuilder) readGitTree(oid string) (map[string]gitEntry, error) {
 // (fp their fingerprint); tracked is the git tree of the tracked commit at
 // rel ("" if none); allIgnored marks a directory an ignore rule excludes,
 // where only tracked paths are kept.
-func (tb *treeBuilder) dir(id store.ID, rel string, sets []ignoreSet, fp [32]byte, tracked string, allIgnored bool) (string, error) {
+func (tb *pubTrees) dir(id store.ID, rel string, sets []ignoreSet, fp [32]byte, tracked string, allIgnored bool) (string, error) {
 	k := dirKey(rel, id, fp, tracked, allIgnored)
 	if s, ok := tb.lookup(k); ok {
 		return s.oid, nil
@@ -417,7 +417,7 @@ func encodeGitTree(ents []gitEntry) []byte {
 }
 
 // emptyTree writes git's empty tree and returns its name.
-func (tb *treeBuilder) emptyTree() (string, error) {
+func (tb *pubTrees) emptyTree() (string, error) {
 	return tb.g.line("hash-object", "-w", "-t", "tree", "/dev/null")
 }
 
@@ -425,7 +425,7 @@ func (tb *treeBuilder) emptyTree() (string, error) {
 // `git hash-object -w --no-filters --stdin-paths` (from the store's blob
 // files), trees with `git hash-object -w -t tree --stdin-paths`. git
 // checks each name against ours.
-func (tb *treeBuilder) flush() error {
+func (tb *pubTrees) flush() error {
 	if len(tb.pending) == 0 {
 		return nil
 	}
@@ -454,7 +454,7 @@ func (tb *treeBuilder) flush() error {
 	return tb.write(trees, true)
 }
 
-func (tb *treeBuilder) write(objs []pendingObj, trees bool) error {
+func (tb *pubTrees) write(objs []pendingObj, trees bool) error {
 	if len(objs) == 0 {
 		return nil
 	}
@@ -506,7 +506,7 @@ func (tb *treeBuilder) write(objs []pendingObj, trees bool) error {
 }
 
 // missing returns the objects of objs REPO does not have.
-func (tb *treeBuilder) missing(objs []pendingObj) ([]pendingObj, error) {
+func (tb *pubTrees) missing(objs []pendingObj) ([]pendingObj, error) {
 	check, err := tb.g.catFile("--batch-check")
 	if err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -41,16 +42,22 @@ type importJSON struct {
 }
 
 func (a *app) cmdCreate() *cobra.Command {
-	var from, inPlace string
+	var from, inPlace, fromGit string
 	c := &cobra.Command{
-		Use:   "create NAME [--from DIR | --in-place DIR]",
-		Short: "Create a root workspace, empty, importing DIR, or over DIR in place",
+		Use:   "create NAME [--from DIR | --in-place DIR | --from-git REPO[@REF]]",
+		Short: "Create a root workspace, empty, importing DIR, over DIR in place, or from a git branch",
 		Args:  exactArgs(1, "NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			for _, f := range []string{"from", "in-place"} {
+			for _, f := range []string{"from", "in-place", "from-git"} {
 				if cmd.Flags().Changed(f) && cmd.Flags().Lookup(f).Value.String() == "" {
 					return usageError{fmt.Errorf("create: --%s needs a directory", f)}
 				}
+			}
+			if n := btoi(from != "") + btoi(inPlace != "") + btoi(fromGit != ""); n > 1 {
+				return usageError{fmt.Errorf("create: --from, --in-place and --from-git exclude each other")}
+			}
+			if fromGit != "" {
+				return a.createFromGit(cmd, args[0], fromGit)
 			}
 			if inPlace != "" {
 				if from != "" {
@@ -84,7 +91,58 @@ func (a *app) cmdCreate() *cobra.Command {
 	}
 	c.Flags().StringVar(&from, "from", "", "import this directory's tree")
 	c.Flags().StringVar(&inPlace, "in-place", "", "workspace over a real directory, read lazily")
+	c.Flags().StringVar(&fromGit, "from-git", "", "start from REF's tree (default HEAD) of the git repository REPO, bound to its branch")
 	return c
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// gitImportJSON is `create --from-git --json`.
+type gitImportJSON struct {
+	Workspace string   `json:"workspace"`
+	Head      store.ID `json:"head"`
+	Repo      string   `json:"repo"`
+	Branch    string   `json:"branch"`
+	Commit    string   `json:"commit"`
+	Files     int      `json:"files"`
+	Blobs     int      `json:"blobs"`
+	Bytes     int64    `json:"bytes"`
+}
+
+// createFromGit is `create NAME --from-git REPO[@REF]`. REPO is taken
+// whole when it is a directory (a path may hold '@'); otherwise the text
+// after the last '@' is the revision.
+func (a *app) createFromGit(cmd *cobra.Command, name, spec string) error {
+	repo, rev := spec, ""
+	if fi, err := os.Stat(a.abs(spec)); err != nil || !fi.IsDir() {
+		if i := strings.LastIndexByte(spec, '@'); i > 0 {
+			repo, rev = spec[:i], spec[i+1:]
+			if rev == "" {
+				return usageError{fmt.Errorf("create: --from-git %q: empty revision after '@'", spec)}
+			}
+		}
+	}
+	m, err := a.manager()
+	if err != nil {
+		return err
+	}
+	res, err := m.CreateFromGit(cmd.Context(), name, a.abs(repo), rev)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", name, err)
+	}
+	branch := strings.TrimPrefix(res.Branch, "refs/heads/")
+	if branch == "" {
+		a.info("imported %d files (%d blobs, %d bytes) of %s at %.12s (detached: no branch to publish to)", res.Files, res.Blobs, res.Bytes, res.GitDir, res.Commit)
+	} else {
+		a.info("imported %d files (%d blobs, %d bytes) of %s at %.12s, bound to branch %s", res.Files, res.Blobs, res.Bytes, res.GitDir, res.Commit, branch)
+	}
+	return a.emit(gitImportJSON{name, res.Gen, res.GitDir, branch, res.Commit, res.Files, res.Blobs, res.Bytes},
+		func(w io.Writer) { fmt.Fprintln(w, res.Gen) })
 }
 
 func (a *app) cmdFork() *cobra.Command {

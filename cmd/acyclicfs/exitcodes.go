@@ -9,6 +9,7 @@ import (
 
 	"github.com/acyclicfs/acyclicfs/corestate"
 	"github.com/acyclicfs/acyclicfs/fusefs"
+	"github.com/acyclicfs/acyclicfs/internal/gitrepo"
 	"github.com/acyclicfs/acyclicfs/store"
 	"github.com/acyclicfs/acyclicfs/workspace"
 )
@@ -59,6 +60,10 @@ func exitCode(err error) int {
 		errors.Is(err, workspace.ErrNoConflicts),
 		errors.Is(err, workspace.ErrNoSuchPath),
 		errors.Is(err, workspace.ErrNotBound),
+		errors.Is(err, workspace.ErrBadGitTree),
+		errors.Is(err, gitrepo.ErrNotRepo),
+		errors.Is(err, gitrepo.ErrNoRef),
+		errors.Is(err, gitrepo.ErrUnsupported),
 		errors.Is(err, store.ErrInvalidID),
 		errors.Is(err, store.ErrAmbiguous):
 		return exitUsage

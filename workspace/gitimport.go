@@ -1,0 +1,375 @@
+package workspace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/acyclicfs/acyclicfs/internal/fsmtoken"
+	"github.com/acyclicfs/acyclicfs/internal/gitrepo"
+	"github.com/acyclicfs/acyclicfs/internal/pathino"
+	"github.com/acyclicfs/acyclicfs/store"
+)
+
+// GitImport is what CreateFromGit made.
+type GitImport struct {
+	Gen    store.ID
+	GitDir string // the repository's git directory
+	Commit string
+	Branch string // full ref; "" when the revision was not a branch
+	Files  int    // files, symlinks and submodules in the tree
+	Blobs  int    // distinct blobs read from the repository
+	Bytes  int64  // bytes of those blobs
+}
+
+// ErrBadGitTree is returned for a commit whose tree a workspace cannot
+// hold as a checkout would (a ".git" entry, a name git itself refuses).
+var ErrBadGitTree = errors.New("tree cannot be checked out")
+
+// CreateFromGit makes a new root workspace whose tree is rev's tree in the
+// repository at repoPath, read from its objects (no checkout), with a
+// working .git: objects shared with the repository through
+// objects/info/alternates, HEAD on rev's branch (or detached at the
+// commit), the repository's branches and tags as packed refs, and an
+// index whose stat data is what a mount of the workspace reports, so that
+// git status inside is clean without reading any file. The index carries
+// a clean fsmonitor token of the tree, so that with fsmonitor git stats
+// nothing at all. The workspace is bound to the repository and branch
+// (GitBinding). The repository is only read.
+func (m *Manager) CreateFromGit(ctx context.Context, name, repoPath, rev string) (GitImport, error) {
+	var res GitImport
+	if err := ValidateName(name); err != nil {
+		return res, err
+	}
+	if _, err := m.st.GetWorkspace(name); err == nil {
+		return res, fmt.Errorf("%w: %q", ErrExists, name)
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return res, err
+	}
+	repo, err := gitrepo.Open(ctx, repoPath)
+	if err != nil {
+		return res, err
+	}
+	at, err := repo.Resolve(ctx, rev)
+	if err != nil {
+		return res, err
+	}
+	res.GitDir, res.Commit, res.Branch = repo.GitDir, at.Commit, at.Branch
+	release := m.st.HoldGC()
+	defer release()
+
+	now := time.UnixMilli(m.now())
+	// Files are two seconds older than the index, so that none is "racily
+	// clean" (git re-reads a file whose mtime is not older than the index).
+	fileTime := now.Add(-2 * time.Second).UnixNano()
+	b := newTreeBuilder()
+	var index []gitrepo.IndexEntry
+	entries, err := repo.ListTree(ctx, at.Commit)
+	if err != nil {
+		return res, err
+	}
+	var blobs []string
+	want := map[string]bool{}
+	for _, e := range entries {
+		if err := checkGitPath(e.Path); err != nil {
+			return res, err
+		}
+		switch e.Mode {
+		case gitrepo.ModeTree:
+			b.dir(e.Path)
+			continue
+		case gitrepo.ModeGitlink: // a submodule: an empty directory, as a checkout without it
+			b.dir(e.Path)
+			index = append(index, gitrepo.IndexEntry{Path: e.Path, Mode: e.Mode, OID: e.OID})
+			res.Files++
+			continue
+		case gitrepo.ModeFile, gitrepo.ModeExec, gitrepo.ModeSymlink:
+		default:
+			return res, fmt.Errorf("%w: %s has mode %o", ErrBadGitTree, e.Path, e.Mode)
+		}
+		if !want[e.OID] {
+			want[e.OID] = true
+			blobs = append(blobs, e.OID)
+		}
+		index = append(index, gitrepo.IndexEntry{Path: e.Path, Mode: e.Mode, OID: e.OID, Size: uint32(e.Size),
+			Ino: uint32(pathino.Of(e.Path)), UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Mtime: fileTime, Ctime: fileTime})
+		res.Files++
+	}
+
+	batch := m.st.NewBlobBatch()
+	ids, n, err := m.storeGitBlobs(ctx, repo, batch, blobs)
+	res.Bytes = n
+	if err != nil {
+		batch.Abort()
+		return res, err
+	}
+	res.Blobs = len(blobs)
+	for _, e := range entries {
+		kind := store.KindFile
+		switch e.Mode {
+		case gitrepo.ModeExec:
+			kind = store.KindExec
+		case gitrepo.ModeSymlink:
+			kind = store.KindSymlink
+		case gitrepo.ModeFile:
+		default:
+			continue
+		}
+		b.file(e.Path, store.Entry{Kind: kind, Size: e.Size, Mtime: fileTime, ID: ids[e.OID]})
+	}
+	worktree, err := b.put(m.st)
+	if err != nil {
+		batch.Abort()
+		return res, err
+	}
+
+	// The working .git.
+	refs, err := repo.Refs(ctx)
+	if err != nil {
+		batch.Abort()
+		return res, err
+	}
+	head := at.Commit + "\n"
+	var packed []gitrepo.Ref
+	for _, r := range refs {
+		if r.Name != at.Branch {
+			packed = append(packed, r)
+		}
+	}
+	tok := fsmtoken.CleanAt(worktree)
+	idx, err := gitrepo.EncodeIndex(index, tok.String())
+	if err != nil {
+		batch.Abort()
+		return res, err
+	}
+	objects := path.Join(repo.GitDir, "objects")
+	dot := map[string][]byte{
+		"HEAD":                    []byte(head),
+		"config":                  []byte("[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n"),
+		"description":             []byte("Unnamed repository; edit this file 'description' to name the repository.\n"),
+		"objects/info/alternates": []byte(objects + "\n"),
+		"packed-refs":             gitrepo.PackedRefs(packed),
+		"index":                   idx,
+	}
+	if at.Branch != "" {
+		dot["HEAD"] = []byte("ref: " + at.Branch + "\n")
+		dot[at.Branch] = []byte(at.Commit + "\n")
+	}
+	gb := newTreeBuilder()
+	for _, d := range []string{"objects/pack", "refs/heads", "refs/tags", "info"} {
+		gb.dir(d)
+	}
+	gitTime := now.UnixNano()
+	for p, data := range dot {
+		id, err := batch.WriteBlobBytes(data)
+		if err != nil {
+			batch.Abort()
+			return res, fmt.Errorf("store .git/%s: %w", p, err)
+		}
+		gb.file(p, store.Entry{Kind: store.KindFile, Size: int64(len(data)), Mtime: gitTime, ID: id})
+	}
+	dotGit, err := gb.put(m.st)
+	if err != nil {
+		batch.Abort()
+		return res, err
+	}
+	b.sub("", ".git", dotGit)
+	root, err := b.put(m.st)
+	if err != nil {
+		batch.Abort()
+		return res, err
+	}
+	if err := batch.Commit(); err != nil {
+		return res, fmt.Errorf("store blobs: %w", err)
+	}
+
+	op := newOperationID()
+	gen, err := m.st.PutGeneration(&store.Generation{Root: root, Workspace: name, Kind: store.GenCreate, Operation: op, Time: m.now()})
+	if err != nil {
+		return res, fmt.Errorf("store generation: %w", err)
+	}
+	_, err = m.st.CreateWorkspace(store.Workspace{Name: name, Created: m.now()},
+		store.HeadEntry{Gen: gen, Kind: store.GenCreate, Operation: op, Time: m.now()})
+	if errors.Is(err, store.ErrExists) {
+		return res, fmt.Errorf("%w: %q", ErrExists, name)
+	}
+	if err != nil {
+		return res, fmt.Errorf("create workspace %q: %w", name, err)
+	}
+	res.Gen = gen
+	if _, err := m.SetGitBinding(name, 0, GitBinding{Repo: repo.GitDir, Branch: at.Branch, Base: at.Commit, BaseTree: root.String()}); err != nil {
+		return res, fmt.Errorf("bind %s to %s: %w", name, repo.GitDir, err)
+	}
+	return res, nil
+}
+
+// checkGitPath refuses what a checkout refuses: a .git component
+// anywhere (git's own fsck forbids it), empty, dot or dot-dot names.
+func checkGitPath(p string) error {
+	for name := range strings.SplitSeq(p, "/") {
+		if !store.ValidName(name) || strings.EqualFold(name, ".git") {
+			return fmt.Errorf("%w: path %q", ErrBadGitTree, p)
+		}
+	}
+	return nil
+}
+
+// treeBuilder assembles trees from paths: directories are created on
+// demand, and put writes every tree bottom-up in one PutTrees.
+type treeBuilder struct {
+	dirs map[string]*builderDir
+}
+
+type builderDir struct {
+	entries map[string]store.Entry
+	subs    map[string]bool // names that are directories built here
+}
+
+func newTreeBuilder() *treeBuilder {
+	return &treeBuilder{dirs: map[string]*builderDir{"": {entries: map[string]store.Entry{}, subs: map[string]bool{}}}}
+}
+
+// dir makes sure directory p (and its parents) exists.
+func (b *treeBuilder) dir(p string) *builderDir {
+	if d, ok := b.dirs[p]; ok {
+		return d
+	}
+	d := &builderDir{entries: map[string]store.Entry{}, subs: map[string]bool{}}
+	b.dirs[p] = d
+	parent, name := path.Split(p)
+	parent = strings.TrimSuffix(parent, "/")
+	b.dir(parent).subs[name] = true
+	return d
+}
+
+// file adds e at p.
+func (b *treeBuilder) file(p string, e store.Entry) {
+	parent, name := path.Split(p)
+	e.Name = name
+	b.dir(strings.TrimSuffix(parent, "/")).entries[name] = e
+}
+
+// sub adds an already stored tree as directory name of dir.
+func (b *treeBuilder) sub(dir, name string, tree store.ID) {
+	b.dir(dir).entries[name] = store.Entry{Name: name, Kind: store.KindDir, ID: tree}
+}
+
+// put stores every tree and returns the root's.
+func (b *treeBuilder) put(st *store.Store) (store.ID, error) {
+	paths := make([]string, 0, len(b.dirs))
+	for d := range b.dirs {
+		paths = append(paths, d)
+	}
+	// Deepest first, so that every subtree's ID is known before its parent.
+	sort.Slice(paths, func(i, j int) bool {
+		di, dj := strings.Count(paths[i], "/"), strings.Count(paths[j], "/")
+		if paths[i] == "" {
+			di = -1
+		}
+		if paths[j] == "" {
+			dj = -1
+		}
+		if di != dj {
+			return di > dj
+		}
+		return paths[i] < paths[j]
+	})
+	ids := make(map[string]store.ID, len(paths))
+	trees := make([]*store.Tree, 0, len(paths))
+	for _, d := range paths {
+		dir := b.dirs[d]
+		t := &store.Tree{Entries: make([]store.Entry, 0, len(dir.entries)+len(dir.subs))}
+		for _, e := range dir.entries {
+			t.Entries = append(t.Entries, e)
+		}
+		for name := range dir.subs {
+			child := name
+			if d != "" {
+				child = d + "/" + name
+			}
+			if _, ok := dir.entries[name]; ok {
+				return store.ID{}, fmt.Errorf("%w: %s is both a file and a directory", ErrBadGitTree, child)
+			}
+			t.Entries = append(t.Entries, store.Entry{Name: name, Kind: store.KindDir, ID: ids[child]})
+		}
+		t.Sort()
+		enc, err := t.Encode()
+		if err != nil {
+			return store.ID{}, fmt.Errorf("encode tree %q: %w", d, err)
+		}
+		ids[d] = store.TreeID(enc)
+		trees = append(trees, t)
+	}
+	if _, err := st.PutTrees(trees); err != nil {
+		return store.ID{}, fmt.Errorf("store trees: %w", err)
+	}
+	return ids[""], nil
+}
+
+// inlineBlob is the largest blob storeGitBlobs reads into memory and
+// hands to a writer goroutine; larger ones stream straight into the batch.
+const inlineBlob = 1 << 20
+
+// storeGitBlobs reads blobs from repo (one cat-file stream) into batch and
+// returns their store IDs and the bytes read. Small blobs are hashed in
+// memory first and written only when the store lacks them (a second
+// workspace from the same repository writes nothing), by a few writer
+// goroutines, so that file creation in the store overlaps the stream.
+func (m *Manager) storeGitBlobs(ctx context.Context, repo *gitrepo.Repo, batch *store.BlobBatch, blobs []string) (map[string]store.ID, int64, error) {
+	ids := make(map[string]store.ID, len(blobs))
+	var (
+		mu    sync.Mutex // guards ids
+		total int64
+	)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(4)
+	err := repo.CatBlobs(gctx, blobs, func(i int, r io.Reader, size int64) error {
+		total += size
+		if size > inlineBlob {
+			id, _, err := batch.WriteBlob(r)
+			if err != nil {
+				return fmt.Errorf("store blob %s: %w", blobs[i], err)
+			}
+			mu.Lock()
+			ids[blobs[i]] = id
+			mu.Unlock()
+			return nil
+		}
+		buf := make([]byte, size)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return fmt.Errorf("read blob %s: %w", blobs[i], err)
+		}
+		g.Go(func() error {
+			h := store.NewBlobHasher()
+			h.Write(buf)
+			id := h.Sum()
+			if have, err := m.st.HasBlob(id); err != nil || !have {
+				if _, err := batch.WriteBlobBytes(buf); err != nil {
+					return fmt.Errorf("store blob %s: %w", blobs[i], err)
+				}
+			}
+			mu.Lock()
+			ids[blobs[i]] = id
+			mu.Unlock()
+			return nil
+		})
+		return nil
+	})
+	if werr := g.Wait(); err == nil {
+		err = werr
+	}
+	if errors.Is(err, syscall.ENOSPC) {
+		err = fmt.Errorf("store is full: %w", err)
+	}
+	return ids, total, err
+}
