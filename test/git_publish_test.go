@@ -30,15 +30,15 @@ func (e *env) gitOK(args ...string) string {
 	return r.line()
 }
 
-// repoState is what publish must leave alone in REPO: the work tree's
+// repoSnap is what publish must leave alone in REPO: the work tree's
 // status, the index file's bytes, every ref but the published branch.
-type repoState struct {
+type repoSnap struct {
 	status string
 	index  []byte
 	refs   string
 }
 
-func snapRepo(t *testing.T, repo, except string) repoState {
+func snapRepo(t *testing.T, repo, except string) repoSnap {
 	t.Helper()
 	idx, err := os.ReadFile(filepath.Join(repo, ".git", "index"))
 	if err != nil {
@@ -50,10 +50,10 @@ func snapRepo(t *testing.T, repo, except string) repoState {
 			refs = append(refs, l)
 		}
 	}
-	return repoState{git(t, repo, "status", "--porcelain"), idx, strings.Join(refs, "\n")}
+	return repoSnap{git(t, repo, "status", "--porcelain"), idx, strings.Join(refs, "\n")}
 }
 
-func (s repoState) same(t *testing.T, o repoState) {
+func (s repoSnap) same(t *testing.T, o repoSnap) {
 	t.Helper()
 	if s.status != o.status {
 		t.Errorf("REPO's status changed: %q -> %q", s.status, o.status)
@@ -291,5 +291,35 @@ func TestGitLandPublishes(t *testing.T) {
 	if got := git(t, repo, "show", "feature:kid.txt"); got != "from kid\n" {
 		t.Fatalf("feature:kid.txt = %q", got)
 	}
+	e.fsck()
+}
+
+// TestGitPublishFromGitWorkspace: a workspace made by create --from-git
+// (objects shared through alternates) publishes a commit made in its
+// mount to its branch; REPO's dirty work tree, staged index and other refs
+// stay as they were.
+func TestGitPublishFromGitWorkspace(t *testing.T) {
+	t.Parallel()
+	needTool(t, "git")
+	e := newMountEnv(t)
+	repo := threeBranches(t, e)
+	e.ok("create", "f", "--from-git", repo+"@feature")
+	before := snapRepo(t, repo, "refs/heads/feature")
+	mp := e.mountAt("f")
+	e.commitIn(mp, "echo inside > src/inside.txt", "inside f")
+	e.waitIdle("f")
+	if out := e.gitOK("git", "publish", "f"); !strings.HasPrefix(out, "published feature: ") {
+		t.Fatalf("publish printed %q", out)
+	}
+	if got := git(t, repo, "log", "--format=%s", "feature"); got != "inside f\nfeature work\nstart\n" {
+		t.Fatalf("git log feature:\n%s", got)
+	}
+	// The commit itself, not a new one: nothing was uncommitted.
+	if got, want := strings.TrimSpace(git(t, repo, "rev-parse", "feature")), strings.TrimSpace(git(t, mp, "rev-parse", "HEAD")); got != want {
+		t.Fatalf("feature = %s, the workspace's HEAD = %s", got, want)
+	}
+	git(t, repo, "fsck", "--strict", "--no-progress")
+	snapRepo(t, repo, "refs/heads/feature").same(t, before)
+	e.unmount(mp)
 	e.fsck()
 }

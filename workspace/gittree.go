@@ -539,3 +539,30 @@ func (tb *pubTrees) missing(objs []pendingObj) ([]pendingObj, error) {
 	}
 	return out, nil
 }
+
+// rememberGitBlobs fills the object-name cache with blobs an import read
+// from a repository (git name → store ID), so that publishing the
+// imported files hashes none of them.
+func (m *Manager) rememberGitBlobs(_ string, ids map[string]store.ID) {
+	formats := map[string]bool{}
+	c := &m.oids
+	c.mu.Lock()
+	for oid, id := range ids {
+		format := "sha1"
+		if len(oid) == 64 {
+			format = "sha256"
+		}
+		t := m.oidTable(format)
+		if len(t) >= oidCacheMax {
+			continue
+		}
+		t[blobKey(id)] = oidSlot{oid: oid}
+		c.dirty[format], formats[format] = true, true
+	}
+	c.mu.Unlock()
+	for f := range formats {
+		if err := m.saveOIDCache(f); err != nil {
+			m.opt.Warn(err.Error())
+		}
+	}
+}
