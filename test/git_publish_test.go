@@ -94,7 +94,7 @@ func gitRepo3(t *testing.T, ws string) (*env, string) {
 // gitShow is `git show WS --json`.
 type gitShowJSON struct {
 	Repo, Branch, Base, Published, Current, OnLand string
-	Moved                                         bool
+	Moved                                          bool
 }
 
 func (e *env) gitShow(ws string) gitShowJSON {
