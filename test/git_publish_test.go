@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // gitRun runs acyclicfs with gitEnv (a git identity) and returns the result.
@@ -320,6 +321,84 @@ func TestGitPublishFromGitWorkspace(t *testing.T) {
 	}
 	git(t, repo, "fsck", "--strict", "--no-progress")
 	snapRepo(t, repo, "refs/heads/feature").same(t, before)
+	e.unmount(mp)
+	e.fsck()
+}
+
+// pushTo commits files on REPO's branch from a fresh clone and pushes.
+func pushTo(t *testing.T, e *env, repo, branch, name string, files map[string]string, msg string) {
+	t.Helper()
+	c := filepath.Join(e.dir, name)
+	git(t, e.dir, "clone", "-q", "-b", branch, repo, c)
+	writeTree(t, c, files)
+	git(t, c, "add", "-A")
+	git(t, c, "commit", "-q", "-m", msg)
+	git(t, c, "push", "-q", "origin", branch)
+}
+
+// TestGitPullIntoMount: a commit pushed to REPO's branch reaches a
+// mounted workspace once its session has ended (pull waits for it like
+// rebase: refused while a session runs there), merged git-aware with the
+// workspace's own commit: git log inside shows both, the files of both
+// are there, git status is clean; the merged state then publishes as a
+// fast-forward.
+func TestGitPullIntoMount(t *testing.T) {
+	t.Parallel()
+	e, repo := gitRepo3(t, "ws")
+	mp := e.mountAt("ws")
+	e.commitIn(mp, `echo mine > mine.txt`, "mine")
+	pushTo(t, e, repo, "feature", "pusher", map[string]string{"theirs.txt": "theirs\n"}, "theirs")
+	if s := e.gitShow("ws"); !s.Moved {
+		t.Fatalf("git show: feature did not move: %+v", s)
+	}
+
+	// A session open in the mount: pull is refused, nothing moves.
+	f := e.fifo("hold")
+	bg := e.startExec(mp, "read x < "+f.path)
+	w := f.opened(10 * time.Second)
+	head := e.head("ws")
+	if r := e.gitRun("git", "pull", "ws"); r.code != 4 {
+		t.Fatalf("pull with a session open: %s", r)
+	}
+	if e.head("ws") != head {
+		t.Fatalf("the head moved under a refused pull")
+	}
+	release(t, w)
+	bg.wait(t)
+	e.waitIdle("ws")
+
+	if out := e.gitOK("git", "pull", "ws"); out != "rebased" {
+		t.Fatalf("pull printed %q", out)
+	}
+	e.waitIdle("ws")
+	got := inSession(t, mp, gitShellEnv()+`cat mine.txt theirs.txt; git log --format=%s | sort | tr '\n' ' '; echo; git status --porcelain`)
+	if got != "mine\ntheirs\nmine start theirs \n" && !strings.HasPrefix(got, "mine\ntheirs\n") {
+		t.Fatalf("the mount after pull:\n%s", got)
+	}
+	for _, s := range []string{"mine ", "theirs ", "start "} {
+		if !strings.Contains(got, s) {
+			t.Fatalf("git log in the mount lacks %q:\n%s", s, got)
+		}
+	}
+	if lines := strings.Split(strings.TrimSpace(got), "\n"); len(lines) != 3 {
+		t.Fatalf("git status in the mount is not clean:\n%s", got)
+	}
+	if s := e.gitShow("ws"); s.Moved || s.Base != strings.TrimSpace(git(t, repo, "rev-parse", "feature")) {
+		t.Fatalf("git show after pull: %+v", s)
+	}
+	// Pulled again: nothing to do.
+	if out := e.gitOK("git", "pull", "ws"); out != "current" {
+		t.Fatalf("second pull printed %q", out)
+	}
+	// The merge is a fast-forward of feature.
+	e.gitOK("git", "publish", "ws")
+	subjects := git(t, repo, "log", "--format=%s", "feature")
+	for _, s := range []string{"mine\n", "theirs\n", "start\n"} {
+		if !strings.Contains(subjects, s) {
+			t.Fatalf("feature after publish lacks %q:\n%s", s, subjects)
+		}
+	}
+	git(t, repo, "fsck", "--strict", "--no-progress")
 	e.unmount(mp)
 	e.fsck()
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -52,7 +53,7 @@ func (a *app) cmdGit() *cobra.Command {
 			return usageError{fmt.Errorf("git: expected a subcommand: bind, unbind, show, publish, pull")}
 		},
 	}
-	c.AddCommand(a.cmdGitBind(), a.cmdGitUnbind(), a.cmdGitShow(), a.cmdGitPublish())
+	c.AddCommand(a.cmdGitBind(), a.cmdGitUnbind(), a.cmdGitShow(), a.cmdGitPublish(), a.cmdGitPull())
 	return c
 }
 
@@ -214,4 +215,49 @@ func (a *app) publishAfterLand(parent string) *landPublish {
 		return &landPublish{Error: err.Error()}
 	}
 	return &landPublish{Published: &res}
+}
+
+func (a *app) cmdGitPull() *cobra.Command {
+	return &cobra.Command{
+		Use:   "pull WS",
+		Short: "Merge what REPO's branch received since WS last agreed with it into WS (git-aware)",
+		Args:  exactArgs(1, "WS"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := a.manager()
+			if err != nil {
+				return err
+			}
+			// Like rebase: a mounted workspace's head moves only at its
+			// window's final close.
+			if a.d != nil {
+				if err := a.d.refuseIfActive(args[0]); err != nil {
+					return fmt.Errorf("git pull %s: %w", args[0], err)
+				}
+			}
+			res, err := m.GitPull(context.Background(), args[0], a.gitEnv)
+			if err != nil {
+				return fmt.Errorf("git pull %s: %w", args[0], err)
+			}
+			if a.d != nil && !res.Already {
+				a.d.headMoved(args[0])
+			}
+			if a.jsonOut {
+				if err := a.emit(res, nil); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintln(a.stdout, res.Outcome)
+				for _, c := range res.Conflicts {
+					fmt.Fprintln(a.stdout, quotePath(c.Path))
+				}
+			}
+			if res.Outcome == workspace.OutcomeConflicted {
+				if !a.jsonOut && !a.quiet {
+					fmt.Fprintln(a.stderr, conflictHint)
+				}
+				return errConflictExit
+			}
+			return nil
+		},
+	}
 }
