@@ -337,11 +337,10 @@ func pushTo(t *testing.T, e *env, repo, branch, name string, files map[string]st
 }
 
 // TestGitPullIntoMount: a commit pushed to REPO's branch reaches a
-// mounted workspace once its session has ended (pull waits for it like
-// rebase: refused while a session runs there), merged git-aware with the
-// workspace's own commit: git log inside shows both, the files of both
-// are there, git status is clean; the merged state then publishes as a
-// fast-forward.
+// mounted workspace when its session ends (a pull run during the session
+// is queued for its final close), merged git-aware with the workspace's
+// own commit: git log inside shows both, the files of both are there, git
+// status is clean; the merged state then publishes as a fast-forward.
 func TestGitPullIntoMount(t *testing.T) {
 	t.Parallel()
 	e, repo := gitRepo3(t, "ws")
@@ -352,23 +351,24 @@ func TestGitPullIntoMount(t *testing.T) {
 		t.Fatalf("git show: feature did not move: %+v", s)
 	}
 
-	// A session open in the mount: pull is refused, nothing moves.
+	// A session open in the mount: the pull is queued for its final
+	// close; nothing moves before.
 	f := e.fifo("hold")
 	bg := e.startExec(mp, "read x < "+f.path)
 	w := f.opened(10 * time.Second)
 	head := e.head("ws")
-	if r := e.gitRun("git", "pull", "ws"); r.code != 4 {
+	if r := e.gitRun("git", "pull", "ws"); r.code != 0 || r.line() != "queued" {
 		t.Fatalf("pull with a session open: %s", r)
 	}
 	if e.head("ws") != head {
-		t.Fatalf("the head moved under a refused pull")
+		t.Fatalf("the head moved while the session ran")
+	}
+	if s := e.gitShow("ws"); !s.Moved {
+		t.Fatalf("the binding moved while the session ran: %+v", s)
 	}
 	release(t, w)
-	bg.wait(t)
-	e.waitIdle("ws")
-
-	if out := e.gitOK("git", "pull", "ws"); out != "rebased" {
-		t.Fatalf("pull printed %q", out)
+	if r := bg.wait(t); r.code != 0 || !strings.Contains(r.stderr, "rebased") {
+		t.Fatalf("the session's end: %s", r)
 	}
 	e.waitIdle("ws")
 	got := inSession(t, mp, gitShellEnv()+`cat mine.txt theirs.txt; git log --format=%s | sort | tr '\n' ' '; echo; git status --porcelain`)
@@ -390,10 +390,18 @@ func TestGitPullIntoMount(t *testing.T) {
 	if out := e.gitOK("git", "pull", "ws"); out != "current" {
 		t.Fatalf("second pull printed %q", out)
 	}
+	// An idle mount: the pull runs at once and the mount shows it.
+	pushTo(t, e, repo, "feature", "pusher2", map[string]string{"second.txt": "second\n"}, "second")
+	if out := e.gitOK("git", "pull", "ws"); out != "rebased" {
+		t.Fatalf("pull into the idle mount printed %q", out)
+	}
+	if got := inSession(t, mp, gitShellEnv()+`cat second.txt; git status --porcelain`); got != "second\n" {
+		t.Fatalf("the idle mount after pull: %q", got)
+	}
 	// The merge is a fast-forward of feature.
 	e.gitOK("git", "publish", "ws")
 	subjects := git(t, repo, "log", "--format=%s", "feature")
-	for _, s := range []string{"mine\n", "theirs\n", "start\n"} {
+	for _, s := range []string{"mine\n", "theirs\n", "second\n", "start\n"} {
 		if !strings.Contains(subjects, s) {
 			t.Fatalf("feature after publish lacks %q:\n%s", s, subjects)
 		}

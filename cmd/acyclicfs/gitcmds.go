@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -227,11 +228,19 @@ func (a *app) cmdGitPull() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			// Like rebase: a mounted workspace's head moves only at its
-			// window's final close.
+			// Like a parent's advance: a mounted workspace's head moves
+			// only at its window's final close. With sessions running, the
+			// pull is queued for it.
 			if a.d != nil {
 				if err := a.d.refuseIfActive(args[0]); err != nil {
-					return fmt.Errorf("git pull %s: %w", args[0], err)
+					var ol *openLeasesError
+					if !errors.As(err, &ol) || !a.d.queuePull(args[0], a.gitEnv) {
+						return fmt.Errorf("git pull %s: %w", args[0], err)
+					}
+					return a.emit(map[string]any{"workspace": args[0], "queued": true}, func(w io.Writer) {
+						fmt.Fprintln(w, "queued")
+						a.info("the pull runs at the final close of %s's sessions", args[0])
+					})
 				}
 			}
 			res, err := m.GitPull(context.Background(), args[0], a.gitEnv)
@@ -260,4 +269,52 @@ func (a *app) cmdGitPull() *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// queuedPull is a git pull waiting for a mount's final close.
+type queuedPull struct {
+	env []string // the client's git identity variables
+}
+
+// queuePull queues a git pull of ws for its mount's final close; it
+// reports false when ws is not mounted here or no lease is open any more
+// (the caller then pulls at once). The lease check and the queueing hold
+// the mount's lock, which the final close holds too: a pull is never
+// queued after the close that should have run it.
+func (d *daemon) queuePull(ws string, env []string) bool {
+	s := d.get(ws)
+	if s == nil || !s.acquire(admitWait) {
+		return false
+	}
+	defer s.release()
+	if len(s.leases) == 0 || s.closing {
+		return false
+	}
+	s.pull = &queuedPull{env: env}
+	return true
+}
+
+// runQueuedPull runs a pull queued for this final close (called with
+// s.lock held, after the capture was published and the view switched);
+// the close's outcome becomes the pull's. A failed pull is logged and
+// leaves res.
+func (s *served) runQueuedPull(res workspace.Result) workspace.Result {
+	q := s.pull
+	if q == nil {
+		return res
+	}
+	s.pull = nil
+	pr, err := s.d.m.GitPull(context.Background(), s.ws, q.env)
+	if err != nil {
+		s.d.logger.Printf("%s: queued git pull: %v", s.ws, err)
+		return res
+	}
+	if pr.Already {
+		return res
+	}
+	s.d.logger.Printf("%s: queued git pull: %s %s..%s", s.ws, pr.Outcome, short12(pr.Old), short12(pr.New))
+	if err := s.switchToHead(); err != nil {
+		s.d.logger.Printf("%s: queued git pull: %v", s.ws, err)
+	}
+	return pr.Result
 }

@@ -57,6 +57,9 @@ type served struct {
 	last    workspace.Result
 	timing  *reconcileTiming // the last final close's (nil: none yet)
 	closing bool
+	// pull is a `git pull` queued while leases were open: it runs at the
+	// window's final close (gitcmds.go queuePull).
+	pull *queuedPull
 }
 
 // reconcileTiming is where the last final close spent its time: status
@@ -582,7 +585,7 @@ func (s *served) reconcileLast(lease window.Lease) (_ workspace.Result, err erro
 		return res, nil
 	}
 	if !ok {
-		res := s.outcome(workspace.OutcomeCurrent)
+		res := s.runQueuedPull(s.outcome(workspace.OutcomeCurrent))
 		s.last = res
 		return res, nil
 	}
@@ -593,6 +596,7 @@ func (s *served) reconcileLast(lease window.Lease) (_ workspace.Result, err erro
 	if err := s.switchToHead(); err != nil {
 		return res, err
 	}
+	res = s.runQueuedPull(res)
 	s.last = res
 	return res, nil
 }
