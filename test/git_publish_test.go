@@ -292,6 +292,25 @@ func TestGitLandPublishes(t *testing.T) {
 	if got := git(t, repo, "show", "feature:kid.txt"); got != "from kid\n" {
 		t.Fatalf("feature:kid.txt = %q", got)
 	}
+	// Someone else moves feature: the next land stands, its publish is
+	// refused and reported, land exits 0.
+	pushTo(t, e, repo, "feature", "pusher", map[string]string{"other.txt": "other\n"}, "elsewhere")
+	moved := strings.TrimSpace(git(t, repo, "rev-parse", "feature"))
+	e.ok("fork", "ws", "kid2")
+	work2 := filepath.Join(e.dir, "work2")
+	e.ok("export", "kid2", work2)
+	writeTree(t, work2, map[string]string{"kid2.txt": "from kid2\n"})
+	e.ok("commit", "kid2", work2)
+	r = e.gitRun("land", "kid2")
+	if r.code != 0 || !strings.Contains(r.stderr, "warning: landed; publishing ws") || !strings.Contains(r.stderr, "not a fast-forward") {
+		t.Fatalf("land kid2 with feature moved: %s", r)
+	}
+	if got := readFile(t, filepath.Join(e.exportTo("ws", "ws-after"), "kid2.txt")); got != "from kid2\n" {
+		t.Fatalf("the land did not stand: kid2.txt = %q", got)
+	}
+	if now := strings.TrimSpace(git(t, repo, "rev-parse", "feature")); now != moved {
+		t.Fatalf("feature moved by a refused publish: %s -> %s", moved, now)
+	}
 	e.fsck()
 }
 
