@@ -175,7 +175,7 @@ func (m *Manager) pulledGitDir(g *gitRepo, gitTree store.ID, b GitBinding, commi
 	if err := file("index", idx); err != nil {
 		return store.ID{}, err
 	}
-	tmp, err := os.MkdirTemp("", "acyclicfs-pull-")
+	tmp, err := os.MkdirTemp(filepath.Join(m.dir, "tmp"), "pull-")
 	if err != nil {
 		return store.ID{}, err
 	}

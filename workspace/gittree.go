@@ -77,10 +77,14 @@ func hashLenOf(format string) int {
 func loadOIDCache(p, format string) map[[32]byte]oidSlot {
 	out := map[[32]byte]oidSlot{}
 	data, err := os.ReadFile(p)
-	if err != nil || !bytes.HasPrefix(data, []byte(oidCacheMagic)) {
+	if err != nil || !bytes.HasPrefix(data, []byte(oidCacheMagic)) || len(data) < len(oidCacheMagic)+sha256.Size {
 		return out
 	}
-	data = data[len(oidCacheMagic):]
+	body, sum := data[:len(data)-sha256.Size], data[len(data)-sha256.Size:]
+	if got := sha256.Sum256(body); !bytes.Equal(got[:], sum) {
+		return out // damaged: start over
+	}
+	data = body[len(oidCacheMagic):]
 	rec := 32 + 1 + hashLenOf(format)
 	for len(data) >= rec {
 		var k [32]byte
@@ -120,12 +124,22 @@ func (m *Manager) saveOIDCache(format string) error {
 		}
 		buf = append(append(buf, 0), raw...)
 	}
+	sum := sha256.Sum256(buf)
+	buf = append(buf, sum[:]...)
 	p := m.oidCachePath(format)
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, buf, 0o644); err != nil {
+	f, err := os.CreateTemp(filepath.Join(m.dir, "tmp"), "git-oids-"+format+"-")
+	if err != nil {
 		return fmt.Errorf("write the git object-name cache: %w", err)
 	}
-	if err := os.Rename(tmp, p); err != nil {
+	_, err = f.Write(buf)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), p)
+	}
+	if err != nil {
+		os.Remove(f.Name())
 		return fmt.Errorf("write the git object-name cache: %w", err)
 	}
 	c.dirty[format] = false
@@ -443,7 +457,7 @@ func (tb *pubTrees) flush() error {
 		}
 	}
 	if tb.tmp == "" && len(missing) > 0 {
-		if tb.tmp, err = os.MkdirTemp("", "acyclicfs-publish-"); err != nil {
+		if tb.tmp, err = os.MkdirTemp(filepath.Join(tb.m.dir, "tmp"), "publish-"); err != nil {
 			return fmt.Errorf("temp dir: %w", err)
 		}
 	}
