@@ -182,7 +182,10 @@ func (m *Manager) pulledGitDir(g *gitRepo, gitTree store.ID, b GitBinding, commi
 	defer os.RemoveAll(tmp)
 	revs := commit + "\n"
 	if b.Base != "" {
-		revs += "^" + b.Base + "\n"
+		// A base REPO no longer has (a rewound branch, gc) bounds nothing.
+		if have, err := g.resolve(b.Base); err == nil && have != "" {
+			revs += "^" + b.Base + "\n"
+		}
 	}
 	out, err := g.run([]byte(revs), "pack-objects", "--revs", "-q", filepath.Join(tmp, "pack"))
 	if err != nil {
