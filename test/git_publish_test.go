@@ -429,3 +429,44 @@ func TestGitPullIntoMount(t *testing.T) {
 	e.unmount(mp)
 	e.fsck()
 }
+
+// TestGitPullConflict: the workspace and REPO's branch change the same
+// line: pull exits 3 with the path, the conflict is recorded as a
+// rebase's (status lists it, cat --conflict shows the sides, resolve
+// settles it), and the binding took the commit in.
+func TestGitPullConflict(t *testing.T) {
+	t.Parallel()
+	e, repo := gitRepo3(t, "ws")
+	work := filepath.Join(e.dir, "work")
+	e.ok("export", "ws", work)
+	writeTree(t, work, map[string]string{"a.txt": strings.Replace(tenLines, "5\n", "five-ours\n", 1)})
+	e.ok("commit", "ws", work)
+	pushTo(t, e, repo, "feature", "pusher", map[string]string{"a.txt": strings.Replace(tenLines, "5\n", "five-theirs\n", 1)}, "theirs five")
+	r := e.gitRun("git", "pull", "ws")
+	if r.code != 3 || !strings.HasPrefix(r.stdout, "conflicted\n") || !strings.Contains(r.stdout, "a.txt") {
+		t.Fatalf("pull: %s", r)
+	}
+	if cs := e.statusOf("ws").Conflicts; len(cs) == 0 {
+		t.Fatalf("no conflict recorded")
+	}
+	if got := readConflictSide(e, "theirs"); !strings.Contains(got, "five-theirs") {
+		t.Fatalf("theirs side: %q", got)
+	}
+	if got := readConflictSide(e, "ours"); !strings.Contains(got, "five-ours") {
+		t.Fatalf("ours side: %q", got)
+	}
+	e.ok("resolve", "ws", "a.txt", "--theirs")
+	if got := readFile(t, filepath.Join(e.exportTo("ws", "after"), "a.txt")); !strings.Contains(got, "five-theirs") {
+		t.Fatalf("a.txt after resolve: %q", got)
+	}
+	if s := e.gitShow("ws"); s.Moved {
+		t.Fatalf("the binding did not take the commit in: %+v", s)
+	}
+	e.fsck()
+}
+
+// readConflictSide is `cat ws a.txt --conflict side`'s whole output.
+func readConflictSide(e *env, side string) string {
+	e.t.Helper()
+	return e.run("cat", "ws", "a.txt", "--conflict", side).stdout
+}
