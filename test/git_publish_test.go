@@ -470,3 +470,67 @@ func readConflictSide(e *env, side string) string {
 	e.t.Helper()
 	return e.run("cat", "ws", "a.txt", "--conflict", side).stdout
 }
+
+// TestGitPullFromGitWorkspace: a create --from-git workspace (objects
+// shared through alternates) with a commit of its own pulls its branch's
+// advance: the export's repository has both commits in a merge, a clean
+// status and a clean fsck; REPO's work tree, index and other refs stay.
+func TestGitPullFromGitWorkspace(t *testing.T) {
+	t.Parallel()
+	needTool(t, "git")
+	e := newMountEnv(t)
+	repo := threeBranches(t, e)
+	e.ok("create", "f", "--from-git", repo+"@feature")
+	mp := e.mountAt("f")
+	e.commitIn(mp, "echo inside > src/inside.txt", "inside f")
+	e.unmount(mp)
+	before := snapRepo(t, repo, "refs/heads/feature")
+	// feature moves in REPO: a commit made on it without a checkout.
+	tree := strings.TrimSpace(git(t, repo, "rev-parse", "feature^{tree}"))
+	c := strings.TrimSpace(git(t, repo, "commit-tree", tree, "-p", "feature", "-m", "upstream"))
+	git(t, repo, "update-ref", "refs/heads/feature", c)
+	before2 := snapRepo(t, repo, "")
+	if out := e.gitOK("git", "pull", "f"); out != "rebased" {
+		t.Fatalf("pull printed %q", out)
+	}
+	snapRepo(t, repo, "").same(t, before2)
+	_ = before
+	out := e.checkRepo("f")
+	log := git(t, out, "log", "--format=%s", "feature")
+	for _, s := range []string{"inside f\n", "upstream\n", "feature work\n"} {
+		if !strings.Contains(log, s) {
+			t.Fatalf("git log after pull lacks %q:\n%s", s, log)
+		}
+	}
+	e.fsck()
+}
+
+// TestGitFromGitForksLand: two forks of a create --from-git workspace
+// (objects shared through alternates) commit and land: the git-aware
+// merge reads the repository's objects through the sides' alternates and
+// makes a merge commit, where it recorded a ref conflict before.
+func TestGitFromGitForksLand(t *testing.T) {
+	t.Parallel()
+	needTool(t, "git")
+	e := newEnv(t)
+	repo := threeBranches(t, e)
+	e.ok("create", "m", "--from-git", repo+"@feature")
+	for _, f := range []string{"a", "b"} {
+		e.ok("fork", "m", f)
+		work := filepath.Join(e.dir, "work-"+f)
+		e.ok("export", f, work)
+		writeTree(t, work, map[string]string{f + ".txt": f + "\n"})
+		git(t, work, "add", "-A")
+		git(t, work, "commit", "-q", "-m", "from "+f)
+		e.ok("commit", f, work)
+	}
+	e.ok("land", "a")
+	e.ok("land", "b")
+	log := git(t, e.checkRepo("m"), "log", "--format=%s", "feature")
+	for _, s := range []string{"from a\n", "from b\n", "feature work\n"} {
+		if !strings.Contains(log, s) {
+			t.Fatalf("git log after both lands lacks %q:\n%s", s, log)
+		}
+	}
+	e.fsck()
+}
