@@ -186,6 +186,13 @@ func TestGitPublishRefused(t *testing.T) {
 	e.fails(2, "git", "bind", "ws", repo, "--branch", "nosuch", "--force")
 	e.fails(2, "git", "bind", "ws", e.dir, "--force")
 	e.fails(2, "git", "publish", "nosuch")
+	// Without --branch: REPO's current branch (main); back to feature.
+	e.gitOK("git", "bind", "ws", repo, "--force")
+	if s := e.gitShow("ws"); s.Branch != "refs/heads/main" || s.Repo != filepath.Join(repo, ".git") {
+		t.Fatalf("bind without --branch: %+v", s)
+	}
+	e.gitOK("git", "bind", "ws", repo, "--branch", "feature", "--force")
+	e.fails(2, "git", "bind", "ws", repo, "--branch", "feature", "--force", "--on-land", "sometimes")
 
 	// Someone else moves feature.
 	other := filepath.Join(e.dir, "other-clone")
