@@ -311,16 +311,28 @@ func (tb *pubTrees) readGitTree(oid string) (map[string]gitEntry, error) {
 	if typ != "tree" {
 		return nil, fmt.Errorf("git object %s is a %s, not a tree", oid, typ)
 	}
-	hl := hashLenOf(tb.format)
+	ents, err := parseGitTree(data, hashLenOf(tb.format))
+	if err != nil {
+		return nil, fmt.Errorf("git tree %s: %w", oid, err)
+	}
+	for _, e := range ents {
+		out[e.name] = e
+	}
+	return out, nil
+}
+
+// parseGitTree decodes a git tree object's content: entries of
+// "<mode> <name>\0<raw name of hashLen bytes>".
+func parseGitTree(data []byte, hashLen int) ([]gitEntry, error) {
+	var out []gitEntry
 	for len(data) > 0 {
 		sp := bytes.IndexByte(data, ' ')
 		nul := bytes.IndexByte(data, 0)
-		if sp < 0 || nul < sp || len(data) < nul+1+hl {
-			return nil, fmt.Errorf("git tree %s: malformed", oid)
+		if sp <= 0 || nul < sp+2 || len(data) < nul+1+hashLen {
+			return nil, fmt.Errorf("%w: malformed git tree", ErrInvalidInput)
 		}
-		e := gitEntry{mode: string(data[:sp]), name: string(data[sp+1 : nul]), oid: hex.EncodeToString(data[nul+1 : nul+1+hl])}
-		out[e.name] = e
-		data = data[nul+1+hl:]
+		out = append(out, gitEntry{mode: string(data[:sp]), name: string(data[sp+1 : nul]), oid: hex.EncodeToString(data[nul+1 : nul+1+hashLen])})
+		data = data[nul+1+hashLen:]
 	}
 	return out, nil
 }
