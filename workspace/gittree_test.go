@@ -27,7 +27,7 @@ func FuzzParseGitTree(f *testing.F) {
 // FuzzOIDCacheFile: any file content loads (as empty when damaged) and
 // never panics; a saved cache loads back equal.
 func FuzzOIDCacheFile(f *testing.F) {
-	f.Add([]byte(oidCacheMagic + "short"), false)
+	f.Add([]byte(oidCacheMagic+"short"), false)
 	f.Add([]byte{}, true)
 	f.Fuzz(func(t *testing.T, data []byte, sealed bool) {
 		p := filepath.Join(t.TempDir(), "git-oids-sha1")
