@@ -110,6 +110,10 @@ func (o *overlay) captureDeferred() (store.ID, bool, []*store.Tree, func(), erro
 	old := o.rootID
 	o.mu.Unlock()
 
+	o.capturing.Add(1)
+	defer o.capturing.Add(-1)
+	o.captureFiles.Store(0)
+	o.captureBytes.Store(0)
 	cw := o.newCaptureWriter()
 	id, err := o.build(plan, cw)
 	if err == nil {
@@ -259,6 +263,8 @@ func (o *overlay) storeFile(c *inode, e *store.Entry, cw *captureWriter) error {
 	if err != nil {
 		return fmt.Errorf("capture %q: %w", e.Name, err)
 	}
+	o.captureFiles.Add(1)
+	o.captureBytes.Add(size)
 	e.ID, e.Size = id, size
 	// If the file changed so recently that another write could land in the
 	// same coarse timestamp tick without changing its size, the stat does

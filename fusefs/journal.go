@@ -339,6 +339,9 @@ func (o *overlay) writeSnapshot(snapMu interface {
 		}
 		o.mu.Lock()
 		o.named = newNamed
+		for _, num := range trash {
+			delete(o.unlinked, num)
+		}
 		o.mu.Unlock()
 	}()
 	// Upper files' names (copy-ups, creates) must be durable before a
@@ -347,12 +350,44 @@ func (o *overlay) writeSnapshot(snapMu interface {
 		return err
 	}
 	failpoint.Hit("overlay.before-snapshot")
-	if err := writeFileAtomic(filepath.Join(o.stateDir, snapName), b); err != nil {
+	err = writeFileAtomic(filepath.Join(o.stateDir, snapName), b)
+	if err != nil && isNoSpace(err) && o.truncateUnlinked(trash) {
+		// The disk is full, maybe of files deleted since the last
+		// snapshot, which keeps them until a new one is durable: give
+		// their space back first and try once more.
+		err = writeFileAtomic(filepath.Join(o.stateDir, snapName), b)
+	}
+	if err != nil {
 		return err
 	}
 	failpoint.Hit("overlay.after-snapshot")
 	written = true
 	return nil
+}
+
+// truncateUnlinked empties the retired upper files among trash that were
+// retired by an unlink (no name and no handle left), and reports whether
+// it freed anything. The durable snapshot may still name them: a crash
+// before the next snapshot brings such a file back, empty, where it was
+// deleted since that snapshot (its content is what was deleted). Files
+// retired by a view switch are left whole: a replay needs their content.
+func (o *overlay) truncateUnlinked(trash []uint64) bool {
+	o.mu.Lock()
+	var nums []uint64
+	for _, num := range trash {
+		if o.unlinked[num] {
+			nums = append(nums, num)
+		}
+	}
+	o.mu.Unlock()
+	freed := false
+	for _, num := range nums {
+		var st syscall.Stat_t
+		if syscall.Stat(o.trashPath(num), &st) == nil && st.Blocks > 0 && os.Truncate(o.trashPath(num), 0) == nil {
+			freed = true
+		}
+	}
+	return freed
 }
 
 func sortedNames(m map[string]*inode) []string {
@@ -373,10 +408,12 @@ func writeFileAtomic(path string, b []byte) error {
 	}
 	if _, err := f.Write(b); err != nil {
 		f.Close()
+		_ = os.Remove(tmp) // a partial write holds space a full disk needs
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
+		_ = os.Remove(tmp)
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := f.Close(); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"github.com/acyclicfs/acyclicfs/internal/fusectl"
 	"github.com/acyclicfs/acyclicfs/store"
@@ -155,6 +156,11 @@ type Mount struct {
 	unmountMu  sync.Mutex
 	unmounted  bool // Unmount or UnmountUnused succeeded (or gave up lazily)
 	unmountErr error
+
+	// mntID and dev identify the kernel mount this Mount serves (statx of
+	// the mountpoint once mounted): the mountpoint's path may come to name
+	// another file system (a lazy detach, an umount -l from outside).
+	mntID, dev uint64
 }
 
 // MountAt mounts the view described by cfg at mountpoint (a function
@@ -274,6 +280,10 @@ func mountAt(mountpoint string, cfg Config) (*Mount, error) {
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
 	m.server = server
+	var st unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, mountpoint, unix.AT_STATX_DONT_SYNC, unix.STATX_MNT_ID, &st); err == nil && st.Mask&unix.STATX_MNT_ID != 0 {
+		m.mntID, m.dev = st.Mnt_id, unix.Mkdev(st.Dev_major, st.Dev_minor)
+	}
 	go func() {
 		server.Wait()
 		if m.uring != nil {
@@ -476,7 +486,7 @@ func (m *Mount) Dirty() bool {
 // it falls back to a lazy unmount (MNT_DETACH): the mountpoint disappears
 // at once and the daemon serves open files until they close; Wait returns
 // after that.
-func (m *Mount) Unmount() error { return m.unmount(true) }
+func (m *Mount) Unmount() error { return m.unmount(true, true) }
 
 // UnmountUnused is Unmount for a mount no other process uses: when the
 // kernel refuses the unmount because a process still has its working
@@ -486,9 +496,15 @@ func (m *Mount) Unmount() error { return m.unmount(true) }
 // writing into a view nobody captures any more. Only this process's own
 // descriptors (a warm-up listing in flight) are detached lazily. It may be
 // called again after a BusyError.
-func (m *Mount) UnmountUnused() error { return m.unmount(false) }
+func (m *Mount) UnmountUnused() error { return m.unmount(false, true) }
 
-func (m *Mount) unmount(lazy bool) error {
+// UnmountCaptured is Unmount (lazy) or UnmountUnused (!lazy) for a caller
+// that has just captured and published the view and discards the state
+// directory once unmounted: no overlay snapshot is written, so it needs
+// no space on the store's disk (a full disk does not keep the mount).
+func (m *Mount) UnmountCaptured(lazy bool) error { return m.unmount(lazy, false) }
+
+func (m *Mount) unmount(lazy, snapshot bool) error {
 	m.unmountMu.Lock()
 	defer m.unmountMu.Unlock()
 	if m.unmounted {
@@ -498,8 +514,15 @@ func (m *Mount) unmount(lazy bool) error {
 	// No pool file may appear in the state directory after Unmount
 	// returns (the daemon may reset it); late creates make their own.
 	m.ov.pool.close()
-	serr := m.writeSnapshot()
-	if err := m.server.Unmount(); err != nil {
+	var serr error
+	if snapshot {
+		serr = m.writeSnapshot()
+	}
+	if !m.ours() {
+		// Detached already (umount -l from outside): the kernel mount
+		// goes away with its last user, and what the path names now is
+		// not ours to unmount.
+	} else if err := m.server.Unmount(); err != nil {
 		// go-fuse falls back to fusermount, whose refusal is text, not
 		// EBUSY: look for users whatever the error.
 		if !lazy {
@@ -517,6 +540,25 @@ func (m *Mount) unmount(lazy bool) error {
 	}
 	return m.unmountErr
 }
+
+// ours reports whether the mountpoint's path still names this mount (a
+// detach from outside leaves it naming the directory underneath). Without
+// a recorded identity it assumes so.
+func (m *Mount) ours() bool {
+	if m.mntID == 0 {
+		return true
+	}
+	var st unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, m.mountpoint, unix.AT_STATX_DONT_SYNC, unix.STATX_MNT_ID, &st); err != nil {
+		// ENOTCONN, EIO: a connection in trouble is still ours to unmount.
+		return !errors.Is(err, unix.ENOENT)
+	}
+	return st.Mnt_id == m.mntID
+}
+
+// Dev is the device number of the mount's file system (st_dev of every
+// file in it; 0 if unknown).
+func (m *Mount) Dev() uint64 { return m.dev }
 
 // Wait blocks until the FUSE server has stopped.
 func (m *Mount) Wait() { <-m.doneC }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -136,6 +137,10 @@ type overlay struct {
 	// trash lists upper files moved to trashDir since the last snapshot
 	// was encoded; they are deleted once that snapshot is durable.
 	trash []uint64
+	// unlinked marks the trash entries of files retired because no name
+	// and no open handle was left (not by a view switch): a full disk may
+	// truncate them before the next snapshot (writeSnapshot).
+	unlinked map[uint64]bool
 	// named holds the upper files the durable snapshot may name; nil until
 	// this process wrote one (then an older snapshot may name anything).
 	// An upper file it does not name is deleted at once when retired: a
@@ -158,6 +163,12 @@ type overlay struct {
 	// uppers lists upper files a replayed snapshot refers to; only used
 	// while opening, before the overlay is shared.
 	uppers map[uint64]bool
+
+	// capturing counts captures storing contents now; captureFiles and
+	// captureBytes count the files and bytes the latest one has hashed
+	// (CaptureProgress).
+	capturing                  atomic.Int32
+	captureFiles, captureBytes atomic.Int64
 }
 
 func newOverlay(objects Objects, stateDir string, rootID store.ID) *overlay {
@@ -393,7 +404,23 @@ func detachName(d *inode, name string, c *inode) {
 func (o *overlay) maybeDropUpper(c *inode) {
 	if len(c.links) == 0 && c.opens == 0 && c.upper {
 		o.dropUpper(c)
+		if o.trashIndex(c.num) >= 0 {
+			if o.unlinked == nil {
+				o.unlinked = map[uint64]bool{}
+			}
+			o.unlinked[c.num] = true
+		}
 	}
+}
+
+// trashIndex is num's index in trash, or -1. Caller holds mu.
+func (o *overlay) trashIndex(num uint64) int {
+	for i := len(o.trash) - 1; i >= 0; i-- {
+		if o.trash[i] == num {
+			return i
+		}
+	}
+	return -1
 }
 
 // dropUpper retires c's upper file; c shows its lower entry again.

@@ -49,8 +49,19 @@ func (e *BusyError) Unwrap() error { return ErrInUse }
 // process that opened DIR's files before the mount uses the directory
 // underneath, under the same names. Nothing it does sends a request to
 // the mount (statx with AT_STATX_DONT_SYNC, fdinfo). Processes of other
-// users are listed only as far as /proc lets this one read them.
+// users are listed only as far as /proc lets this one read them. Once the
+// mountpoint's path no longer names this mount (it was detached), it
+// lists nobody.
 func (m *Mount) Users() ([]Process, error) {
+	if m.mntID != 0 {
+		// The mount's own identity, not whatever the path names now: after
+		// a detach (umount -l) the path is a directory of the parent file
+		// system, and every process there would count.
+		if !m.ours() {
+			return nil, nil
+		}
+		return mountUsers("/proc", m.mntID, os.Getpid())
+	}
 	var st unix.Statx_t
 	if err := unix.Statx(unix.AT_FDCWD, m.mountpoint, unix.AT_STATX_DONT_SYNC, unix.STATX_MNT_ID, &st); err != nil {
 		return nil, fmt.Errorf("mount id of %s: %w", m.mountpoint, err)

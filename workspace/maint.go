@@ -1,7 +1,11 @@
 package workspace
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 
 	"github.com/acyclicfs/acyclicfs/store"
 )
@@ -83,8 +87,77 @@ func (m *Manager) RecoveryWork() ([]string, error) {
 	return out, nil
 }
 
-// GC deletes objects that no workspace history, journal or mount reaches.
+// GC deletes objects that no workspace history, journal or mount reaches,
+// and mount scratch no mount record names (FreeOrphanScratch), first: on
+// a full disk that is what makes room for the sweep's own writes.
 func (m *Manager) GC() (int64, error) {
+	scratch, err := m.FreeOrphanScratch()
+	if err != nil {
+		return scratch, err
+	}
+	freed, err := m.gcObjects()
+	return scratch + freed, err
+}
+
+// MountScratchDir is the directory under the store where the mounts keep
+// their state directories (STORE/mounts/WS).
+const MountScratchDir = "mounts"
+
+// FreeOrphanScratch removes the state directories under STORE/mounts
+// that no mount record names (left by an unmount that could not finish
+// removing them): no overlay refers to their upper files. A recorded
+// mount's directory stays: its daemon serves it, or the next mount or
+// unmount recovers it. It returns the bytes freed. In the daemon it runs
+// under the gc lock, so no mount is being set up meanwhile.
+func (m *Manager) FreeOrphanScratch() (int64, error) {
+	recs, err := m.MountRecords()
+	if err != nil {
+		return 0, err
+	}
+	root := filepath.Join(m.dir, MountScratchDir)
+	keep := map[string]bool{}
+	for _, r := range recs {
+		keep[filepath.Clean(r.StateDir)] = true
+		keep[filepath.Join(root, r.Workspace)] = true
+	}
+	ents, err := os.ReadDir(root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("mount scratch: %w", err)
+	}
+	var freed int64
+	for _, e := range ents {
+		p := filepath.Join(root, e.Name())
+		if keep[p] {
+			continue
+		}
+		n := treeBytes(p)
+		if err := os.RemoveAll(p); err != nil {
+			return freed, fmt.Errorf("mount scratch: %w", err)
+		}
+		freed += n
+	}
+	return freed, nil
+}
+
+// treeBytes is the space the files under p take (what cannot be read
+// counts 0).
+func treeBytes(p string) int64 {
+	var n int64
+	_ = filepath.WalkDir(p, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+func (m *Manager) gcObjects() (int64, error) {
 	roots := store.IDSet{}
 	recs, err := m.MountRecords()
 	if err != nil {

@@ -79,10 +79,14 @@ func (s *served) refuseIfActive(wait time.Duration) error {
 		for o, hl := range s.leases {
 			open = append(open, openLease{owner: o, label: hl.label, explicit: hl.explicit, id: hl.holder.Lease().ID.String()})
 		}
-		s.release()
 		if len(open) == 0 {
-			return nil
+			// A capture owed (it failed, for space say) holds changes the
+			// head lacks: store them first, or refuse.
+			err := s.storeOwedCapture()
+			s.release()
+			return err
 		}
+		s.release()
 		if sweep == 0 {
 			continue
 		}
@@ -147,4 +151,18 @@ func (s *served) describeLeases(open []openLease) (holders []string, ended bool)
 		holders = append(holders, fmt.Sprintf("%s (%s)", l.owner, strings.Join(parts, ", ")))
 	}
 	return holders, ended
+}
+
+// storeOwedCapture retries a capture that failed, if one is owed, and
+// fails while it still cannot be stored: the head lacks what the mount
+// holds. Called with s.lock held and no lease open.
+func (s *served) storeOwedCapture() error {
+	if s.failed == nil {
+		return nil
+	}
+	s.retryLocked()
+	if s.failed != nil {
+		return fmt.Errorf("%s's mount holds changes no capture could store yet: %w", s.ws, s.failedErr())
+	}
+	return nil
 }

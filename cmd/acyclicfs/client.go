@@ -50,7 +50,7 @@ type runResponse struct {
 }
 
 // localOnly commands never forward.
-var localOnly = map[string]bool{"daemon": true, "exec": true, "help": true, "completion": true}
+var localOnly = map[string]bool{"daemon": true, "exec": true, "help": true, "completion": true, "mcp": true}
 
 func firstCommand(args []string) string {
 	skipNext := false

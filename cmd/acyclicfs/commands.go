@@ -560,7 +560,23 @@ func (a *app) cmdGC() *cobra.Command {
 				return err
 			}
 			// In the daemon, the request handler holds gcMu exclusively.
-			freed, err := m.GC()
+			// The mounts it serves give back the space of deleted files
+			// their last snapshot still named (upper-trash) first.
+			var freed int64
+			if a.d != nil {
+				for _, s := range a.d.all() {
+					if s == nil || s.mnt == nil { // nil: a mount being set up
+						continue
+					}
+					n, err := s.mnt.FreeScratch()
+					freed += n
+					if err != nil {
+						return fmt.Errorf("gc: scratch of the mount of %s: %w", s.ws, err)
+					}
+				}
+			}
+			n, err := m.GC()
+			freed += n
 			if err != nil {
 				return fmt.Errorf("gc: %w", err)
 			}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -60,6 +61,19 @@ type served struct {
 	// pull is a `git pull` queued while leases were open: it runs at the
 	// window's final close (gitcmds.go queuePull).
 	pull *queuedPull
+	// failed is the capture that could not be stored (capturefail.go);
+	// retrying: its background retry runs.
+	failed   *captureFailure
+	retrying bool
+
+	// captureState is status's view of failed (nil: nothing to show);
+	// activity what the mount is busy with (nil: nothing). Read without
+	// the lock by status.
+	captureState atomic.Pointer[statusCapture]
+	activity     atomic.Pointer[activity]
+	// gone is closed (once, by goneOnce) when the mount is unmounted.
+	gone     chan struct{}
+	goneOnce sync.Once
 }
 
 // reconcileTiming is where the last final close spent its time: status
@@ -175,7 +189,7 @@ func (d *daemon) mountWorkspace(ws, mp string, opt mountOptions) (*served, []str
 	}()
 
 	var notes []string
-	stateDir := filepath.Join(d.dir, "mounts", ws)
+	stateDir := filepath.Join(d.dir, workspace.MountScratchDir, ws)
 	if rec, found, err := m.MountRecord(ws); err != nil {
 		return nil, nil, err
 	} else if found {
@@ -229,7 +243,7 @@ func (d *daemon) mountWorkspace(ws, mp string, opt mountOptions) (*served, []str
 		return nil, notes, err
 	}
 	s := &served{d: d, ws: ws, mp: mp, stateDir: stateDir, ttl: opt.leaseTTL, by: opt.leaseBy,
-		lock: make(chan struct{}, 1), leases: map[sessions.Owner]*heldLease{}, pinned: w.Head}
+		lock: make(chan struct{}, 1), leases: map[sessions.Owner]*heldLease{}, pinned: w.Head, gone: make(chan struct{})}
 	if err := d.applyContextState(s); err != nil {
 		return nil, notes, err
 	}
@@ -532,6 +546,10 @@ func (s *served) outcome(o workspace.Outcome) workspace.Result {
 // Called with s.lock held.
 func (s *served) reconcileLast(lease window.Lease) (_ workspace.Result, err error) {
 	defer s.mnt.HoldWarm()() // the warm-up waits: it would compete for the CPU and the overlay
+	defer s.doing("final close")()
+	if s.failed == nil {
+		s.captureState.Store(nil) // a retry's success was shown until now
+	}
 	start := time.Now()
 	t := &reconcileTiming{}
 	defer func() {
@@ -545,7 +563,7 @@ func (s *served) reconcileLast(lease window.Lease) (_ workspace.Result, err erro
 	permit := lease.Permit
 	if err = s.captureAndPublish(&permit); err != nil {
 		if !workspace.IsFenced(err) {
-			return workspace.Result{}, err
+			return s.closeAfterFailedCapture(lease, err)
 		}
 		// The lease expired under us (a stalled daemon). Claim the window's
 		// reconciliation, then publish under that claim.
@@ -635,8 +653,28 @@ func (s *served) closeBase() {
 	}
 }
 
-// captureAndPublish publishes the overlay's changes, if any.
+// captureAndPublish publishes the overlay's changes, if any. A capture
+// that fails (not fenced) is recorded and retried (capturefail.go); one
+// that fails for space is first retried at once if retired upper files
+// could be freed. Called with s.lock held.
 func (s *served) captureAndPublish(permit *store.Permit) error {
+	err := s.captureAndPublishOnce(permit)
+	if err != nil && isNoSpace(err) {
+		if freed, ferr := s.mnt.FreeScratch(); ferr == nil && freed > 0 {
+			s.d.logger.Printf("%s: freed %d bytes of deleted files' scratch for the capture", s.ws, freed)
+			err = s.captureAndPublishOnce(permit)
+		}
+	}
+	switch {
+	case err == nil:
+		s.noteCaptureStored()
+	case !workspace.IsFenced(err):
+		err = s.noteCaptureFailure(err)
+	}
+	return err
+}
+
+func (s *served) captureAndPublishOnce(permit *store.Permit) error {
 	release := s.d.m.HoldGC() // captured objects are unreferenced until published
 	defer release()
 	// The capture's trees are stored in the transaction that publishes
@@ -660,6 +698,11 @@ func (s *served) captureAndPublish(permit *store.Permit) error {
 // switchToHead points the view at the workspace's current head and resets
 // the overlay's base. Called with s.lock held.
 func (s *served) switchToHead() error {
+	if s.failed != nil {
+		// The overlay holds changes no capture stored: a switch would drop
+		// them. The view stays; the capture retry switches it.
+		return nil
+	}
 	w, err := s.d.m.Get(s.ws)
 	if err != nil {
 		return err
@@ -699,6 +742,7 @@ func (s *served) parentAdvanced(parentHead store.ID) {
 		return
 	}
 	defer s.mnt.HoldWarm()()
+	defer s.doing("rebase onto its parent")()
 	if err := s.captureAndPublish(nil); err != nil {
 		s.d.logger.Printf("%s: capture before rebase: %v", s.ws, err)
 	}
@@ -728,6 +772,7 @@ func (s *served) refresh() {
 		return
 	}
 	defer s.mnt.HoldWarm()()
+	defer s.doing("refresh onto the moved head")()
 	if err := s.captureAndPublish(nil); err != nil {
 		s.d.logger.Printf("%s: capture before refresh: %v", s.ws, err)
 		return
@@ -759,6 +804,7 @@ func (s *served) unmount(lazy bool) (res workspace.Result, err error) {
 			return workspace.Result{}, fmt.Errorf("%w: %w (nothing was done)", workspace.ErrBusy, &fusefs.BusyError{Mountpoint: s.mp, Users: users})
 		}
 	}
+	defer s.doing("unmount")()
 	s.acquire(0)
 	s.last = workspace.Result{}
 	s.closing = true // new sessions are refused from here on
@@ -813,11 +859,10 @@ func (s *served) unmount(lazy bool) (res workspace.Result, err error) {
 			}
 		}
 	}
-	unmount := s.mnt.UnmountUnused
-	if lazy {
-		unmount = s.mnt.Unmount
-	}
-	if err := unmount(); err != nil {
+	// Everything is captured and published: the unmount writes no
+	// snapshot (the state directory is reset below), so a full disk does
+	// not keep the mount.
+	if err := s.mnt.UnmountCaptured(lazy); err != nil {
 		if errors.Is(err, fusefs.ErrInUse) {
 			// Reconciled, still mounted and serving: what they write next
 			// is captured at their final close.
@@ -828,16 +873,22 @@ func (s *served) unmount(lazy bool) (res workspace.Result, err error) {
 	unmounted = true
 	s.closeBase()
 	s.tracker.Close()
+	s.goneOnce.Do(func() { close(s.gone) })
+	// The kernel mount is gone: whatever fails below, the daemon forgets
+	// it (a record left behind is recovered by the next mount or unmount
+	// of the workspace, as a dead daemon's).
+	defer func() {
+		s.d.mu.Lock()
+		delete(s.d.mounts, s.ws)
+		s.d.mu.Unlock()
+	}()
 	if err := fusefs.ResetState(s.stateDir); err != nil {
-		return res, err
+		return res, fmt.Errorf("%w (unmounted; the mount record stays for recovery)", err)
 	}
 	_ = os.Remove(s.stateDir)
 	if err := s.d.m.ClearMountRecord(s.ws); err != nil {
-		return res, err
+		return res, fmt.Errorf("%w (unmounted; the mount record stays for recovery)", err)
 	}
-	s.d.mu.Lock()
-	delete(s.d.mounts, s.ws)
-	s.d.mu.Unlock()
 	s.d.logger.Printf("unmounted %s from %s: %s", s.ws, s.mp, res.Outcome)
 	return res, nil
 }

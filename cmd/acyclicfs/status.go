@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/acyclicfs/acyclicfs/fusefs/sessions"
 	"github.com/acyclicfs/acyclicfs/store"
@@ -22,6 +23,9 @@ type statusLease struct {
 	ID      string `json:"id"`
 	Owner   string `json:"owner"`
 	Expires string `json:"expires"`
+	// IdleMS is how long ago the lease's session last made a request of
+	// the mount (to the session sweep's 200 ms), absent when unknown.
+	IdleMS *int64 `json:"idle_ms,omitempty"`
 	// Processes are the live processes of a session lease (an implicit
 	// one, or exec's), with what of the mount each uses.
 	Processes []statusProc `json:"processes,omitempty"`
@@ -69,6 +73,27 @@ type statusRow struct {
 	// mounted; absent when detection lists them instead (not mounted, not
 	// reconciled yet, or a file system inotify does not fully report).
 	WatchedDirs int `json:"watched_dirs,omitempty"`
+	// Capture is a mounted workspace's capture trouble: a capture that
+	// failed (its changes kept in the mount, retried) or one a retry
+	// stored since (until the next final close).
+	Capture *statusCapture `json:"capture,omitempty"`
+	// Running is what the mount is busy with now (a final close, a
+	// rebase onto its parent, an unmount, a capture retry) and how far
+	// its capture got.
+	Running *statusRunning `json:"running,omitempty"`
+}
+
+// statusRunning is work a mount is doing.
+type statusRunning struct {
+	What  string `json:"what"`
+	Since string `json:"since"`
+	// ElapsedMS: since it began. Capturing: its capture stores contents
+	// now; FilesHashed and BytesHashed count what the latest capture
+	// stored so far.
+	ElapsedMS   int64 `json:"elapsed_ms"`
+	Capturing   bool  `json:"capturing"`
+	FilesHashed int64 `json:"files_hashed"`
+	BytesHashed int64 `json:"bytes_hashed"`
 }
 
 type statusReport struct {
@@ -141,13 +166,24 @@ func (a *app) statusOf(m *workspace.Manager, w store.Workspace) (statusRow, erro
 		row.Window = string(snap.Phase.Kind)
 		row.PendingParent = snap.Phase.PendingParent
 		var srv *served
+		var owners map[sessions.Owner]sessions.OwnerInfo
 		if a.d != nil {
 			srv = a.d.get(w.Name)
+		}
+		if srv != nil {
+			owners = map[sessions.Owner]sessions.OwnerInfo{}
+			for _, o := range srv.tracker.Owners() {
+				owners[o.Owner] = o
+			}
 		}
 		for _, l := range sortedLeases(snap.Phase.Leases) {
 			sl := statusLease{ID: l.ID.String(), Owner: l.Owner, Expires: time.UnixMilli(l.ExpiresAtMillis).UTC().Format(time.RFC3339)}
 			if srv != nil {
 				sl.Processes = srv.leaseHolders(l.Owner)
+				if o, ok := owners[sessions.Owner(strings.TrimPrefix(l.Owner, "exec "))]; ok && !o.LastRequest.IsZero() {
+					idle := max(time.Since(o.LastRequest).Milliseconds(), 0)
+					sl.IdleMS = &idle
+				}
 			}
 			row.Leases = append(row.Leases, sl)
 		}
@@ -172,6 +208,13 @@ func (a *app) statusOf(m *workspace.Manager, w store.Workspace) (statusRow, erro
 		if s := a.d.get(w.Name); s != nil {
 			row.Warmed, row.Warming = s.mnt.Warmed()
 			row.Transport, row.UringRequests = s.mnt.Transport(), s.mnt.UringRequests()
+			row.Capture = s.captureState.Load()
+			if act := s.activity.Load(); act != nil {
+				run := &statusRunning{What: act.What, Since: act.Since.UTC().Format(time.RFC3339),
+					ElapsedMS: time.Since(act.Since).Milliseconds()}
+				run.Capturing, run.FilesHashed, run.BytesHashed = s.mnt.CaptureProgress()
+				row.Running = run
+			}
 			if s.acquire(100 * time.Millisecond) {
 				row.LastOutcome = string(s.last.Outcome)
 				row.LastReconcile = s.timing
@@ -226,7 +269,11 @@ func printStatus(out io.Writer, rep statusReport) {
 					held += " (" + strings.Join(use, ", ") + ")"
 				}
 			}
-			fmt.Fprintf(out, "lease %s %s owner %s expires %s%s\n", r.Workspace, l.ID, l.Owner, l.Expires, held)
+			idle := ""
+			if l.IdleMS != nil {
+				idle = " idle " + (time.Duration(*l.IdleMS) * time.Millisecond).Round(100*time.Millisecond).String()
+			}
+			fmt.Fprintf(out, "lease %s %s owner %s expires %s%s%s\n", r.Workspace, l.ID, l.Owner, l.Expires, idle, held)
 		}
 		for _, c := range r.Conflicts {
 			fmt.Fprintf(out, "conflict %s %s (%s)\n", r.Workspace, quotePath(c.Path), c.Kind)
@@ -245,6 +292,27 @@ func printStatus(out io.Writer, rep statusReport) {
 				warm = fmt.Sprintf(", warm-up done (%d %s listed)", r.Warmed, names)
 			}
 			fmt.Fprintf(out, "mount %s %s over %s%s\n", r.Workspace, r.Mountpoint, r.Transport, warm)
+		}
+		if r.Running != nil {
+			progress := ""
+			if r.Running.Capturing || r.Running.FilesHashed > 0 {
+				progress = fmt.Sprintf(", capture stored %d files, %s", r.Running.FilesHashed, humanBytes(r.Running.BytesHashed))
+			}
+			fmt.Fprintf(out, "running %s %s since %s (%v)%s\n", r.Workspace, r.Running.What, r.Running.Since,
+				time.Duration(r.Running.ElapsedMS)*time.Millisecond, progress)
+		}
+		if c := r.Capture; c != nil {
+			switch c.State {
+			case "failed":
+				why := c.Error
+				if c.NoSpace {
+					why = fmt.Sprintf("no space left on the store's disk: %s has %s free, the capture needs up to %s", c.Store, humanBytes(c.FreeBytes), humanBytes(c.NeededBytes))
+				}
+				fmt.Fprintf(out, "capture %s failed since %s (%d attempts): %s; the mount keeps its changes and retries when space returns, at the next lease end and at unmount\n",
+					r.Workspace, c.Since, c.Attempts, why)
+			default:
+				fmt.Fprintf(out, "capture %s stored at %s after %d failed attempts\n", r.Workspace, c.Since, c.Attempts)
+			}
 		}
 		if r.InPlace != "" {
 			watched := ""
@@ -270,22 +338,32 @@ func (s *served) leaseHolders(label string) []statusProc {
 	out := make([]statusProc, 0, len(procs))
 	for _, p := range procs {
 		sp := statusProc{PID: p.PID, Command: p.Comm}
-		sp.CwdInside, sp.OpenFiles = mountUse(p.PID, s.mp)
+		sp.CwdInside, sp.OpenFiles = mountUse(p.PID, s.mnt.Dev(), s.mp)
 		out = append(out, sp)
 	}
 	return out
 }
 
 // mountUse reports whether process pid's working directory is in the
-// mount at mp, and how many of its descriptors are open on files in it.
-func mountUse(pid int, mp string) (cwdInside bool, open int) {
-	in := func(p string) bool { return p == mp || strings.HasPrefix(p, mp+"/") }
-	if cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid)); err == nil {
-		cwdInside = in(cwd)
+// mount, and how many of its descriptors are open on files in it. It
+// compares device numbers (st_dev of the mount's file system), not paths:
+// after a detach the mountpoint's path names the directory underneath,
+// and the processes there do not use the mount. Nothing it does sends a
+// request to the mount (AT_STATX_DONT_SYNC).
+func mountUse(pid int, dev uint64, mp string) (cwdInside bool, open int) {
+	in := func(p string) bool {
+		if dev == 0 { // identity unknown: by path
+			t, err := os.Readlink(p)
+			return err == nil && (t == mp || strings.HasPrefix(t, mp+"/"))
+		}
+		var st unix.Statx_t
+		return unix.Statx(unix.AT_FDCWD, p, unix.AT_STATX_DONT_SYNC, unix.STATX_BASIC_STATS, &st) == nil &&
+			unix.Mkdev(st.Dev_major, st.Dev_minor) == dev
 	}
+	cwdInside = in(fmt.Sprintf("/proc/%d/cwd", pid))
 	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 	for _, fd := range fds {
-		if t, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && in(t) {
+		if in(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())) {
 			open++
 		}
 	}

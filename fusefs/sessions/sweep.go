@@ -67,7 +67,7 @@ func (t *Tracker) Sweep() {
 	now := t.now()
 
 	var ending []*ownerState
-	var idle []idleCandidate
+	var idle, shells []idleCandidate
 	t.mu.Lock()
 	for pid, e := range t.pids {
 		if e.ignored {
@@ -103,12 +103,17 @@ func (t *Tracker) Sweep() {
 			ending = append(ending, o)
 		case t.idleClose > 0 && now.Sub(o.lastRequest) >= t.idleClose:
 			idle = append(idle, idleCandidate{o: o})
+		case t.shellClose && o.id >= 0:
+			shells = append(shells, idleCandidate{o: o})
 		}
 	}
 	t.mu.Unlock()
 
 	if len(idle) > 0 {
 		ending = append(ending, t.closeIdle(idle, procs)...)
+	}
+	if len(shells) > 0 {
+		ending = append(ending, t.closeWaitingShells(shells, procs)...)
 	}
 	t.runEnds(ending)
 }

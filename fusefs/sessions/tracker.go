@@ -30,6 +30,10 @@ type Config struct {
 	// IdleClose, when positive, ends a lease that had no request for this
 	// long and whose processes have no cwd or open fd under MountPoint.
 	IdleClose time.Duration
+	// KeepWaitingShells keeps the lease of a session whose processes are
+	// all shells waiting for their next command on stdin (shell.go);
+	// by default, with a MountPoint, a sweep ends it.
+	KeepWaitingShells bool
 	// SweepInterval is the background sweep period; 0 means 200ms and a
 	// negative value disables the background loop (tests call Sweep).
 	SweepInterval time.Duration
@@ -113,8 +117,10 @@ type Tracker struct {
 	procRoot  string
 	mountPt   string
 	idleClose time.Duration
-	handler   Handler
-	now       func() time.Time
+	// shellClose ends the leases of sessions waiting at a shell prompt.
+	shellClose bool
+	handler    Handler
+	now        func() time.Time
 
 	// epoch counts sweeps. Admit stamps it into ownerState.seenEpoch.
 	epoch atomic.Uint64
@@ -161,15 +167,16 @@ func New(cfg Config) (*Tracker, error) {
 		return nil, fmt.Errorf("new tracker: IdleClose needs MountPoint: %w", ErrInvalidConfig)
 	}
 	t := &Tracker{
-		by:        cfg.By,
-		procRoot:  cfg.ProcRoot,
-		mountPt:   mp,
-		idleClose: cfg.IdleClose,
-		handler:   cfg.Handler,
-		now:       cfg.Now,
-		pids:      make(map[uint32]*pidEntry),
-		owners:    make(map[Owner]*ownerState),
-		stop:      make(chan struct{}),
+		by:         cfg.By,
+		procRoot:   cfg.ProcRoot,
+		mountPt:    mp,
+		idleClose:  cfg.IdleClose,
+		shellClose: mp != "" && !cfg.KeepWaitingShells,
+		handler:    cfg.Handler,
+		now:        cfg.Now,
+		pids:       make(map[uint32]*pidEntry),
+		owners:     make(map[Owner]*ownerState),
+		stop:       make(chan struct{}),
 	}
 	if t.procRoot == "" {
 		t.procRoot = "/proc"

@@ -63,6 +63,7 @@ func runLand(ctx context.Context, e *benchEnv, res *results) error {
 	}
 	out, _ := runCmd(ctx, repo, nil, "sh", "-c", "git ls-files | wc -l")
 	fmt.Sscan(strings.TrimSpace(out.stdout), &lr.files)
+	runGitImport(ctx, e, res, repo, lr.files)
 	r, err := e.acyCmd(ctx, "create", "goland", "--from", repo)
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"sort"
@@ -25,11 +26,13 @@ type results struct {
 	// failed: a peer's workload that failed (workload -> system -> the
 	// error's first line); it is not run on that system again, so the
 	// samples it has stay paired with native's by run index.
-	failed  map[string]map[string]string
-	forks   []*forkResult
-	land    *landResult
-	inplace *inplaceResult
-	profile map[string]map[string]*profileResult // workload -> system
+	failed map[string]map[string]string
+	forks  []*forkResult
+	land   *landResult
+	// gitImport is create --from-git against git worktree add.
+	gitImport *gitImportResult
+	inplace   *inplaceResult
+	profile   map[string]map[string]*profileResult // workload -> system
 	// keptCensus is the previous report's census section, carried over by
 	// a run without -profile.
 	keptCensus string
@@ -205,6 +208,9 @@ func (r *results) markdown() string {
 	if len(r.forks) > 0 {
 		r.forkMarkdown(&b)
 	}
+	if r.gitImport != nil {
+		r.gitImportMarkdown(&b)
+	}
 	if r.land != nil {
 		r.landMarkdown(&b)
 	}
@@ -217,17 +223,16 @@ func (r *results) markdown() string {
 		b.WriteString(r.keptCensus)
 	}
 	if cfg.png != "" {
-		b.WriteString("\n## Chart\n\n")
-		b.WriteString("![ratios to native](benchmarks.png)\n\n")
-		b.WriteString("One group of bars per workload, top to bottom in the order of the results table; within a group, one bar per non-native system: ")
-		var legend []string
-		for _, s := range cfg.systems {
-			if s != sysNative {
-				legend = append(legend, fmt.Sprintf("%s = %s", s, colorName(s)))
-			}
+		b.WriteString("\n## Charts\n\n")
+		main := filepath.Base(cfg.png)
+		forks, git := chartFiles(main)
+		b.WriteString("![Time of each workload relative to native](" + main + ")\n\n")
+		if len(r.forks) > 0 {
+			b.WriteString("![Forking a workspace and ending a lease, by tree size](" + forks + ")\n\n")
 		}
-		b.WriteString(strings.Join(legend, ", "))
-		b.WriteString(". Bar length is the median ratio to native on a log scale from 0.5× (left edge) to 64× (right edge); the black vertical line is 1×, the thin grey lines are 2×, 4×, 8×, 16× and 32×, and the short red tick on each acyclicfs bar marks its goal.\n")
+		if r.gitImport != nil || r.land != nil {
+			b.WriteString("![Git on the Go source tree: acyclicfs against native git](" + git + ")\n\n")
+		}
 	}
 	return b.String()
 }

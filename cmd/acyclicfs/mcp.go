@@ -1,0 +1,302 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/spf13/cobra"
+)
+
+// `acyclicfs mcp` serves the Model Context Protocol on stdin and stdout
+// (docs/mcp.md). Every tool runs this binary's own command with --json,
+// as a child process against the same store: inputs are validated
+// exactly as the CLI validates them, the daemon routing, locking and exit
+// codes are the CLI's, and an error is a tool error carrying the CLI's
+// message. A child per call costs a few milliseconds, next to nothing
+// beside what the tools do, and keeps one bad call from taking the server
+// down.
+
+func (a *app) cmdMCP() *cobra.Command {
+	return &cobra.Command{
+		Use:   "mcp",
+		Short: "Serve the Model Context Protocol on stdin/stdout (tools: create, fork, mount, exec, diff, cat, land, resolve, status, log, …)",
+		Args:  exactArgs(0, ""),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			store, err := a.storeDir()
+			if err != nil {
+				return err
+			}
+			self, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("mcp: %w", err)
+			}
+			s := newMCPServer(&mcpRunner{bin: self, store: store, cwd: a.cwd})
+			if err := s.Run(cmd.Context(), &mcp.StdioTransport{}); err != nil && !errors.Is(err, context.Canceled) {
+				return fmt.Errorf("mcp: %w", err)
+			}
+			return nil
+		},
+	}
+}
+
+// mcpRunner runs CLI commands for the MCP tools.
+type mcpRunner struct {
+	bin, store, cwd string
+}
+
+// cliResult is one CLI run.
+type cliResult struct {
+	stdout, stderr string
+	code           int
+}
+
+func (r *mcpRunner) run(ctx context.Context, args ...string) (cliResult, error) {
+	cmd := exec.CommandContext(ctx, r.bin, append([]string{"--store", r.store}, args...)...)
+	cmd.Dir = r.cwd
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	res := cliResult{stdout: out.String(), stderr: errb.String()}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		res.code = ee.ExitCode()
+	default:
+		return res, fmt.Errorf("run acyclicfs: %w", err)
+	}
+	return res, nil
+}
+
+// cliError is a failed command as a tool error: the CLI's message and its
+// exit code.
+func cliError(args []string, r cliResult) error {
+	msg := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(r.stderr), "acyclicfs: "))
+	if msg == "" {
+		msg = strings.TrimSpace(r.stdout)
+	}
+	return fmt.Errorf("acyclicfs %s: exit %d (%s): %s", args[0], r.code, exitName(r.code), msg)
+}
+
+func exitName(code int) string {
+	switch code {
+	case exitUsage:
+		return "bad input"
+	case 3:
+		return "conflict or refused"
+	case 4:
+		return "busy"
+	}
+	return "error"
+}
+
+// jsonTool runs `acyclicfs --json ARGS` and returns its JSON output as the
+// tool's structured result.
+func (r *mcpRunner) jsonTool(ctx context.Context, args ...string) (*mcp.CallToolResult, any, error) {
+	res, err := r.run(ctx, append([]string{"--json"}, args...)...)
+	if err != nil {
+		return nil, nil, err
+	}
+	if res.code != 0 {
+		return nil, nil, cliError(args, res)
+	}
+	var v any
+	if err := json.Unmarshal([]byte(res.stdout), &v); err != nil {
+		// Not JSON (cat prints the file): hand it over as text.
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: res.stdout}}}, nil, nil
+	}
+	return nil, map[string]any{"result": v}, nil
+}
+
+// Tool inputs. Field descriptions become the tools' JSON schemas.
+type (
+	mcpCreateIn struct {
+		Name    string `json:"name" jsonschema:"the new workspace's name"`
+		From    string `json:"from,omitempty" jsonschema:"import this directory's tree"`
+		FromGit string `json:"from_git,omitempty" jsonschema:"start from a git repository's revision: REPO or REPO@REF"`
+	}
+	mcpForkIn struct {
+		Parent string `json:"parent" jsonschema:"the workspace to fork"`
+		Child  string `json:"child" jsonschema:"the new workspace's name"`
+		At     string `json:"at,omitempty" jsonschema:"a generation of parent to fork at (id or unique prefix)"`
+	}
+	mcpMountIn struct {
+		Workspace  string `json:"workspace"`
+		Mountpoint string `json:"mountpoint" jsonschema:"an empty directory"`
+	}
+	mcpMountpointIn struct {
+		Mountpoint string `json:"mountpoint"`
+	}
+	mcpExecIn struct {
+		Mountpoint string `json:"mountpoint" jsonschema:"a mounted workspace"`
+		Command    string `json:"command" jsonschema:"a shell command, run with sh -c in the mountpoint as one lease"`
+	}
+	mcpWorkspaceIn struct {
+		Workspace string `json:"workspace"`
+	}
+	mcpDiffIn struct {
+		Workspace string `json:"workspace"`
+		Against   string `json:"against,omitempty" jsonschema:"compare with this workspace or generation instead of the parent"`
+	}
+	mcpCatIn struct {
+		Workspace string `json:"workspace" jsonschema:"WS or WS@GEN"`
+		Path      string `json:"path"`
+		Conflict  string `json:"conflict,omitempty" jsonschema:"base, ours or theirs: a side of a recorded conflict"`
+	}
+	mcpResolveIn struct {
+		Workspace string   `json:"workspace"`
+		Paths     []string `json:"paths,omitempty" jsonschema:"the conflicted paths to resolve"`
+		All       bool     `json:"all,omitempty" jsonschema:"resolve every recorded conflict"`
+		Side      string   `json:"side,omitempty" jsonschema:"ours, theirs or base; empty: take the workspace's current content"`
+		Force     bool     `json:"force,omitempty" jsonschema:"accept content that still has conflict markers"`
+	}
+	mcpLogIn struct {
+		Workspace string `json:"workspace"`
+		N         int    `json:"n,omitempty" jsonschema:"at most this many entries"`
+	}
+	mcpNone struct{}
+)
+
+// mcpExecOut is what exec returns.
+type mcpExecOut struct {
+	Stdout   string   `json:"stdout"`
+	Stderr   string   `json:"stderr"`
+	ExitCode int      `json:"exit_code" jsonschema:"the command's exit status"`
+	Outcome  string   `json:"outcome" jsonschema:"the reconcile outcome of the lease's end: current, rebased, conflicted or still-active"`
+	Paths    []string `json:"paths,omitempty" jsonschema:"the paths the outcome concerns (conflicts)"`
+}
+
+// outcomes are the reconcile outcomes exec prints.
+var outcomes = map[string]bool{"current": true, "rebased": true, "conflicted": true, "still-active": true}
+
+func newMCPServer(r *mcpRunner) *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "acyclicfs", Version: "1"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "create", Description: "Create a root workspace: empty, importing a directory, or from a git branch (no checkout)."},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpCreateIn) (*mcp.CallToolResult, any, error) {
+			args := []string{"create", in.Name}
+			if in.From != "" {
+				args = append(args, "--from", in.From)
+			}
+			if in.FromGit != "" {
+				args = append(args, "--from-git", in.FromGit)
+			}
+			return r.jsonTool(ctx, args...)
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "fork", Description: "Fork a child workspace from a parent's head in O(1)."},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpForkIn) (*mcp.CallToolResult, any, error) {
+			args := []string{"fork", in.Parent, in.Child}
+			if in.At != "" {
+				args = append(args, "--at", in.At)
+			}
+			return r.jsonTool(ctx, args...)
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "mount", Description: "Mount a workspace at an empty directory; any tool then works inside."},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpMountIn) (*mcp.CallToolResult, any, error) {
+			return r.jsonTool(ctx, "mount", in.Workspace, in.Mountpoint)
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "unmount", Description: "Finish leases, capture, reconcile and unmount a mountpoint."},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpMountpointIn) (*mcp.CallToolResult, any, error) {
+			return r.jsonTool(ctx, "unmount", in.Mountpoint)
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "exec", Description: "Run a shell command in a mounted workspace as one lease; returns its output, exit status and the reconcile outcome of the lease's end."},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpExecIn) (*mcp.CallToolResult, mcpExecOut, error) {
+			if strings.TrimSpace(in.Command) == "" {
+				return nil, mcpExecOut{}, errors.New("exec: command is empty")
+			}
+			res, err := r.run(ctx, "exec", in.Mountpoint, "--", "sh", "-c", in.Command)
+			if err != nil {
+				return nil, mcpExecOut{}, err
+			}
+			out := mcpExecOut{Stdout: res.stdout, Stderr: res.stderr, ExitCode: res.code}
+			// exec ends its stderr with the outcome line and, for some
+			// outcomes, the paths concerned.
+			lines := strings.Split(strings.TrimRight(res.stderr, "\n"), "\n")
+			at := -1
+			for i := len(lines) - 1; i >= 0; i-- {
+				if outcomes[strings.TrimSpace(lines[i])] {
+					at = i
+					break
+				}
+			}
+			if at < 0 {
+				// exec itself failed (not the command): the CLI's error.
+				return nil, out, cliError([]string{"exec"}, res)
+			}
+			out.Outcome, out.Paths = strings.TrimSpace(lines[at]), lines[at+1:]
+			out.Stderr = strings.Join(lines[:at], "\n")
+			if out.Stderr != "" {
+				out.Stderr += "\n"
+			}
+			return nil, out, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "diff", Description: "What a workspace changed against its parent (or another workspace/generation)."},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpDiffIn) (*mcp.CallToolResult, any, error) {
+			args := []string{"diff", in.Workspace}
+			if in.Against != "" {
+				args = append(args, in.Against)
+			}
+			return r.jsonTool(ctx, args...)
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "cat", Description: "A file of a workspace (or of a generation, or one side of a recorded conflict)."},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpCatIn) (*mcp.CallToolResult, any, error) {
+			args := []string{"cat", in.Workspace, in.Path}
+			if in.Conflict != "" {
+				args = append(args, "--conflict", in.Conflict)
+			}
+			res, err := r.run(ctx, args...)
+			if err != nil {
+				return nil, nil, err
+			}
+			if res.code != 0 {
+				return nil, nil, cliError(args, res)
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: res.stdout}}}, nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "land", Description: "Land a workspace into its parent; refused (with the paths) while conflicts are recorded."},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpWorkspaceIn) (*mcp.CallToolResult, any, error) {
+			return r.jsonTool(ctx, "land", in.Workspace)
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "resolve", Description: "Resolve recorded conflicts: take a side, or the workspace's current content."},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpResolveIn) (*mcp.CallToolResult, any, error) {
+			args := append([]string{"resolve", in.Workspace}, in.Paths...)
+			if in.All {
+				args = append(args, "--all")
+			}
+			switch in.Side {
+			case "":
+			case "ours", "theirs", "base":
+				args = append(args, "--"+in.Side)
+			default:
+				return nil, nil, fmt.Errorf("resolve: side %q: want ours, theirs or base", in.Side)
+			}
+			if in.Force {
+				args = append(args, "--force")
+			}
+			return r.jsonTool(ctx, args...)
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "status", Description: "Every workspace: mounts, leases and who holds them, conflicts."},
+		func(ctx context.Context, _ *mcp.CallToolRequest, _ mcpNone) (*mcp.CallToolResult, any, error) {
+			return r.jsonTool(ctx, "status")
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "list", Description: "The workspaces with their parents and heads."},
+		func(ctx context.Context, _ *mcp.CallToolRequest, _ mcpNone) (*mcp.CallToolResult, any, error) {
+			return r.jsonTool(ctx, "list")
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "log", Description: "A workspace's generations, newest first."},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpLogIn) (*mcp.CallToolResult, any, error) {
+			args := []string{"log", in.Workspace}
+			if in.N > 0 {
+				args = append(args, "-n", strconv.Itoa(in.N))
+			}
+			return r.jsonTool(ctx, args...)
+		})
+	return s
+}
