@@ -343,13 +343,40 @@ func (m *Manager) GitPublish(ws string, opt PublishOptions) (PublishResult, erro
 		return res, fmt.Errorf("publish %s: %w", ws, err)
 	}
 	if branch == b.Branch {
-		nb := b
-		nb.Base, nb.Published, nb.BaseTree, nb.PublishedSeq = newOID, newOID, root.String(), w.Seq
-		if _, err := m.SetGitBinding(ws, rev, nb); err != nil {
-			return res, fmt.Errorf("publish %s: %s moved to %s but the binding was not updated: %w", ws, branch, short40(newOID), bindingErr(err))
+		err := m.moveBinding(ws, b, rev, func(nb *GitBinding) {
+			nb.Base, nb.Published, nb.BaseTree, nb.PublishedSeq = newOID, newOID, root.String(), w.Seq
+		})
+		if err != nil {
+			return res, fmt.Errorf("publish %s: %s moved to %s but the binding was not updated: %w", ws, branch, short40(newOID), err)
 		}
 	}
 	return res, nil
+}
+
+// moveBinding applies set to ws's binding b (at rev) after REPO's branch
+// moved: the move happened, so the record must follow it. Another command
+// that changed the record meanwhile (a concurrent publish or pull) makes
+// it reload and apply set again, while the record still names the same
+// repository and branch; one that rebound or unbound the workspace wins
+// and the record is left as it set it.
+func (m *Manager) moveBinding(ws string, b GitBinding, rev uint64, set func(*GitBinding)) error {
+	for range 8 {
+		nb := b
+		set(&nb)
+		_, err := m.SetGitBinding(ws, rev, nb)
+		if !errors.Is(err, corestate.ErrConflict) {
+			return err
+		}
+		cur, crev, found, err := m.GitBinding(ws)
+		if err != nil {
+			return err
+		}
+		if !found || cur.Repo != b.Repo || cur.Branch != b.Branch {
+			return nil
+		}
+		b, rev = cur, crev
+	}
+	return fmt.Errorf("%w: it kept changing", ErrBindingMoved)
 }
 
 // publishCommit builds the workspace's tree in REPO and returns the commit

@@ -104,10 +104,8 @@ func (m *Manager) GitPull(ctx context.Context, ws string, env []string) (PullRes
 	if err != nil {
 		return res, fmt.Errorf("pull %s: %w", ws, err)
 	}
-	nb := b
-	nb.Base, nb.BaseTree = cur, theirsRoot.String()
-	if _, err := m.SetGitBinding(ws, rev, nb); err != nil {
-		return res, fmt.Errorf("pull %s: merged %s but the binding was not updated: %w", ws, short40(cur), bindingErr(err))
+	if err := m.moveBinding(ws, b, rev, func(nb *GitBinding) { nb.Base, nb.BaseTree = cur, theirsRoot.String() }); err != nil {
+		return res, fmt.Errorf("pull %s: merged %s but the binding was not updated: %w", ws, short40(cur), err)
 	}
 	res.Head, res.Base, res.Outcome = nw.Head, nw.Base, OutcomeRebased
 	if err := m.settleOutcome(ws, &res.Result); err != nil {
