@@ -2,13 +2,17 @@ package test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // gitRun runs acyclicfs with gitEnv (a git identity) and returns the result.
@@ -538,6 +542,49 @@ func TestGitFromGitForksLand(t *testing.T) {
 		if !strings.Contains(log, s) {
 			t.Fatalf("git log after both lands lacks %q:\n%s", s, log)
 		}
+	}
+	e.fsck()
+}
+
+// TestMCPGitPublish: an agent publishes and pulls through `acyclicfs
+// mcp`: git_publish moves the bound branch (the identity comes from the
+// MCP server's environment), a refused publish is a tool error with exit
+// 3, git_pull takes the branch's advance in.
+func TestMCPGitPublish(t *testing.T) {
+	t.Parallel()
+	e, repo := gitRepo3(t, "ws")
+	work := filepath.Join(e.dir, "work")
+	e.ok("export", "ws", work)
+	writeTree(t, work, map[string]string{"mcp.txt": "via mcp\n"})
+	e.ok("commit", "ws", work)
+	// The MCP server (and the commands it runs) with a git identity.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.Command(bin, "--store", e.store, "mcp")
+	cmd.Dir, cmd.Env = e.dir, append(os.Environ(), gitEnv...)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	var pub struct{ Result struct{ Old, New string } }
+	structured(t, call(t, cs, "git_publish", map[string]any{"workspace": "ws", "message": "from mcp"}, false), &pub)
+	if now := strings.TrimSpace(git(t, repo, "rev-parse", "feature")); now != pub.Result.New || pub.Result.Old == now {
+		t.Fatalf("feature = %s after git_publish %+v", now, pub)
+	}
+	pushTo(t, e, repo, "feature", "pusher", map[string]string{"up.txt": "up\n"}, "upstream")
+	writeTree(t, work, map[string]string{"mcp.txt": "via mcp, again\n"})
+	e.ok("commit", "ws", work)
+	if msg := text(call(t, cs, "git_publish", map[string]any{"workspace": "ws"}, true)); !strings.Contains(msg, "exit 3") {
+		t.Fatalf("refused publish: %q", msg)
+	}
+	call(t, cs, "git_pull", map[string]any{"workspace": "ws"}, false)
+	call(t, cs, "git_publish", map[string]any{"workspace": "ws"}, false)
+	if got := git(t, repo, "show", "feature:up.txt"); got != "up\n" {
+		t.Fatalf("feature:up.txt = %q", got)
+	}
+	if got := git(t, repo, "show", "feature:mcp.txt"); got != "via mcp, again\n" {
+		t.Fatalf("feature:mcp.txt = %q", got)
 	}
 	e.fsck()
 }
