@@ -3,6 +3,7 @@ package workspace
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -598,31 +599,47 @@ func (m *Manager) copyObject(e store.Entry, p string) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return err
 	}
-	data, err := m.st.ReadBlob(e.ID)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", e.Name, err)
-	}
 	f, err := os.CreateTemp(filepath.Dir(p), "tmp_obj_acyclicfs_")
 	if err != nil {
 		return err
 	}
 	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(0o444)
-	}
-	if err == nil && !m.opt.NoSync {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
+	f.Close()
+	err = m.copyBlobTo(e.ID, tmp, 0o444, !m.opt.NoSync)
 	if err == nil {
 		err = os.Rename(tmp, p)
 	}
 	if err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("write %s: %w", p, err)
+	}
+	return nil
+}
+
+// copyBlobTo writes blob id's content to the file p (created or
+// truncated) with mode, streamed, synced when sync.
+func (m *Manager) copyBlobTo(id store.ID, p string, mode os.FileMode, sync bool) error {
+	r, err := m.st.OpenBlob(id)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, r)
+	if err == nil {
+		err = f.Chmod(mode)
+	}
+	if err == nil && sync {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("copy blob %s to %s: %w", id.Short(), p, err)
 	}
 	return nil
 }

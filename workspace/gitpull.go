@@ -191,13 +191,12 @@ func (m *Manager) pulledGitDir(g *gitRepo, gitTree store.ID, b GitBinding, commi
 	}
 	name := "pack-" + strings.TrimSpace(string(out))
 	for _, ext := range []string{".pack", ".idx"} {
-		data, err := os.ReadFile(filepath.Join(tmp, name+ext))
+		p := "objects/pack/" + name + ext
+		id, size, err := m.st.WriteBlobFile(filepath.Join(tmp, name+ext))
 		if err != nil {
-			return store.ID{}, fmt.Errorf("read the pack: %w", err)
+			return store.ID{}, fmt.Errorf("store .git/%s: %w", p, err)
 		}
-		if err := file("objects/pack/"+name+ext, data); err != nil {
-			return store.ID{}, err
-		}
+		edits[p] = &store.Entry{Kind: store.KindFile, Size: size, Mtime: mtime, ID: id}
 	}
 	return m.setEntries(gitTree, edits)
 }

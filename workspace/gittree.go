@@ -271,14 +271,37 @@ func (tb *pubTrees) blob(id store.ID) (string, error) {
 		tb.want(pendingObj{oid: s.oid, blob: id}, false)
 		return s.oid, nil
 	}
-	data, err := tb.m.st.ReadBlob(id)
+	oid, err := tb.hashBlob(id)
 	if err != nil {
 		return "", err
 	}
-	oid := tb.objectName("blob", data)
 	tb.remember(k, oidSlot{oid: oid})
 	tb.want(pendingObj{oid: oid, blob: id}, true)
 	return oid, nil
+}
+
+// hashBlob returns the git name of the store blob id's content, streamed
+// (a large file is never held in memory whole).
+func (tb *pubTrees) hashBlob(id store.ID) (string, error) {
+	size, err := tb.m.st.BlobSize(id)
+	if err != nil {
+		return "", err
+	}
+	r, err := tb.m.st.OpenBlob(id)
+	if err != nil {
+		return "", err
+	}
+	defer r.Close()
+	h := tb.newHash()
+	fmt.Fprintf(h, "blob %d\x00", size)
+	n, err := io.Copy(h, r)
+	if err != nil {
+		return "", err
+	}
+	if n != size {
+		return "", fmt.Errorf("blob %s: read %d bytes, its size is %d", id.Short(), n, size)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // want notes an object REPO must hold; only freshly computed names are
@@ -496,13 +519,9 @@ func (tb *pubTrees) write(objs []pendingObj, trees bool) error {
 			p = tb.m.st.BlobPath(o.blob)
 			if fi, err := os.Lstat(p); err != nil || !fi.Mode().IsRegular() {
 				// Content of an in-place workspace's base: copy it out.
-				data, err := tb.m.st.ReadBlob(o.blob)
-				if err != nil {
-					return err
-				}
 				p = filepath.Join(tb.tmp, fmt.Sprintf("blob-%d", i))
-				if err := os.WriteFile(p, data, 0o600); err != nil {
-					return fmt.Errorf("write blob: %w", err)
+				if err := tb.m.copyBlobTo(o.blob, p, 0o600, false); err != nil {
+					return err
 				}
 			}
 		}
