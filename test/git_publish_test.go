@@ -588,3 +588,37 @@ func TestMCPGitPublish(t *testing.T) {
 	}
 	e.fsck()
 }
+
+// TestGitPublishOtherBranch: publish --branch B creates B (or moves it)
+// without moving the binding; bind through a linked worktree of REPO
+// records REPO's common git directory.
+func TestGitPublishOtherBranch(t *testing.T) {
+	t.Parallel()
+	e, repo := gitRepo3(t, "ws")
+	before := e.gitShow("ws")
+	work := filepath.Join(e.dir, "work")
+	e.ok("export", "ws", work)
+	writeTree(t, work, map[string]string{"side.txt": "side\n"})
+	e.ok("commit", "ws", work)
+	if out := e.gitOK("git", "publish", "ws", "--branch", "side"); !strings.HasPrefix(out, "published side: -..") {
+		t.Fatalf("publish --branch side printed %q", out)
+	}
+	if got := git(t, repo, "show", "side:side.txt"); got != "side\n" {
+		t.Fatalf("side:side.txt = %q", got)
+	}
+	if got := git(t, repo, "log", "--format=%s", "side"); !strings.HasSuffix(got, "start\n") {
+		t.Fatalf("side's history: %q", got)
+	}
+	if after := e.gitShow("ws"); after != before {
+		t.Fatalf("publish --branch moved the binding: %+v -> %+v", before, after)
+	}
+	e.fails(2, "git", "publish", "ws", "--branch", "bad..name")
+
+	wt := filepath.Join(e.dir, "linked")
+	git(t, repo, "worktree", "add", "-q", wt, "other")
+	e.gitOK("git", "bind", "ws", wt, "--force")
+	if s := e.gitShow("ws"); s.Repo != filepath.Join(repo, ".git") || s.Branch != "refs/heads/other" {
+		t.Fatalf("bind through a linked worktree: %+v", s)
+	}
+	e.fsck()
+}

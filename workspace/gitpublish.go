@@ -261,6 +261,11 @@ func (m *Manager) GitPublish(ws string, opt PublishOptions) (PublishResult, erro
 		if local, err = m.wsRef(gitE.ID, branch); err != nil {
 			return res, err
 		}
+		if local == "" { // no such branch inside: what HEAD names
+			if local, err = m.wsHead(gitE.ID); err != nil {
+				return res, err
+			}
+		}
 	}
 	if local != "" && !g.connected(local, old) {
 		if res.Copied, err = m.copyObjects(gitE.ID, filepath.Join(b.Repo, "objects")); err != nil {
@@ -503,6 +508,31 @@ func (m *Manager) wsRef(gitTree store.ID, ref string) (string, error) {
 		if sha, name, ok := strings.Cut(strings.TrimSpace(l), " "); ok && name == ref && isHexName(sha) {
 			return sha, nil
 		}
+	}
+	return "", nil
+}
+
+// wsHead returns the commit the workspace's HEAD names (through its
+// branch, or detached); "" when it names none.
+func (m *Manager) wsHead(gitTree store.ID) (string, error) {
+	e, err := m.entryAt(gitTree, "HEAD")
+	if err != nil || e == nil || !e.Kind.IsRegular() {
+		return "", err
+	}
+	data, err := m.st.ReadBlob(e.ID)
+	if err != nil {
+		return "", fmt.Errorf("read .git/HEAD: %w", err)
+	}
+	v := strings.TrimSpace(string(data))
+	if ref, ok := strings.CutPrefix(v, "ref:"); ok {
+		ref = strings.TrimSpace(ref)
+		if !strings.HasPrefix(ref, "refs/") || strings.Contains(ref, "..") {
+			return "", nil
+		}
+		return m.wsRef(gitTree, ref)
+	}
+	if isHexName(v) {
+		return v, nil
 	}
 	return "", nil
 }
