@@ -267,7 +267,7 @@ func (m *Manager) GitPublish(ws string, opt PublishOptions) (PublishResult, erro
 			}
 		}
 	}
-	if local != "" && !g.connected(local, old) {
+	if local != "" && local != old && !g.connected(local, old) {
 		if res.Copied, err = m.copyObjects(gitE.ID, filepath.Join(b.Repo, "objects")); err != nil {
 			return res, fmt.Errorf("publish %s: copy objects: %w", ws, err)
 		}
@@ -396,7 +396,7 @@ func (m *Manager) publishCommit(tb *pubTrees, ws string, w store.Workspace, b Gi
 		}
 		trackedTree := ""
 		if tracked != "" {
-			if trackedTree, err = tb.g.line("rev-parse", tracked+"^{tree}"); err != nil {
+			if trackedTree, err = tb.cat.name(tracked + "^{tree}"); err != nil {
 				return "", fmt.Errorf("publish %s: %w", ws, err)
 			}
 		}
@@ -413,7 +413,7 @@ func (m *Manager) publishCommit(tb *pubTrees, ws string, w store.Workspace, b Gi
 			return "", fmt.Errorf("publish %s: %w", ws, err)
 		}
 		if len(parents) == 1 {
-			pt, err := tb.g.line("rev-parse", parents[0]+"^{tree}")
+			pt, err := tb.cat.name(parents[0] + "^{tree}")
 			if err != nil {
 				return "", fmt.Errorf("publish %s: %w", ws, err)
 			}

@@ -192,6 +192,33 @@ func (c *catFile) header(name string) (typ string, size int, found bool, err err
 	return f[1], size, true, nil
 }
 
+// name resolves rev (e.g. "C^{tree}") to an object name through a
+// --batch process, skipping the content.
+func (c *catFile) name(rev string) (string, error) {
+	if _, err := c.in.WriteString(rev + "\n"); err != nil {
+		return "", fmt.Errorf("git cat-file: %w", err)
+	}
+	if err := c.in.Flush(); err != nil {
+		return "", fmt.Errorf("git cat-file: %w", err)
+	}
+	line, err := c.out.ReadString('\n')
+	if err != nil {
+		return "", fmt.Errorf("git cat-file: %w", err)
+	}
+	f := strings.Fields(line)
+	if len(f) != 3 {
+		return "", fmt.Errorf("git cat-file %s: %q", rev, strings.TrimSpace(line))
+	}
+	var size int64
+	if _, err := fmt.Sscan(f[2], &size); err != nil {
+		return "", fmt.Errorf("git cat-file: unexpected %q", line)
+	}
+	if _, err := c.out.Discard(int(size) + 1); err != nil {
+		return "", fmt.Errorf("git cat-file %s: %w", rev, err)
+	}
+	return f[0], nil
+}
+
 // read returns the object name's content (with --batch) and its type.
 func (c *catFile) read(name string) (string, []byte, error) {
 	typ, size, found, err := c.header(name)
