@@ -161,6 +161,8 @@ func (o *overlay) planDir(d *inode) *planDir {
 			} else if c.seq != 0 {
 				e.Mtime = c.mtime
 			}
+		case c.isSpecial():
+			e = store.SpecialEntry(name, c.kind(), uint64(c.rdev), c.mtime)
 		default:
 			if c.upper {
 				p.files[i] = c

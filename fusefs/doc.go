@@ -80,7 +80,10 @@
 //     writes the exec bit as KindExec, hard links as separate entries with
 //     the same content, and drops owners and xattrs (they persist in the
 //     overlay snapshot until the state is reset).
-//   - FIFOs, sockets and device nodes are refused (EPERM).
+//   - FIFOs, sockets and device nodes are names with attributes only
+//     (Mknod): the kernel serves their opens (pipe, bound socket, driver),
+//     and a capture stores kind and device number (store.KindFIFO …).
+//     Device nodes open only on a root-only mount (mountOptions: "dev").
 //   - File locks (flock, fcntl) are handled by the kernel, locally: they
 //     work between processes on this host only.
 //   - A view switch that changes a file under open readers leaves them

@@ -187,6 +187,10 @@ func (f *fakeObjects) flatten(t testing.TB, root store.ID) map[string]string {
 				walk(e.ID, p+"/")
 				continue
 			}
+			if e.Kind.IsSpecial() {
+				out[p] = fmt.Sprintf("%s:%#x", e.Kind, e.Rdev())
+				continue
+			}
 			b, err := f.ReadBlob(e.ID)
 			if err != nil {
 				t.Fatal(err)
@@ -222,6 +226,14 @@ func flattenDir(t testing.TB, dir string) map[string]string {
 				return err
 			}
 			out[rel] = "symlink:" + target
+		case !fi.Mode().IsRegular():
+			st := fi.Sys().(*syscall.Stat_t)
+			k, _ := store.SpecialKindOfMode(st.Mode)
+			rdev := uint64(0)
+			if k.IsDevice() {
+				rdev = st.Rdev
+			}
+			out[rel] = fmt.Sprintf("%s:%#x", k, rdev)
 		default:
 			b, err := os.ReadFile(p)
 			if err != nil {

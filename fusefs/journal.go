@@ -44,6 +44,7 @@ type snapChild struct {
 type snapInode struct {
 	Num                 uint64
 	Mode, UID, GID      uint32
+	Rdev                uint32 // devices; absent (0) in snapshots from before special files
 	Atime, Mtime, Ctime int64
 	Lower               store.Entry
 	HasLower, Upper     bool
@@ -75,7 +76,7 @@ func (o *overlay) encodeSnapshot() ([]byte, error) {
 		if in.upper {
 			o.encodedUppers[in.num] = true
 		}
-		s.Inodes = append(s.Inodes, snapInode{Num: in.num, Mode: in.mode, UID: in.uid, GID: in.gid,
+		s.Inodes = append(s.Inodes, snapInode{Num: in.num, Mode: in.mode, Rdev: in.rdev, UID: in.uid, GID: in.gid,
 			Atime: in.atime, Mtime: in.mtime, Ctime: in.ctime, Lower: in.lower, HasLower: in.hasLower,
 			Upper: in.upper, Target: in.target, Xattrs: in.xattrs, Seq: in.seq, SubSeq: in.subSeq,
 			LinkSeq: in.linkSeq, CapTree: in.capTree})
@@ -147,10 +148,18 @@ func (s *snapshot) build(objects Objects, stateDir string) (*overlay, error) {
 		}
 		switch r.Mode & syscall.S_IFMT {
 		case syscall.S_IFDIR, syscall.S_IFREG, syscall.S_IFLNK:
+			if r.Rdev != 0 {
+				return nil, fmt.Errorf("%w: device number on mode %o", ErrBadSnapshot, r.Mode)
+			}
+		case syscall.S_IFIFO, syscall.S_IFSOCK:
+			if r.Rdev != 0 {
+				return nil, fmt.Errorf("%w: device number on mode %o", ErrBadSnapshot, r.Mode)
+			}
+		case syscall.S_IFCHR, syscall.S_IFBLK:
 		default:
 			return nil, fmt.Errorf("%w: bad mode %o", ErrBadSnapshot, r.Mode)
 		}
-		in := &inode{num: r.Num, mode: r.Mode, uid: r.UID, gid: r.GID, atime: r.Atime, mtime: r.Mtime,
+		in := &inode{num: r.Num, mode: r.Mode, rdev: r.Rdev, uid: r.UID, gid: r.GID, atime: r.Atime, mtime: r.Mtime,
 			ctime: r.Ctime, lower: r.Lower, hasLower: r.HasLower, upper: r.Upper, target: r.Target,
 			xattrs: r.Xattrs, seq: r.Seq, subSeq: r.SubSeq, linkSeq: r.LinkSeq, capTree: r.CapTree}
 		if in.upper && !in.isReg() {

@@ -26,6 +26,13 @@ func snapshotOf(t testing.TB) ([]byte, *fakeObjects) {
 	if err := os.Symlink("a", filepath.Join(mnt, "sl")); err != nil {
 		t.Fatal(err)
 	}
+	// Special files: the snapshot records their type and device number.
+	if err := syscall.Mkfifo(filepath.Join(mnt, "d/pipe"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mknod(filepath.Join(mnt, "null"), syscall.S_IFCHR|0o666, 1<<8|3); err != nil {
+		t.Fatal(err)
+	}
 	m.ov.mu.Lock()
 	b, err := m.ov.encodeSnapshot()
 	m.ov.mu.Unlock()
@@ -44,6 +51,12 @@ func TestSnapshotRoundTripAndCorruption(t *testing.T) {
 	o, err := s.build(objs, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
+	}
+	if n := o.root.children["null"]; n == nil || n.mode&syscall.S_IFMT != syscall.S_IFCHR || n.rdev != 1<<8|3 {
+		t.Fatalf("char device after a snapshot round trip: %+v", n)
+	}
+	if p := o.root.children["d"].children["pipe"]; p == nil || p.mode&syscall.S_IFMT != syscall.S_IFIFO {
+		t.Fatalf("fifo after a snapshot round trip: %+v", p)
 	}
 	if o.root.children["e2"] == nil || o.root.children["sl"] == nil || o.root.children["d"].children["new"] == nil {
 		t.Fatal("replayed table lacks changes")

@@ -50,7 +50,12 @@ func TestModelAgainstNative(t *testing.T) {
 		for i := 0; i < n; i++ {
 			var op func(base string) (string, error)
 			var desc string
-			switch rapid.IntRange(0, 14).Draw(rt, "op") {
+			switch rapid.IntRange(0, 15).Draw(rt, "op") {
+			case 15:
+				p := path("p")
+				typ := rapid.SampledFrom([]uint32{syscall.S_IFIFO, syscall.S_IFSOCK}).Draw(rt, "type")
+				desc = fmt.Sprintf("mknod %s %o", p, typ)
+				op = func(b string) (string, error) { return "", syscall.Mknod(filepath.Join(b, p), typ|0o640, 0) }
 			case 13:
 				// Capture, and later pin that capture (what a lease close
 				// does, with changes in between): the view must not change.
@@ -81,7 +86,7 @@ func TestModelAgainstNative(t *testing.T) {
 					if trunc {
 						fl |= os.O_TRUNC
 					}
-					f, err := os.OpenFile(filepath.Join(b, p), fl, 0o644)
+					f, err := os.OpenFile(filepath.Join(b, p), fl|noBlockOnFIFO(b, p), 0o644)
 					if err != nil {
 						return "", err
 					}
@@ -128,7 +133,7 @@ func TestModelAgainstNative(t *testing.T) {
 				p := path("p")
 				desc = "fsync " + p
 				op = func(b string) (string, error) {
-					f, err := os.Open(filepath.Join(b, p))
+					f, err := os.OpenFile(filepath.Join(b, p), os.O_RDONLY|noBlockOnFIFO(b, p), 0)
 					if err != nil {
 						return "", err
 					}
@@ -143,7 +148,7 @@ func TestModelAgainstNative(t *testing.T) {
 					if err := syscall.Lstat(filepath.Join(b, p), &st); err != nil {
 						return "", err
 					}
-					s := fmt.Sprintf("mode=%o size=%d", st.Mode, st.Size)
+					s := fmt.Sprintf("mode=%o size=%d rdev=%#x", st.Mode, st.Size, st.Rdev)
 					if st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
 						s += fmt.Sprintf(" nlink=%d", st.Nlink)
 					}
@@ -175,6 +180,17 @@ func TestModelAgainstNative(t *testing.T) {
 			rt.Fatalf("capture differs from native:\n%s", d)
 		}
 	})
+}
+
+// noBlockOnFIFO is O_NONBLOCK when b/p is (or a symlink there leads to) a
+// FIFO, so that opening it without a peer fails (ENXIO) or returns at once
+// rather than wait.
+func noBlockOnFIFO(b, p string) int {
+	var st syscall.Stat_t
+	if syscall.Stat(filepath.Join(b, p), &st) == nil && st.Mode&syscall.S_IFMT == syscall.S_IFIFO {
+		return syscall.O_NONBLOCK
+	}
+	return 0
 }
 
 func errnoOf(err error) syscall.Errno {

@@ -403,9 +403,15 @@ func (m *Mount) startUring(server *fuse.Server, fuseFD int, opts *fuse.MountOpti
 // answered by node.Access with the kernel's rule for root. Every other
 // mount keeps the kernel's check: another user must not reach files their
 // mode forbids.
+//
+// Device nodes open only on a root-only mount ("dev": go-fuse, like
+// fusermount, mounts nodev otherwise). There only root can reach them,
+// and only a caller with CAP_MKNOD can make them; a mount other users can
+// enter shows device nodes but opens none (EACCES), so a device captured
+// from one context never becomes another user's way to a disk.
 func mountOptions(allowOther bool, euid int) []string {
 	if rootOnly(allowOther, euid) {
-		return nil
+		return []string{"dev"}
 	}
 	return []string{"default_permissions"}
 }

@@ -48,6 +48,7 @@ type attrSnapshot struct {
 	num, ino              uint64
 	lowerID               store.ID // the pinned view's object here (zero if new)
 	mode, uid, gid, nlink uint32
+	rdev                  uint32
 	size                  int64
 	atime, mtime, ctime   int64
 	upper                 bool
@@ -57,7 +58,7 @@ type attrSnapshot struct {
 // snapAttr copies in's attributes. Caller holds mu.
 func snapAttr(in *inode) attrSnapshot {
 	a := attrSnapshot{num: in.num, ino: in.ino, lowerID: in.lowerIDOrZero(), mode: in.mode, uid: in.uid, gid: in.gid, nlink: in.nlink(),
-		atime: in.atime, mtime: in.mtime, ctime: in.ctime, upper: in.upper}
+		rdev: in.rdev, atime: in.atime, mtime: in.mtime, ctime: in.ctime, upper: in.upper}
 	switch {
 	case in.isDir():
 		a.size = 4096
@@ -69,6 +70,8 @@ func snapAttr(in *inode) attrSnapshot {
 			a.size = in.lower.Size
 		}
 		a.clean = in.seq == 0
+	case in.isSpecial():
+		a.clean = in.seq == 0 // size 0: the entry's Size is the device number
 	default:
 		a.size = in.lower.Size
 		a.clean = in.clean()
@@ -82,6 +85,7 @@ func (m *Mount) fill(a *attrSnapshot, out *fuse.Attr) {
 	out.Ino = m.reportedIno(a.ino, a.num, a.lowerID)
 	out.Mode = a.mode
 	out.Nlink = a.nlink
+	out.Rdev = a.rdev
 	out.Owner = fuse.Owner{Uid: a.uid, Gid: a.gid}
 	out.Size = uint64(a.size)
 	ctime := a.ctime

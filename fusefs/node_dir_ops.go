@@ -226,8 +226,10 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 	return ch, fh, fl, 0
 }
 
-// Mknod supports FIFOs, sockets and device nodes only as names: they are
-// not representable in a tree, so they are refused.
+// Mknod makes a regular file, FIFO, socket node or device node. Special
+// files are names with attributes only: the kernel serves their opens (a
+// pipe, the bound socket, the driver) and a capture stores their kind and
+// device number. The kernel has already checked CAP_MKNOD for devices.
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	if e := n.m.admit(ctx); e != 0 {
 		return nil, e
@@ -246,7 +248,18 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 		})
 		return ch, e
 	}
-	return nil, syscall.EPERM
+	k, ok := store.SpecialKindOfMode(mode)
+	if !ok {
+		return nil, syscall.EINVAL
+	}
+	if !k.IsDevice() {
+		dev = 0
+	}
+	_, ch, e := n.addNew(ctx, name, mode&(syscall.S_IFMT|0o7777), out, func(c *inode) error {
+		c.rdev = dev
+		return nil
+	})
+	return ch, e
 }
 
 // Link adds a hard link. Within the mount both names are one inode; a

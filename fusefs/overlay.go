@@ -34,6 +34,7 @@ type inode struct {
 	ino, pathHash uint64
 
 	mode     uint32 // S_IFMT | permission bits
+	rdev     uint32 // device number of a character or block device
 	uid, gid uint32
 	atime    int64 // ns since epoch
 	mtime    int64
@@ -104,6 +105,13 @@ func statOf(st *syscall.Stat_t) upperStat {
 func (in *inode) isDir() bool     { return in.mode&syscall.S_IFMT == syscall.S_IFDIR }
 func (in *inode) isSymlink() bool { return in.mode&syscall.S_IFMT == syscall.S_IFLNK }
 func (in *inode) isReg() bool     { return in.mode&syscall.S_IFMT == syscall.S_IFREG }
+
+// isSpecial reports whether in is a FIFO, socket or device: a name with
+// attributes only (the kernel serves its opens itself).
+func (in *inode) isSpecial() bool {
+	_, ok := store.SpecialKindOfMode(in.mode)
+	return ok
+}
 
 // errNeedLoad asks overlay.update to load dir's lower tree outside the
 // lock and retry.
@@ -281,13 +289,15 @@ func modeForKind(k store.Kind) uint32 {
 		return syscall.S_IFLNK | 0o777
 	case store.KindDir:
 		return syscall.S_IFDIR | 0o755
+	case store.KindFIFO, store.KindSocket, store.KindCharDev, store.KindBlockDev:
+		return store.SpecialMode(k) | store.SpecialPerm(k)
 	}
 	return syscall.S_IFREG | 0o644
 }
 
 // newLowerInode makes a clean inode for a lower entry. Caller holds mu.
 func (o *overlay) newLowerInode(e store.Entry) *inode {
-	c := &inode{num: o.nextIno, mode: modeForKind(e.Kind), uid: o.uid, gid: o.gid,
+	c := &inode{num: o.nextIno, mode: modeForKind(e.Kind), rdev: uint32(e.Rdev()), uid: o.uid, gid: o.gid,
 		atime: e.Mtime, mtime: e.Mtime, ctime: e.Mtime, lower: e, hasLower: true}
 	c.lower.Name = ""
 	o.nextIno++
@@ -489,6 +499,9 @@ func (in *inode) kind() store.Kind {
 		return store.KindDir
 	case syscall.S_IFLNK:
 		return store.KindSymlink
+	}
+	if k, ok := store.SpecialKindOfMode(in.mode); ok {
+		return k
 	}
 	if in.mode&0o111 != 0 {
 		return store.KindExec

@@ -19,7 +19,7 @@ func TestMountOptionsKernelPermissions(t *testing.T) {
 		euid       int
 		want       []string
 	}{
-		{false, 0, nil},
+		{false, 0, []string{"dev"}},
 		{true, 0, []string{"default_permissions"}},
 		{false, 1000, []string{"default_permissions"}},
 		{true, 1000, []string{"default_permissions"}},

@@ -115,8 +115,12 @@ func (o *overlay) changedSinceCapture(c *inode) bool {
 	return false
 }
 
+// sameType reports whether c can be re-based on e in place: the same file
+// type and, for a device, the same number (the kernel fixes an inode's
+// device number when it first looks it up, so another number takes a new
+// inode).
 func sameType(c *inode, e store.Entry) bool {
-	return c.mode&syscall.S_IFMT == modeForKind(e.Kind)&syscall.S_IFMT
+	return c.mode&syscall.S_IFMT == modeForKind(e.Kind)&syscall.S_IFMT && uint64(c.rdev) == e.Rdev()
 }
 
 // reconcileDir makes d show e's tree plus the changes made after the last

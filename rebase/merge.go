@@ -240,13 +240,14 @@ func ZipEntries(b, o, t *store.Tree, fn func(name string, b, o, t *store.Entry) 
 }
 
 // SameContent reports whether two optional entries are the same content:
-// both absent, or the same kind and ID. Names, mtimes and sizes are not
-// compared.
+// both absent, or the same kind and ID — and for special files (no
+// content, zero ID) the same device number. Names, mtimes and file sizes
+// are not compared.
 func SameContent(a, b *store.Entry) bool {
 	if a == nil || b == nil {
 		return a == nil && b == nil
 	}
-	return a.Kind == b.Kind && a.ID == b.ID
+	return a.Kind == b.Kind && a.ID == b.ID && (!a.Kind.IsSpecial() || a.Size == b.Size)
 }
 
 // category groups kinds whose changes can merge: regular files (plain or
@@ -350,7 +351,9 @@ func (m *merger) bothChanged(path string, b, o, t *store.Entry) (*store.Entry, e
 		return m.conflict(c, nil, 0)
 	case o.Kind == store.KindDir:
 		return m.mergeSubdir(path, b.ID, o, t)
-	case o.Kind == store.KindSymlink:
+	case o.Kind == store.KindSymlink, o.Kind.IsSpecial():
+		// A special file has no content to merge: two different device
+		// numbers conflict like two symlink targets.
 		c.Kind = ConflictContent
 		return m.conflict(c, nil, 0)
 	}
@@ -375,7 +378,7 @@ func (m *merger) bothAdded(c Conflict, o, t *store.Entry) (*store.Entry, error) 
 		return m.conflict(c, nil, 0)
 	case o.Kind == store.KindDir:
 		return m.mergeSubdir(c.Path, store.ID{}, o, t)
-	case o.Kind == store.KindSymlink:
+	case o.Kind == store.KindSymlink, o.Kind.IsSpecial():
 		c.Kind = ConflictAddAdd
 		return m.conflict(c, nil, 0)
 	case o.ID == t.ID:
@@ -527,7 +530,7 @@ func (m *merger) sameContent(path string, a, b store.ID) (bool, error) {
 			return false, nil
 		}
 		if x.Kind != store.KindDir {
-			if x.ID != y.ID {
+			if !SameContent(x, y) {
 				return false, nil
 			}
 			continue

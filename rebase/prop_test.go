@@ -21,10 +21,18 @@ var propContents = []string{
 }
 
 func genFile(t *rapid.T, label string) F {
-	return F{
-		Kind: rapid.SampledFrom([]store.Kind{store.KindFile, store.KindFile, store.KindExec, store.KindSymlink}).Draw(t, label+"-kind"),
-		Data: rapid.SampledFrom(propContents).Draw(t, label+"-data"),
+	k := rapid.SampledFrom([]store.Kind{store.KindFile, store.KindFile, store.KindExec, store.KindSymlink,
+		store.KindFIFO, store.KindSocket, store.KindCharDev, store.KindBlockDev}).Draw(t, label+"-kind")
+	if k.IsSpecial() {
+		// Devices with two numbers, so that sides can differ in the
+		// number alone.
+		var rdev uint64
+		if k.IsDevice() {
+			rdev = rapid.SampledFrom([]uint64{1<<8 | 3, 1<<8 | 5}).Draw(t, label+"-rdev")
+		}
+		return F{Kind: k, Rdev: rdev}
 	}
+	return F{Kind: k, Data: rapid.SampledFrom(propContents).Draw(t, label+"-data")}
 }
 
 // normalize drops paths under a path that is a file, so fs is a valid tree.
@@ -163,7 +171,7 @@ func TestMerge3Properties(t *testing.T) {
 			for _, side := range []Fs{xf, yf} {
 				for p, f := range side {
 					if _, inBase := bf[p]; !inBase {
-						if g, ok := got[p]; !ok || g.Kind != f.Kind || g.Data != f.Data {
+						if g, ok := got[p]; !ok || g.Kind != f.Kind || g.Data != f.Data || g.Rdev != f.Rdev {
 							t.Fatalf("added %s = %+v lost: got %+v", p, f, g)
 						}
 					}

@@ -169,6 +169,51 @@ func kindOfMode(mode uint32) (Kind, bool) {
 	return 0, false
 }
 
+// SpecialKindOfMode maps a stat mode of a FIFO, socket or device to its
+// tree kind; false for anything else.
+func SpecialKindOfMode(mode uint32) (Kind, bool) {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFIFO:
+		return KindFIFO, true
+	case unix.S_IFSOCK:
+		return KindSocket, true
+	case unix.S_IFCHR:
+		return KindCharDev, true
+	case unix.S_IFBLK:
+		return KindBlockDev, true
+	}
+	return 0, false
+}
+
+// SpecialMode is the stat file type of special kind k (0 for others).
+func SpecialMode(k Kind) uint32 {
+	switch k {
+	case KindFIFO:
+		return unix.S_IFIFO
+	case KindSocket:
+		return unix.S_IFSOCK
+	case KindCharDev:
+		return unix.S_IFCHR
+	case KindBlockDev:
+		return unix.S_IFBLK
+	}
+	return 0
+}
+
+// SpecialPerm is the permission bits a special file of kind k is shown
+// and recreated with (trees keep no permission bits): a FIFO 0644 and a
+// socket 0755, as mkfifo(1) and bind(2) make them under umask 022; a
+// device 0600, so a device never opens to other users by default.
+func SpecialPerm(k Kind) uint32 {
+	switch k {
+	case KindSocket:
+		return 0o755
+	case KindCharDev, KindBlockDev:
+		return 0o600
+	}
+	return 0o644
+}
+
 // baseRefFromStat builds the reference for path in base from its lstat;
 // false if the file type has no tree kind.
 func baseRefFromStat(base ID, path string, st *unix.Stat_t) (BaseRef, bool) {

@@ -907,17 +907,26 @@ func (s *Store) expandRef(id ID, r BaseRef) (*Tree, error) {
 		}
 	}
 	t = &Tree{Entries: make([]Entry, 0, len(ents))}
-	children := make([]BaseRef, 0, len(ents))
+	children := make(map[int]BaseRef, len(ents))
 	for i := range ents {
 		e := &ents[i]
 		if !ValidName(e.Name) {
 			continue
 		}
+		if k, ok := SpecialKindOfMode(e.Stat.Mode); ok {
+			// A FIFO, socket or device has no content to refer to: the
+			// entry itself is all there is.
+			if e.Stat.Rdev > MaxRdev {
+				continue // a device number no tree (nor FUSE) can carry
+			}
+			t.Entries = append(t.Entries, SpecialEntry(e.Name, k, e.Stat.Rdev, e.Stat.Mtim.Nano()))
+			continue
+		}
 		c, ok := baseRefFromStat(r.Base, joinRefPath(r.Path, e.Name), &e.Stat)
 		if !ok || !validRefPath(c.Path) {
-			continue // fifo, socket, device; or a path too long to name
+			continue // a path too long to name, or a device number out of range
 		}
-		children = append(children, c)
+		children[len(t.Entries)] = c
 		t.Entries = append(t.Entries, Entry{Name: e.Name, Kind: c.Kind, Size: c.Size, Mtime: c.Mtime, ID: c.ID()})
 	}
 	// ReadDir sorts by name, as trees are.

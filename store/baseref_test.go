@@ -85,8 +85,11 @@ func TestBaseRefLazyTreeAndReads(t *testing.T) {
 	for _, e := range tr.Entries {
 		names = append(names, e.Name)
 	}
-	if want := []string{"a.txt", "bin", "link", "sub"}; !equalStrings(names, want) {
-		t.Fatalf("root lists %v, want %v (fifo skipped)", names, want)
+	if want := []string{"a.txt", "bin", "fifo", "link", "sub"}; !equalStrings(names, want) {
+		t.Fatalf("root lists %v, want %v", names, want)
+	}
+	if f := entry(t, tr, "fifo"); f.Kind != store.KindFIFO || !f.ID.IsZero() || f.Size != 0 {
+		t.Fatalf("fifo %+v: want a FIFO entry without content", f)
 	}
 	a := entry(t, tr, "a.txt")
 	if a.Kind != store.KindFile || a.Size != 5 {

@@ -121,7 +121,7 @@ func (r *reach) markGen(tx *bolt.Tx, id ID, from string, missingKind string) {
 	for _, c := range g.Conflicts {
 		for _, sd := range c.Sides() {
 			switch {
-			case sd == nil:
+			case sd == nil, sd.Kind.IsSpecial():
 			case sd.Kind == KindDir:
 				r.markTree(tx, sd.ID, fmt.Sprintf("generation %s conflict %q", id, c.Path))
 			case !r.blobs.Has(sd.ID) && !r.markRef(tx, sd.ID):
@@ -150,6 +150,9 @@ func (r *reach) markTree(tx *bolt.Tx, id ID, from string) {
 		if e.Kind == KindDir {
 			r.markTree(tx, e.ID, "tree "+id.String()+" entry "+fmt.Sprintf("%q", e.Name))
 			continue
+		}
+		if e.Kind.IsSpecial() {
+			continue // no content
 		}
 		if !r.blobs.Has(e.ID) && !r.markRef(tx, e.ID) {
 			r.blobs.Add(e.ID)

@@ -17,6 +17,12 @@ func treeSeeds() [][]byte {
 			{Name: "link", Kind: store.KindSymlink, Size: 3, Mtime: -1, ID: store.BlobID([]byte("bin"))},
 			{Name: "run\n.sh", Kind: store.KindExec, Size: 1 << 40, Mtime: 1 << 62},
 		}},
+		{Entries: []store.Entry{
+			store.SpecialEntry("blk", store.KindBlockDev, 8<<8|1, 5),
+			store.SpecialEntry("null", store.KindCharDev, 1<<8|3, 4),
+			store.SpecialEntry("pipe", store.KindFIFO, 0, 3),
+			store.SpecialEntry("sock", store.KindSocket, 0, -2),
+		}},
 	} {
 		enc, err := tr.Encode()
 		if err != nil {

@@ -99,8 +99,14 @@ func validConflicts(cs []Conflict) error {
 			return fmt.Errorf("%w: generation conflicts not sorted and unique at %q", ErrCorrupt, c.Path)
 		}
 		for _, sd := range c.Sides() {
-			if sd != nil && (!sd.Kind.Valid() || sd.ID.IsZero()) {
+			if sd == nil {
+				continue
+			}
+			if !sd.Kind.Valid() || sd.ID.IsZero() != sd.Kind.IsSpecial() || sd.Size < 0 {
 				return fmt.Errorf("%w: generation conflict %q: bad side", ErrCorrupt, c.Path)
+			}
+			if err := checkSpecial(*sd.Entry(c.Path)); err != nil {
+				return fmt.Errorf("generation conflict %q: %w", c.Path, err)
 			}
 		}
 	}

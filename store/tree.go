@@ -17,7 +17,18 @@ const (
 	KindExec    Kind = 2 // regular file with the executable bit
 	KindSymlink Kind = 3 // symbolic link; ID is the blob holding the target
 	KindDir     Kind = 4 // directory; ID is the tree
+	// Special files: no content, the zero ID. A device's Size is its
+	// device number (st_rdev, glibc's makedev encoding, at most 32 bits);
+	// a FIFO's and a socket's Size is 0.
+	KindFIFO     Kind = 5 // named pipe
+	KindSocket   Kind = 6 // unix domain socket node
+	KindCharDev  Kind = 7 // character device
+	KindBlockDev Kind = 8 // block device
 )
+
+// MaxRdev is the largest device number a tree entry holds: what the
+// kernel's FUSE protocol and new_encode_dev carry (32 bits).
+const MaxRdev = 1<<32 - 1
 
 // String returns a short name for the kind.
 func (k Kind) String() string {
@@ -30,6 +41,14 @@ func (k Kind) String() string {
 		return "symlink"
 	case KindDir:
 		return "dir"
+	case KindFIFO:
+		return "fifo"
+	case KindSocket:
+		return "socket"
+	case KindCharDev:
+		return "chardev"
+	case KindBlockDev:
+		return "blockdev"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -38,10 +57,41 @@ func (k Kind) String() string {
 func (k Kind) IsRegular() bool { return k == KindFile || k == KindExec }
 
 // Valid reports whether k is one of the defined kinds.
-func (k Kind) Valid() bool { return k >= KindFile && k <= KindDir }
+func (k Kind) Valid() bool { return k >= KindFile && k <= KindBlockDev }
+
+// IsSpecial reports whether k is a FIFO, socket or device: an entry with
+// no content (zero ID) whose identity is its kind and Size (the device
+// number).
+func (k Kind) IsSpecial() bool { return k >= KindFIFO && k <= KindBlockDev }
+
+// IsDevice reports whether k is a character or block device.
+func (k Kind) IsDevice() bool { return k == KindCharDev || k == KindBlockDev }
+
+// HasBlob reports whether an entry of kind k names a blob (or a base
+// reference standing for one): regular files and symlinks.
+func (k Kind) HasBlob() bool { return k >= KindFile && k <= KindSymlink }
+
+// Rdev is the device number of a device entry, 0 for anything else.
+func (e *Entry) Rdev() uint64 {
+	if e.Kind.IsDevice() {
+		return uint64(e.Size)
+	}
+	return 0
+}
+
+// SpecialEntry returns the entry for a special file of kind k (a FIFO,
+// socket or device) with device number rdev (ignored but for devices).
+func SpecialEntry(name string, k Kind, rdev uint64, mtime int64) Entry {
+	e := Entry{Name: name, Kind: k, Mtime: mtime}
+	if k.IsDevice() {
+		e.Size = int64(rdev)
+	}
+	return e
+}
 
 // Entry is one name in a tree. For a directory Size is 0 and ID is the
-// subtree; for a file or symlink ID is the blob and Size its length.
+// subtree; for a file or symlink ID is the blob and Size its length; for a
+// special file (IsSpecial) ID is zero and Size the device number (Rdev).
 // Mtime is in nanoseconds since the Unix epoch.
 type Entry struct {
 	Name  string
@@ -84,6 +134,8 @@ const treeFormat = 1
 
 // Encode returns the canonical encoding: a version byte, then per entry
 // uvarint(len name), name, kind byte, uvarint(size), varint(mtime), 32-byte id.
+// Special entries use the same layout (kinds 5-8, size = device number,
+// id all zero), so trees without them encode exactly as before.
 // It fails if entries are unsorted, duplicated or invalid, so every encoded
 // tree is canonical and its ID unique.
 func (t *Tree) Encode() ([]byte, error) {
@@ -102,6 +154,9 @@ func (t *Tree) Encode() ([]byte, error) {
 		if e.Size < 0 {
 			return nil, fmt.Errorf("%w: negative size for %q", ErrCorrupt, e.Name)
 		}
+		if err := checkSpecial(e); err != nil {
+			return nil, err
+		}
 		buf = binary.AppendUvarint(buf, uint64(len(e.Name)))
 		buf = append(buf, e.Name...)
 		buf = append(buf, byte(e.Kind))
@@ -110,6 +165,22 @@ func (t *Tree) Encode() ([]byte, error) {
 		buf = append(buf, e.ID[:]...)
 	}
 	return buf, nil
+}
+
+// checkSpecial enforces the canonical form of special entries: zero ID,
+// size 0 for FIFOs and sockets, a 32-bit device number for devices.
+func checkSpecial(e Entry) error {
+	switch {
+	case !e.Kind.IsSpecial():
+		return nil
+	case !e.ID.IsZero():
+		return fmt.Errorf("%w: %s %q with content id", ErrCorrupt, e.Kind, e.Name)
+	case !e.Kind.IsDevice() && e.Size != 0:
+		return fmt.Errorf("%w: %s %q with size %d", ErrCorrupt, e.Kind, e.Name, e.Size)
+	case e.Size > MaxRdev:
+		return fmt.Errorf("%w: device %q number %#x out of range", ErrCorrupt, e.Name, e.Size)
+	}
+	return nil
 }
 
 // TreeID returns the address of an encoded tree.

@@ -479,6 +479,8 @@ func (m *Manager) CatEntry(name string, gen store.ID, p string, side ConflictSid
 		return store.Entry{}, fmt.Errorf("%w: %s: no such file in %s", ErrNoSuchPath, quoteOne(cp), gen.Short())
 	case e.Kind == store.KindDir:
 		return store.Entry{}, fmt.Errorf("%w: %s is a directory", ErrNoSuchPath, quoteOne(cp))
+	case e.Kind.IsSpecial():
+		return store.Entry{}, fmt.Errorf("%w: %s is a %s: it has no content", ErrNoSuchPath, quoteOne(cp), e.Kind)
 	}
 	return *e, nil
 }
@@ -516,7 +518,7 @@ func (m *Manager) markConflicts(w store.Workspace, permit *store.Permit) (store.
 		if err != nil {
 			return w.Head, nil, err
 		}
-		if cur == nil || cur.ID != c.Ours.ID || cur.Kind != c.Ours.Kind {
+		if cur == nil || !rebase.SameContent(cur, c.Ours.Entry(cur.Name)) {
 			continue // edited since, or not a file: leave it as it is
 		}
 		var sides [3][]byte

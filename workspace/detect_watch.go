@@ -205,7 +205,7 @@ func (d detector) quietDir(p string, e, cur *store.Entry, t *store.Tree) (_ *sto
 		same := then == t
 		if !same {
 			mx, had := then.Lookup(x.Name)
-			same = had && mx.Kind == x.Kind && mx.ID == x.ID
+			same = had && rebase.SameContent(&mx, x)
 		}
 		var ne *store.Entry
 		var ch bool

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/acyclicfs/acyclicfs/rebase"
 	"github.com/acyclicfs/acyclicfs/store"
 )
@@ -69,6 +71,7 @@ func (m *Manager) WriteUnified(w io.Writer, changes []rebase.Change) error {
 		} else if c.New == nil {
 			fmt.Fprintf(w, "deleted file mode %s\n", modeString(c.Old.Kind))
 		}
+		writeDevices(w, c.Old, c.New)
 		if old.binary || nw.binary {
 			if old.id != nw.id {
 				fmt.Fprintf(w, "Binary files %s and %s differ\n", aName, bName)
@@ -92,8 +95,8 @@ type diffContent struct {
 }
 
 func (m *Manager) diffSide(e *store.Entry) (diffContent, error) {
-	if e == nil || e.Kind == store.KindDir {
-		return diffContent{}, nil
+	if e == nil || e.Kind == store.KindDir || e.Kind.IsSpecial() {
+		return diffContent{}, nil // no content: special files show as modes and device numbers
 	}
 	if e.Size > maxDiffBytes {
 		return diffContent{id: e.ID, binary: true}, nil
@@ -105,7 +108,36 @@ func (m *Manager) diffSide(e *store.Entry) (diffContent, error) {
 	return diffContent{id: e.ID, data: b, binary: e.Kind != store.KindSymlink && rebase.IsBinary(b)}, nil
 }
 
+// writeDevices writes the device numbers of device sides, as "old device
+// MAJOR,MINOR" and "new device MAJOR,MINOR", when they are not the same.
+func writeDevices(w io.Writer, old, nw *store.Entry) {
+	num := func(e *store.Entry) (string, bool) {
+		if e == nil || !e.Kind.IsDevice() {
+			return "", false
+		}
+		r := e.Rdev()
+		return fmt.Sprintf("%d,%d", unix.Major(r), unix.Minor(r)), true
+	}
+	o, oOK := num(old)
+	n, nOK := num(nw)
+	if oOK && nOK && o == n {
+		return
+	}
+	if oOK {
+		fmt.Fprintf(w, "old device %s\n", o)
+	}
+	if nOK {
+		fmt.Fprintf(w, "new device %s\n", n)
+	}
+}
+
+// modeString is a kind's mode as git prints it; special files (which git
+// does not store) with their file type and the permission bits a mount
+// shows them with.
 func modeString(k store.Kind) string {
+	if k.IsSpecial() {
+		return fmt.Sprintf("%06o", store.SpecialMode(k)|store.SpecialPerm(k))
+	}
 	switch k {
 	case store.KindExec:
 		return "100755"

@@ -96,7 +96,7 @@ func (m *Manager) Export(gen store.ID, dir string, force bool) (int, error) {
 		return 0, m.abortExport(&j, fmt.Errorf("create staging %s: %w", newDir, err))
 	}
 	total := -1 // unknown: the tree is not walked twice
-	count, err := m.materialize(root, newDir, func(done int) { m.opt.Progress("export", done, total) })
+	count, err := m.materialize(root, newDir, target, func(done int) { m.opt.Progress("export", done, total) })
 	if err != nil {
 		return 0, m.abortExport(&j, err)
 	}
@@ -269,18 +269,20 @@ func (m *Manager) PendingExports() ([]string, error) {
 	return out, nil
 }
 
-// materialize writes tree root into the existing, empty directory dir.
-// Entries are created with O_EXCL|O_NOFOLLOW: nothing is written through a
-// symlink, not even one this export created. Every call is relative to its
-// directory's descriptor, so a tree deeper than PATH_MAX exports too.
-func (m *Manager) materialize(root store.ID, dir string, progress func(done int)) (int, error) {
+// materialize writes tree root into the existing, empty directory dir;
+// messages name paths under shown (the export's target, where dir is its
+// staging directory). Entries are created with O_EXCL|O_NOFOLLOW: nothing
+// is written through a symlink, not even one this export created. Every
+// call is relative to its directory's descriptor, so a tree deeper than
+// PATH_MAX exports too.
+func (m *Manager) materialize(root store.ID, dir, shown string, progress func(done int)) (int, error) {
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return 0, fmt.Errorf("export %s: %w", dir, err)
 	}
 	defer unix.Close(fd)
 	count := 0
-	err = m.materializeAt(root, fd, dir, &count, progress)
+	err = m.materializeAt(root, fd, shown, &count, progress)
 	return count, err
 }
 
@@ -316,6 +318,14 @@ func (m *Manager) materializeAt(root store.ID, dfd int, dir string, count *int, 
 			if err := unix.Symlinkat(string(target), dfd, e.Name); err != nil {
 				return fmt.Errorf("export %s: %w", p, err)
 			}
+		case store.KindFIFO, store.KindSocket, store.KindCharDev, store.KindBlockDev:
+			made, err := m.mknodAt(dfd, e.Name, p, e)
+			if err != nil {
+				return err
+			}
+			if !made {
+				continue
+			}
 		default:
 			if err := m.writeFileAt(dfd, e.Name, p, e); err != nil {
 				return err
@@ -327,6 +337,26 @@ func (m *Manager) materializeAt(root store.ID, dfd int, dir string, count *int, 
 		progress(*count)
 	}
 	return nil
+}
+
+// mknodAt recreates the special file e as name in the directory open as
+// dfd (p is its path, for messages): a FIFO, a socket node (a name only:
+// nothing listens on it until a server binds there anew) or a device
+// node. A device the caller may not create (no CAP_MKNOD) is skipped with
+// a warning and made is false; everything else is written or an error.
+func (m *Manager) mknodAt(dfd int, name, p string, e store.Entry) (made bool, err error) {
+	perm := store.SpecialPerm(e.Kind)
+	if err := unix.Mknodat(dfd, name, store.SpecialMode(e.Kind)|perm, int(e.Rdev())); err != nil {
+		if e.Kind.IsDevice() && errors.Is(err, unix.EPERM) {
+			m.opt.Warn(fmt.Sprintf("skipped %s %s: creating a device node needs CAP_MKNOD", e.Kind, p))
+			return false, nil
+		}
+		return false, fmt.Errorf("export %s: %w", p, err)
+	}
+	if err := unix.Fchmodat(dfd, name, perm, 0); err != nil { // umask may have narrowed it
+		return false, fmt.Errorf("export %s: %w", p, err)
+	}
+	return true, nil
 }
 
 // writeFileAt writes e's content as name in the directory open as dfd (p

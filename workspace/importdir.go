@@ -16,10 +16,10 @@ import (
 
 // ImportStats counts what an import read.
 type ImportStats struct {
-	Files    int   // regular files and symlinks in the result
+	Files    int   // regular files, symlinks and special files in the result
 	Hashed   int   // files whose content was read (the rest matched the previous tree's size+mtime)
 	Bytes    int64 // bytes hashed
-	Skipped  int   // special files left out
+	Skipped  int   // files left out (a device number a tree cannot hold)
 	Dirs     int
 	Warnings []string
 }
@@ -126,8 +126,19 @@ func (m *Manager) scanDir(n *importNode, jobs *[]fileJob, stats *ImportStats) er
 			e.Kind = store.KindSymlink
 			e.Size = li.Size()
 		default:
-			m.warn(stats, fmt.Sprintf("skipped %s %s", specialKind(mode), p))
-			stats.Skipped++
+			st, _ := li.Sys().(*syscall.Stat_t)
+			k, ok := store.Kind(0), false
+			if st != nil {
+				k, ok = store.SpecialKindOfMode(st.Mode)
+			}
+			if !ok || k.IsDevice() && st.Rdev > store.MaxRdev {
+				m.warn(stats, fmt.Sprintf("skipped %s %s", specialKind(mode), p))
+				stats.Skipped++
+				continue
+			}
+			// A FIFO, socket or device: the entry is all there is.
+			stats.Files++
+			n.entries = append(n.entries, store.SpecialEntry(name, k, st.Rdev, e.Mtime))
 			continue
 		}
 		stats.Files++

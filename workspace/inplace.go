@@ -429,10 +429,16 @@ type detectStats struct {
 	quiet int // directories answered from events, not listed
 }
 
-// current is the entry for DIR/p as it is now, or nil when p is absent or a
-// kind acyclicfs does not keep (fifo, socket, device).
+// current is the entry for DIR/p as it is now, or nil when p is absent
+// (or a device whose number no tree can hold). A FIFO, socket or device is
+// its special entry: it has no fingerprint.
 func (d detector) current(p, name string) (*store.Entry, error) {
 	ref, id, err := d.m.st.CurrentRef(d.st.Base, p)
+	if errors.Is(err, store.ErrNotFound) && p != "" {
+		if st, serr := d.dir.Lstat(p); serr == nil {
+			return specialEntry(name, &st), nil
+		}
+	}
 	if errors.Is(err, store.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -451,9 +457,20 @@ func (d detector) listed(p, name string, st *unix.Stat_t, was store.ID) *store.E
 	}
 	ref, id, ok := d.m.st.RefFromStat(d.st.Base, p, st)
 	if !ok {
-		return nil
+		return specialEntry(name, st)
 	}
 	return refEntry(name, ref, id)
+}
+
+// specialEntry is the tree entry of a FIFO, socket or device with stat st,
+// nil for anything else (or a device number a tree cannot hold).
+func specialEntry(name string, st *unix.Stat_t) *store.Entry {
+	k, ok := store.SpecialKindOfMode(st.Mode)
+	if !ok || k.IsDevice() && st.Rdev > store.MaxRdev {
+		return nil
+	}
+	e := store.SpecialEntry(name, k, st.Rdev, st.Mtim.Nano())
+	return &e
 }
 
 func refEntry(name string, ref store.BaseRef, id store.ID) *store.Entry {
@@ -474,7 +491,15 @@ func (d detector) entry(p string, e, cur *store.Entry, rs *store.RefStatus) (*st
 	if cur == nil {
 		return nil, true, nil
 	}
-	// A file or symlink with the fingerprint the tree names is unchanged.
+	// A file or symlink with the fingerprint the tree names is unchanged,
+	// and so is a special file of the same kind and number (it has no
+	// fingerprint: its mtime moves with every write to a FIFO).
+	if e.Kind.IsSpecial() || cur.Kind.IsSpecial() {
+		if rebase.SameContent(e, cur) {
+			return e, false, nil
+		}
+		return cur, true, nil
+	}
 	if e.Kind != store.KindDir && cur.ID == e.ID {
 		return e, false, nil
 	}
@@ -854,8 +879,8 @@ func (p *preserver) replaced(oldRoot, newRoot store.ID) error {
 	for i := range ot.Entries {
 		o := &ot.Entries[i]
 		n, ok := nt.Lookup(o.Name)
-		if ok && n.ID == o.ID && n.Kind == o.Kind {
-			continue
+		if ok && rebase.SameContent(&n, o) || o.Kind.IsSpecial() {
+			continue // unchanged, or a special file: nothing to keep
 		}
 		if o.Kind == store.KindDir {
 			if ok && n.Kind == store.KindDir {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/acyclicfs/acyclicfs/rebase"
 	"github.com/acyclicfs/acyclicfs/store"
 )
 
@@ -91,7 +92,7 @@ func (m *Manager) replaceLost(d detector, pres *preserver, p string, mid, hid st
 		if mt != nil {
 			me, inM = mt.Lookup(e.Name)
 		}
-		if inM && me.ID == e.ID && me.Kind == e.Kind {
+		if inM && rebase.SameContent(&me, &e) {
 			return &e, false, nil
 		}
 		ep := joinRel(p, e.Name)

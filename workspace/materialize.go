@@ -67,11 +67,13 @@ type matEdit struct {
 	Kind  store.Kind `json:"kind,omitempty"`
 	ID    store.ID   `json:"id,omitempty"`
 	Mtime int64      `json:"mtime,omitempty"`
+	Rdev  uint64     `json:"rdev,omitempty"` // a device's number
 	// What was at Path before (PreKind 0: nothing); for files and
-	// symlinks Pre is a stored blob.
+	// symlinks Pre is a stored blob, for a device PreRdev its number.
 	PreKind  store.Kind `json:"pre_kind,omitempty"`
 	Pre      store.ID   `json:"pre,omitempty"`
 	PreMtime int64      `json:"pre_mtime,omitempty"`
+	PreRdev  uint64     `json:"pre_rdev,omitempty"`
 }
 
 func (m *Manager) materializeInPlace(name string, st inPlaceState, rev uint64, to store.ID) (int, error) {
@@ -132,7 +134,7 @@ func (m *Manager) planEdits(fromRoot, toRoot store.ID, changes []rebase.Change) 
 				if err != nil {
 					return nil, fmt.Errorf("preimage of %s: %w", c.Path, err)
 				}
-				removes = append(removes, matEdit{Op: "remove", Path: c.Path, PreKind: c.Old.Kind, Pre: pre, PreMtime: c.Old.Mtime})
+				removes = append(removes, matEdit{Op: "remove", Path: c.Path, PreKind: c.Old.Kind, Pre: pre, PreMtime: c.Old.Mtime, PreRdev: c.Old.Rdev()})
 			}
 		}
 		if c.New != nil {
@@ -147,13 +149,13 @@ func (m *Manager) planEdits(fromRoot, toRoot store.ID, changes []rebase.Change) 
 			if err != nil {
 				return nil, fmt.Errorf("content of %s: %w", c.Path, err)
 			}
-			w := matEdit{Op: "write", Path: c.Path, Kind: c.New.Kind, ID: id, Mtime: c.New.Mtime}
+			w := matEdit{Op: "write", Path: c.Path, Kind: c.New.Kind, ID: id, Mtime: c.New.Mtime, Rdev: c.New.Rdev()}
 			if c.Old != nil && c.Kind != rebase.TypeChg {
 				pre, err := m.preserve(c.Old)
 				if err != nil {
 					return nil, fmt.Errorf("preimage of %s: %w", c.Path, err)
 				}
-				w.PreKind, w.Pre, w.PreMtime = c.Old.Kind, pre, c.Old.Mtime
+				w.PreKind, w.Pre, w.PreMtime, w.PreRdev = c.Old.Kind, pre, c.Old.Mtime, c.Old.Rdev()
 			}
 			writes = append(writes, w)
 		}
@@ -337,7 +339,7 @@ func (m *Manager) prepareWrites(d *dirfd.Dir, j *matJournal, from int) ([]string
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			temps[k], files[k], errs[k] = m.writeTemp(d, e.Path, e.Kind, e.ID, e.Mtime, fmt.Sprintf("%s%s-%d", matTempPrefix, j.Op[:8], i), true)
+			temps[k], files[k], errs[k] = m.writeTemp(d, e.Path, e.Kind, e.ID, e.Rdev, e.Mtime, fmt.Sprintf("%s%s-%d", matTempPrefix, j.Op[:8], i), true)
 		}()
 	}
 	wg.Wait()
@@ -362,12 +364,12 @@ func (m *Manager) prepareWrites(d *dirfd.Dir, j *matJournal, from int) ([]string
 // follows a symlink), a file's removal leaves a directory a later edit
 // made at its name, and a directory that already exists is kept.
 //
-// DIR may hold entries the workspace cannot show or store (fifos,
-// sockets, devices: names only, no content). Where the new tree puts a
-// directory at such a name, the node is replaced; a directory the tree
-// drops but that still holds such entries is kept, and the next detection
-// takes it back into the workspace as DIR's: nothing is deleted that the
-// view never showed.
+// DIR may hold entries the view did not show (a device whose number no
+// tree can hold, or a node made after the detection). Where the new tree
+// puts a directory at such a name, the node is replaced; a directory the
+// tree drops but that still holds such entries is kept, and the next
+// detection takes it back into the workspace as DIR's: nothing is deleted
+// that the view never showed.
 func (m *Manager) applyEdit(d *dirfd.Dir, j *matJournal, i int) error {
 	e := &j.Edits[i]
 	switch e.Op {
@@ -395,17 +397,17 @@ func (m *Manager) applyEdit(d *dirfd.Dir, j *matJournal, i int) error {
 			return fmt.Errorf("create directory %s: %w", e.Path, err)
 		}
 	case "write":
-		return m.writeEntry(d, e.Path, e.Kind, e.ID, e.Mtime, fmt.Sprintf("%s%s-%d", matTempPrefix, j.Op[:8], i))
+		return m.writeEntry(d, e.Path, e.Kind, e.ID, e.Rdev, e.Mtime, fmt.Sprintf("%s%s-%d", matTempPrefix, j.Op[:8], i))
 	default:
 		return fmt.Errorf("%w: materialization edit %q", store.ErrCorrupt, e.Op)
 	}
 	return nil
 }
 
-// writeEntry places a file or symlink at p: written in full under a
-// temporary name in the same directory, synced, then renamed over p.
-func (m *Manager) writeEntry(d *dirfd.Dir, p string, kind store.Kind, id store.ID, mtime int64, tempName string) error {
-	tmp, _, err := m.writeTemp(d, p, kind, id, mtime, tempName, false)
+// writeEntry places a file, symlink or special file at p: written in full
+// under a temporary name in the same directory, synced, then renamed over p.
+func (m *Manager) writeEntry(d *dirfd.Dir, p string, kind store.Kind, id store.ID, rdev uint64, mtime int64, tempName string) error {
+	tmp, _, err := m.writeTemp(d, p, kind, id, rdev, mtime, tempName, false)
 	if err != nil {
 		return err
 	}
@@ -416,7 +418,7 @@ func (m *Manager) writeEntry(d *dirfd.Dir, p string, kind store.Kind, id store.I
 // its mode and mtime, and returns the temporary's path. With keep, a file
 // is left open and unsynced and returned (the caller syncs and closes it);
 // otherwise it is synced and closed.
-func (m *Manager) writeTemp(d *dirfd.Dir, p string, kind store.Kind, id store.ID, mtime int64, tempName string, keep bool) (string, *os.File, error) {
+func (m *Manager) writeTemp(d *dirfd.Dir, p string, kind store.Kind, id store.ID, rdev uint64, mtime int64, tempName string, keep bool) (string, *os.File, error) {
 	tmp := joinRel(path.Dir(p), tempName)
 	if path.Dir(p) == "." {
 		tmp = tempName
@@ -425,7 +427,19 @@ func (m *Manager) writeTemp(d *dirfd.Dir, p string, kind store.Kind, id store.ID
 		return "", nil, fmt.Errorf("remove stale %s: %w", tmp, err)
 	}
 	var kept *os.File
-	if kind == store.KindSymlink {
+	if kind.IsSpecial() {
+		// A FIFO, socket node or device: a name, nothing to sync but the
+		// directory. A device needs CAP_MKNOD: without it the error
+		// rolls the materialization back and says so.
+		perm := store.SpecialPerm(kind)
+		if err := d.Mknod(tmp, store.SpecialMode(kind)|perm, rdev); err != nil {
+			return "", nil, fmt.Errorf("create %s %s: %w", kind, p, err)
+		}
+		if err := d.Chmod(tmp, perm); err != nil { // umask may have narrowed it
+			_ = d.Remove(tmp)
+			return "", nil, fmt.Errorf("create %s %s: %w", kind, p, err)
+		}
+	} else if kind == store.KindSymlink {
 		target, err := m.st.ReadBlob(id)
 		if err != nil {
 			return "", nil, fmt.Errorf("symlink %s: %w", p, err)
@@ -523,7 +537,7 @@ func (m *Manager) rollbackEdits(d *dirfd.Dir, j *matJournal, upto int) error {
 					err = nil
 				}
 			default:
-				err = m.writeEntry(d, e.Path, e.PreKind, e.Pre, e.PreMtime, fmt.Sprintf("%s%s-r%d", matTempPrefix, j.Op[:8], i))
+				err = m.writeEntry(d, e.Path, e.PreKind, e.Pre, e.PreRdev, e.PreMtime, fmt.Sprintf("%s%s-r%d", matTempPrefix, j.Op[:8], i))
 			}
 		}
 		if err != nil {
@@ -627,14 +641,18 @@ func (m *Manager) completeMaterialization(name string, st inPlaceState, rev uint
 	puts := map[string][]byte{}
 	var dels []string
 	for _, e := range j.Edits {
-		switch e.Op {
-		case "write":
+		switch {
+		case e.Op == "write" && e.Kind.IsSpecial():
+			// No content, no fingerprint: detection compares kind and
+			// device number. Whatever was recorded there goes.
+			dels = append(dels, e.Path)
+		case e.Op == "write":
 			_, id, err := m.st.CurrentRef(j.Base, e.Path)
 			if err != nil {
 				return fmt.Errorf("fingerprint %s: %w", e.Path, err)
 			}
 			puts[e.Path] = append([]byte(nil), id[:]...)
-		case "remove":
+		case e.Op == "remove":
 			dels = append(dels, e.Path)
 		}
 	}

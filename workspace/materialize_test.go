@@ -126,11 +126,11 @@ func TestInPlaceRollForwardAfterAnyCrash(t *testing.T) {
 	})
 }
 
-// TestMaterializeAroundUnshownEntries: DIR's fifos and sockets are not in
-// the workspace. A directory the new tree puts at a fifo's name replaces
-// the fifo; a directory the tree drops while it still holds a socket is
-// kept (with the socket), not a failure that blocks every later sync.
-func TestMaterializeAroundUnshownEntries(t *testing.T) {
+// TestMaterializeSpecialFiles: DIR's fifos are workspace entries like
+// its files. A directory the new tree puts at a fifo's name replaces the
+// fifo; a directory the tree drops goes with the fifo in it; a fifo the
+// tree adds is made; and DIR holding them is no external change.
+func TestMaterializeSpecialFiles(t *testing.T) {
 	m := openTest(t)
 	dir := filepath.Join(t.TempDir(), "work")
 	write(t, dir, map[string]string{"keep": "k", "sub/f": "x"})
@@ -143,12 +143,23 @@ func TestMaterializeAroundUnshownEntries(t *testing.T) {
 	if _, err := m.CreateInPlace("ws", dir); err != nil {
 		t.Fatal(err)
 	}
+	w, err := m.Get("ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err := m.entryAt(mustRoot(t, m, w.Head), "sub/q"); err != nil || e == nil || e.Kind != store.KindFIFO {
+		t.Fatalf("sub/q in the in-place head: %+v, %v; want a FIFO entry", e, err)
+	}
 	if _, err := m.Fork("ws", "agent", ""); err != nil {
 		t.Fatal(err)
 	}
-	// The agent's tree: sub dropped, a directory p with a file in it.
+	// The agent's tree: sub dropped, a directory p with a file in it, a
+	// new fifo.
 	edit := filepath.Join(t.TempDir(), "edit")
 	write(t, edit, map[string]string{"keep": "k", "p/in": "y"})
+	if err := unix.Mkfifo(filepath.Join(edit, "newpipe"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if _, _, err := m.Commit("agent", edit); err != nil {
 		t.Fatal(err)
 	}
@@ -158,20 +169,30 @@ func TestMaterializeAroundUnshownEntries(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(dir, "p", "in")); err != nil || string(b) != "y" {
 		t.Fatalf("p/in = %q, %v; want the directory that replaced the fifo", b, err)
 	}
+	if _, err := os.Lstat(filepath.Join(dir, "sub")); !os.IsNotExist(err) {
+		t.Fatalf("sub should be gone with its fifo: %v", err)
+	}
 	var st unix.Stat_t
-	if err := unix.Lstat(filepath.Join(dir, "sub", "q"), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
-		t.Fatalf("sub/q: %v (mode %o); want the fifo kept", err, st.Mode)
+	if err := unix.Lstat(filepath.Join(dir, "newpipe"), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
+		t.Fatalf("newpipe: %v (mode %o); want the fifo made", err, st.Mode)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "sub", "f")); !os.IsNotExist(err) {
-		t.Fatalf("sub/f should be gone: %v", err)
-	}
-	// Nothing is left pending, and a later sync goes through.
+	// Nothing is left pending, and a later sync finds DIR as written.
 	if p, err := m.PendingMaterializations(); err != nil || len(p) != 0 {
 		t.Fatalf("pending: %v %v", p, err)
 	}
-	if _, err := m.SyncInPlace("ws"); err != nil {
-		t.Fatalf("sync after: %v", err)
+	res, err := m.SyncInPlace("ws")
+	if err != nil || res.Outcome != OutcomeCurrent {
+		t.Fatalf("sync after: %+v, %v; want current", res, err)
 	}
+}
+
+func mustRoot(t *testing.T, m *Manager, gen store.ID) store.ID {
+	t.Helper()
+	root, err := m.rootOf(gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
 }
 
 // TestRecoverLeavesAStuckMaterializationToItsWorkspace: a materialization

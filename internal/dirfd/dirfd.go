@@ -452,6 +452,20 @@ func (d *Dir) Symlink(target, rel string) error {
 	return nil
 }
 
+// Mknod creates the FIFO, socket node or device node rel (mode holds the
+// file type and permission bits, narrowed by the umask as mknod(2) does).
+func (d *Dir) Mknod(rel string, mode uint32, rdev uint64) error {
+	pfd, name, release, err := d.parent("mknod", rel)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if err := unix.Mknodat(pfd, name, mode, int(rdev)); err != nil {
+		return d.pathErr("mknod", rel, err)
+	}
+	return nil
+}
+
 // Chmod sets rel's permission bits. A symlink is never followed (its mode
 // cannot be changed: EOPNOTSUPP).
 func (d *Dir) Chmod(rel string, mode uint32) error {

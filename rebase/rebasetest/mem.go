@@ -99,12 +99,14 @@ func (m *Mem) Objects() int {
 }
 
 // File is one non-directory path of a Files map. Kind is KindFile, KindExec
-// or KindSymlink (Data is then the target), or KindDir for an empty
-// directory (Data ignored). Mtime is copied into the entry.
+// or KindSymlink (Data is then the target), KindDir for an empty
+// directory (Data ignored), or a special kind (Data ignored; Rdev is a
+// device's number). Mtime is copied into the entry.
 type File struct {
 	Kind  store.Kind
 	Data  string
 	Mtime int64
+	Rdev  uint64
 }
 
 // Files maps slash-separated paths to files. Intermediate directories are
@@ -173,7 +175,9 @@ func (m *Mem) write(n *node) (store.ID, error) {
 	t := &store.Tree{}
 	for name, c := range n.children {
 		e := store.Entry{Name: name}
-		if c.file != nil {
+		if c.file != nil && c.file.Kind.IsSpecial() {
+			e = store.SpecialEntry(name, c.file.Kind, c.file.Rdev, c.file.Mtime)
+		} else if c.file != nil {
 			e.Kind, e.Mtime = c.file.Kind, c.file.Mtime
 			id, err := m.WriteBlobBytes([]byte(c.file.Data))
 			if err != nil {
@@ -226,6 +230,10 @@ func (m *Mem) flatten(prefix string, id store.ID, fs Files) error {
 			if err := m.flatten(p, e.ID, fs); err != nil {
 				return err
 			}
+			continue
+		}
+		if e.Kind.IsSpecial() {
+			fs[p] = File{Kind: e.Kind, Mtime: e.Mtime, Rdev: e.Rdev()}
 			continue
 		}
 		m.mu.Lock()
