@@ -6,7 +6,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/acyclicfs/acyclicfs/store"
 )
 
 var testGitEnv = []string{
@@ -113,4 +116,42 @@ func TestGitPublishCacheAgrees(t *testing.T) {
 	if got := pubGit(t, repo, "rev-parse", res.New+"^{tree}"); got != tree {
 		t.Fatalf("tree %s, want %s", got, tree)
 	}
+}
+
+// Special files (a FIFO here) are not published: git records none.
+func TestGitPublishSkipsSpecialFiles(t *testing.T) {
+	m, repo := boundWorkspace(t)
+	w, err := m.Get("ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, err := m.Export(w.Head, dir, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "pipe"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := m.Commit("ws", dir); err != nil {
+		t.Fatal(err)
+	}
+	root, _ := m.rootOf(mustHead(t, m, "ws"))
+	if e, err := m.entryAt(root, "pipe"); err != nil || e == nil || !e.Kind.IsSpecial() {
+		t.Fatalf("the workspace does not hold the FIFO: %+v %v", e, err)
+	}
+	if _, err := m.GitPublish("ws", PublishOptions{Env: testGitEnv}); err != nil {
+		t.Fatal(err)
+	}
+	if files := pubGit(t, repo, "ls-tree", "--name-only", "feature"); files != "a.txt" {
+		t.Fatalf("published files: %q", files)
+	}
+}
+
+func mustHead(t *testing.T, m *Manager, ws string) store.ID {
+	t.Helper()
+	w, err := m.Get(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w.Head
 }

@@ -395,6 +395,9 @@ func (tb *pubTrees) dir(id store.ID, rel string, sets []ignoreSet, fp [32]byte, 
 		if e.Name == ".git" {
 			continue // the repository itself; nested repositories are not published
 		}
+		if e.Kind.IsSpecial() {
+			continue // FIFOs, sockets, devices: git records none
+		}
 		p := joinRel(rel, e.Name)
 		te, isTracked := tr[e.Name]
 		if isTracked && te.mode == "160000" {
