@@ -353,7 +353,7 @@ func (d *daemon) handleRun(w http.ResponseWriter, r *http.Request) {
 	}
 	var out, errb bytes.Buffer
 	a := &app{stdout: &out, stderr: &errb, stdin: bytes.NewReader(nil), cwd: req.Cwd,
-		stderrTTY: false, mgr: d.m, inDaemon: true, d: d}
+		stderrTTY: false, mgr: d.m, inDaemon: true, d: d, gitEnv: req.GitEnv}
 	cmd := firstCommand(req.Args)
 	if cmd == "gc" {
 		d.gcMu.Lock()

@@ -61,6 +61,9 @@ type served struct {
 	last    workspace.Result
 	timing  *reconcileTiming // the last final close's (nil: none yet)
 	closing bool
+	// pull is a `git pull` queued while leases were open: it runs at the
+	// window's final close (gitcmds.go queuePull).
+	pull *queuedPull
 	// failed is the capture that could not be stored (capturefail.go);
 	// retrying: its background retry runs.
 	failed   *captureFailure
@@ -619,7 +622,7 @@ func (s *served) reconcileLast(lease window.Lease) (_ workspace.Result, err erro
 		return res, nil
 	}
 	if !ok {
-		res := s.outcome(workspace.OutcomeCurrent)
+		res := s.runQueuedPull(s.outcome(workspace.OutcomeCurrent))
 		s.last = res
 		return res, nil
 	}
@@ -630,6 +633,7 @@ func (s *served) reconcileLast(lease window.Lease) (_ workspace.Result, err erro
 	if err := s.switchToHead(); err != nil {
 		return res, err
 	}
+	res = s.runQueuedPull(res)
 	s.last = res
 	return res, nil
 }
