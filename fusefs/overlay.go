@@ -82,6 +82,10 @@ type inode struct {
 	blobID     store.ID // the blob blobFile holds
 	blobOpens  int      // handles using blobFile
 	upperOpens int      // handles using upperFile
+	// readers are the open blob handles the daemon serves (not by
+	// passthrough): a copy-up moves them to the upper file (redirect), so
+	// that they read what is written through the mount from then on.
+	readers map[*handle]struct{}
 	// plainOpens counts handles given to the kernel without passthrough.
 	// While any is open no passthrough handle is given out: go-fuse keeps
 	// one backing-ID refcount per inode and drops it at every RELEASE of
