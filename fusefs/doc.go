@@ -13,7 +13,9 @@
 // xattrs) change the table only. File data is copied up on the first
 // write or O_TRUNC into an upper file StateDir/upper/<ino> (FICLONE, then
 // copy_file_range, then a plain copy); new files are upper files from the
-// start. Clean files are read from the immutable blob file.
+// start. Clean files are read from the immutable blob file; a copy-up
+// moves the handles open on it to the upper file (overlay.redirect), so
+// every descriptor sees every write made through the mount.
 //
 // Every change gets a sequence number; each directory records the largest
 // one below it (subSeq), so Capture walks only changed directories and
