@@ -248,6 +248,7 @@ func mountAt(mountpoint string, cfg Config) (*Mount, error) {
 		opts.MountOptions.ExtraCapabilities |= fuse.CAP_OVER_IO_URING
 	}
 	m.dirs = newDirsFS(fs.NewNodeFS(m.rootNode, opts))
+	m.dirs.flush = func() { _ = m.ov.walFlush(&m.snapMu) }
 	server, fuseFD, err := newServer(m.dirs, mountpoint, &opts.MountOptions, cfg.Uring)
 	if err != nil {
 		ov.pool.close()

@@ -447,6 +447,9 @@ func (o *overlay) moveLink(sd *inode, name string, dd *inode, newName string, c 
 		o.dirChanged(dd)
 	}
 	c.linkSeq = o.seq
+	o.walName(sd, name)
+	o.walName(dd, newName)
+	o.walMark(c, walFull)
 }
 
 // childNamed returns d's child called name, or ENOENT. Caller holds mu.

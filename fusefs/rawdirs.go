@@ -33,6 +33,10 @@ type dirsFS struct {
 
 	opened atomic.Int64 // listings opened (tests)
 
+	// flush writes the overlay log's pending frame (wal_raw.go); set
+	// before the server starts.
+	flush func()
+
 	mu      sync.Mutex
 	cursors map[cursorKey]dirCursor
 }
