@@ -420,7 +420,7 @@ func BenchmarkCreateLogged(b *testing.B) {
 			objs := newFakeObjects(b)
 			m, mnt := mountT(b, objs, objs.build(b, spec{"d/seed": "x"}), &mountOpts{passthrough: true})
 			if !logged {
-				m.dirs.flush = func() {}
+				m.dirs.flush = func(uint64) {}
 			}
 			dir := filepath.Join(mnt, "d")
 			mustWrite(b, filepath.Join(dir, "first"), "") // the log's base snapshot

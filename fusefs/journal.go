@@ -352,6 +352,9 @@ func (o *overlay) writeSnapshot(snapMu interface {
 	defer o.walMu.Unlock()
 	o.mu.Lock()
 	if !o.unsnapped {
+		// Nothing changed since the last snapshot: nothing for a flush
+		// to write either.
+		o.walPending.Store(false)
 		o.mu.Unlock()
 		return nil
 	}

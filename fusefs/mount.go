@@ -248,7 +248,8 @@ func mountAt(mountpoint string, cfg Config) (*Mount, error) {
 		opts.MountOptions.ExtraCapabilities |= fuse.CAP_OVER_IO_URING
 	}
 	m.dirs = newDirsFS(fs.NewNodeFS(m.rootNode, opts))
-	m.dirs.flush = func() { _ = m.ov.walFlush(&m.snapMu) }
+	m.dirs.flush = func(before uint64) { _ = m.ov.walFlush(&m.snapMu, before) }
+	m.dirs.marked = m.ov.walMarks.Load
 	server, fuseFD, err := newServer(m.dirs, mountpoint, &opts.MountOptions, cfg.Uring)
 	if err != nil {
 		ov.pool.close()

@@ -172,6 +172,7 @@ type overlay struct {
 	walMu      sync.Mutex
 	walLog     walLog
 	walPending atomic.Bool
+	walMarks   atomic.Uint64 // changes marked so far
 
 	// recovery describes what opening the state directory could not keep
 	// (a log that did not replay, upper files no record named); set

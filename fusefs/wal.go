@@ -87,11 +87,12 @@ type walLog struct {
 	f   *os.File
 	buf bytes.Buffer
 	enc *gob.Encoder
-	ok  bool // f is open and nothing failed since
+	ok  bool // f is open and nothing failed since; written under walMu and mu
 }
 
 // walMark records that in's state changed. Caller holds mu.
 func (o *overlay) walMark(in *inode, kind uint8) {
+	o.walMarks.Add(1)
 	if o.wal.gen == 0 {
 		o.walPending.Store(true) // the next flush writes a snapshot
 		return
@@ -108,7 +109,7 @@ func (o *overlay) walMark(in *inode, kind uint8) {
 // walName records that d's entry name changed. Caller holds mu.
 func (o *overlay) walName(d *inode, name string) {
 	if o.wal.gen == 0 {
-		o.walPending.Store(true)
+		o.walMark(d, walFull)
 		return
 	}
 	if o.wal.names == nil {
@@ -220,47 +221,73 @@ func (o *overlay) walEncode() (*walFrame, []uint64) {
 }
 
 // walFlush writes a frame with the changes since the last one, or a
-// snapshot when there is no base (or the log is too large). Requests that
-// changed the table call it before answering.
+// snapshot when there is no base (or the log is too large). A request
+// that may have changed the table calls it before answering, with the
+// mark count (walMarks) it read before it ran: when nothing was marked
+// since and nothing waits, there is nothing to do. When another flush
+// already took the changes, it waits until that flush has written them.
 func (o *overlay) walFlush(snapMu interface {
 	Lock()
 	Unlock()
-}) error {
-	if !o.walPending.Load() {
+}, before uint64) error {
+	if o.walMarks.Load() == before && !o.walPending.Load() {
 		return nil
 	}
-	o.walMu.Lock()
-	o.mu.Lock()
-	if o.wal.gen == 0 || o.wal.size > walCompact || !o.walLog.ok {
-		o.walPending.Store(false)
-		o.mu.Unlock()
-		o.walMu.Unlock()
-		return o.writeSnapshot(snapMu)
-	}
-	o.walPending.Store(false)
-	if len(o.wal.marks) == 0 && len(o.wal.trash) == 0 {
-		o.mu.Unlock()
-		o.walMu.Unlock()
-		return nil
-	}
-	f, trash := o.walEncode()
-	o.mu.Unlock()
-	defer o.walMu.Unlock()
-	err := o.walWrite(f)
-	if err != nil {
-		// The log stops here: the next flush writes a snapshot. The
-		// retired upper files wait for it, as the log may still name them.
+	for {
+		if !o.walPending.Load() {
+			// Whoever cleared it holds walMu until its frame or
+			// snapshot is written: wait for that.
+			o.walMu.Lock()
+			//lint:ignore SA2001 a barrier: the lock is held while a frame is written
+			o.walMu.Unlock()
+			return nil
+		}
 		o.mu.Lock()
-		o.trash = append(o.trash, trash...)
-		o.walLog.ok = false
-		o.walPending.Store(true)
+		snap := o.walNeedsSnapshot()
 		o.mu.Unlock()
-		return err
+		if snap {
+			return o.writeSnapshot(snapMu)
+		}
+		o.walMu.Lock()
+		o.mu.Lock()
+		if o.walNeedsSnapshot() {
+			o.mu.Unlock()
+			o.walMu.Unlock()
+			continue
+		}
+		o.walPending.Store(false)
+		if len(o.wal.marks) == 0 && len(o.wal.trash) == 0 {
+			o.mu.Unlock()
+			o.walMu.Unlock()
+			return nil
+		}
+		f, trash := o.walEncode()
+		o.mu.Unlock()
+		err := o.walWrite(f)
+		if err != nil {
+			// The log stops here: the next flush writes a snapshot. The
+			// retired upper files wait for it, as the log may still name
+			// them.
+			o.mu.Lock()
+			o.trash = append(o.trash, trash...)
+			o.walLog.ok = false
+			o.walPending.Store(true)
+			o.mu.Unlock()
+			o.walMu.Unlock()
+			return err
+		}
+		o.walMu.Unlock()
+		for _, num := range trash {
+			_ = os.Remove(o.trashPath(num))
+		}
+		return nil
 	}
-	for _, num := range trash {
-		_ = os.Remove(o.trashPath(num))
-	}
-	return nil
+}
+
+// walNeedsSnapshot reports whether the next flush must write a snapshot.
+// Caller holds mu.
+func (o *overlay) walNeedsSnapshot() bool {
+	return o.wal.gen == 0 || o.wal.size > walCompact || !o.walLog.ok
 }
 
 // walWrite appends one frame: length, CRC-32C, gob bytes (one encoder per
@@ -292,7 +319,9 @@ func (o *overlay) walStart(nonce uint64) error {
 		l.f.Close()
 		l.f = nil
 	}
+	o.mu.Lock()
 	l.ok = false
+	o.mu.Unlock()
 	path := filepath.Join(o.stateDir, walName)
 	tmp := path + ".tmp"
 	f, err := osfile.Open(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -308,7 +337,10 @@ func (o *overlay) walStart(nonce uint64) error {
 		f.Close()
 		return fmt.Errorf("overlay log: %w", err)
 	}
-	l.f, l.ok = f, true
+	l.f = f
+	o.mu.Lock()
+	l.ok = true
+	o.mu.Unlock()
 	l.buf.Reset()
 	l.enc = gob.NewEncoder(&l.buf)
 	return nil
