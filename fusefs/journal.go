@@ -244,7 +244,7 @@ func (s *snapshot) build(objects Objects, stateDir string) (*overlay, error) {
 func loadSnapshot(stateDir string, objects Objects) (*overlay, bool, error) {
 	b, err := os.ReadFile(filepath.Join(stateDir, snapName))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, false, nil
+		return loadFreshWAL(stateDir, objects)
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("read overlay snapshot: %w", err)
@@ -255,7 +255,7 @@ func loadSnapshot(stateDir string, objects Objects) (*overlay, bool, error) {
 	}
 	var frames []walFrame
 	if s.Nonce != 0 {
-		if frames, err = readWAL(stateDir, s.Nonce); err != nil {
+		if frames, _, err = readWAL(stateDir, s.Nonce); err != nil {
 			return nil, false, err
 		}
 	}
@@ -271,6 +271,28 @@ func loadSnapshot(stateDir string, objects Objects) (*overlay, bool, error) {
 	}
 	if err != nil {
 		return nil, false, err
+	}
+	return o, true, nil
+}
+
+// loadFreshWAL replays the log of a mount that never wrote a snapshot
+// (its base is the empty overlay on the root the log names); found is
+// false when there is no such log or it holds no frame.
+func loadFreshWAL(stateDir string, objects Objects) (*overlay, bool, error) {
+	frames, root, err := readWAL(stateDir, 0)
+	if err != nil || len(frames) == 0 {
+		return nil, false, err
+	}
+	base := newOverlay(objects, stateDir, root)
+	s := &snapshot{Version: snapVersion, RootID: root, NextIno: base.nextIno,
+		Inodes: []snapInode{snapRecord(base.root, false)}}
+	o, err := replay(s, frames, objects, stateDir)
+	if err != nil {
+		// Nothing else to fall back on but the pinned view: say so.
+		o = newOverlay(objects, stateDir, root)
+		o.recovery = append(o.recovery, fmt.Sprintf("overlay log (%d changes) not replayed: %v", len(frames), err))
+		o.named = map[uint64]bool{}
+		return o, true, nil
 	}
 	return o, true, nil
 }
@@ -364,7 +386,7 @@ func (o *overlay) writeSnapshot(snapMu interface {
 	o.wal.marks, o.wal.names = nil, nil
 	o.wal.named, o.wal.size = map[uint64]bool{}, 0
 	o.walPending.Store(false)
-	nonce := o.wal.nonce
+	nonce, rootID := o.wal.nonce, o.rootID
 	b, err := o.encodeSnapshot()
 	o.unsnapped = err != nil
 	// Upper files the old log named wait for the new snapshot too.
@@ -414,7 +436,7 @@ func (o *overlay) writeSnapshot(snapMu interface {
 	}
 	failpoint.Hit("overlay.after-snapshot")
 	written = true
-	if err := o.walStart(nonce); err != nil {
+	if err := o.walStart(nonce, rootID); err != nil {
 		// Frames cannot be written: the next flush tries a snapshot again.
 		o.mu.Lock()
 		o.walPending.Store(true)

@@ -200,6 +200,10 @@ func mountAt(mountpoint string, cfg Config) (*Mount, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
+	if ov.fresh && !cfg.ReadOnly {
+		// Without it the first change writes a snapshot instead.
+		_ = ov.walBegin()
+	}
 	m := &Mount{cfg: cfg, ov: ov, mountpoint: mountpoint,
 		clean: cfg.AttrTimeout, dirty: cfg.DirtyTimeout,
 		notifyC: make(chan struct{}, 1), doneC: make(chan struct{})}
@@ -443,6 +447,7 @@ func openOverlay(stateDir string, objects Objects, root store.ID) (*overlay, err
 	if !found {
 		ov = newOverlay(objects, stateDir, root)
 		ov.named = map[uint64]bool{} // no snapshot on disk names anything
+		ov.fresh = true
 	}
 	if err := ov.removeStrayUppers(); err != nil {
 		return nil, err

@@ -178,6 +178,9 @@ type overlay struct {
 	// (a log that did not replay, upper files no record named); set
 	// before the overlay is shared.
 	recovery []string
+	// fresh: no snapshot or log was found at open (the mount then starts
+	// a log with no snapshot under it, wal.go).
+	fresh bool
 
 	// uppers lists upper files a replayed snapshot refers to; only used
 	// while opening, before the overlay is shared.

@@ -15,6 +15,7 @@ import (
 	"strconv"
 
 	"github.com/acyclicfs/acyclicfs/internal/osfile"
+	"github.com/acyclicfs/acyclicfs/store"
 )
 
 // The write-ahead log (overlay.wal) records every change of the table as
@@ -312,8 +313,9 @@ func (o *overlay) walWrite(f *walFrame) error {
 }
 
 // walStart begins the log of a snapshot with the given nonce, which is
-// now on disk. Caller holds walMu.
-func (o *overlay) walStart(nonce uint64) error {
+// now on disk, or (nonce 0) of a fresh overlay on root with no snapshot.
+// Caller holds walMu.
+func (o *overlay) walStart(nonce uint64, root store.ID) error {
 	l := &o.walLog
 	if l.f != nil {
 		l.f.Close()
@@ -329,6 +331,7 @@ func (o *overlay) walStart(nonce uint64) error {
 		return fmt.Errorf("overlay log: %w", err)
 	}
 	hdr := binary.LittleEndian.AppendUint64([]byte(walMagic), nonce)
+	hdr = append(hdr, root[:]...)
 	if _, err := f.Write(hdr); err != nil {
 		f.Close()
 		return fmt.Errorf("overlay log: %w", err)
@@ -353,25 +356,30 @@ func newNonce() uint64 {
 }
 
 // readWAL returns the frames of stateDir's log that belong to the
-// snapshot with nonce; a torn or corrupt frame ends the log.
-func readWAL(stateDir string, nonce uint64) ([]walFrame, error) {
+// snapshot with nonce (0: the log of a fresh overlay, whose root it also
+// returns); a torn or corrupt frame ends the log.
+func readWAL(stateDir string, nonce uint64) ([]walFrame, store.ID, error) {
 	b, err := os.ReadFile(filepath.Join(stateDir, walName))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil, store.ID{}, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read overlay log: %w", err)
+		return nil, store.ID{}, fmt.Errorf("read overlay log: %w", err)
 	}
-	return decodeWAL(b, nonce), nil
+	frames, root := decodeWAL(b, nonce)
+	return frames, root, nil
 }
 
 // decodeWAL parses a log's bytes: the frames up to the first that is
-// incomplete, fails its checksum or does not decode.
-func decodeWAL(b []byte, nonce uint64) []walFrame {
-	hdr := len(walMagic) + 8
+// incomplete, fails its checksum or does not decode, and the root its
+// header names.
+func decodeWAL(b []byte, nonce uint64) ([]walFrame, store.ID) {
+	var root store.ID
+	hdr := len(walMagic) + 8 + len(root)
 	if len(b) < hdr || string(b[:len(walMagic)]) != walMagic || binary.LittleEndian.Uint64(b[len(walMagic):]) != nonce {
-		return nil
+		return nil, root
 	}
+	copy(root[:], b[len(walMagic)+8:])
 	b = b[hdr:]
 	var stream bytes.Buffer
 	dec := gob.NewDecoder(&stream)
@@ -389,7 +397,22 @@ func decodeWAL(b []byte, nonce uint64) []walFrame {
 		frames = append(frames, f)
 		b = b[8+n:]
 	}
-	return frames
+	return frames, root
+}
+
+// walBegin starts the log of a fresh overlay (no snapshot on disk): the
+// first changes of a mount append frames instead of writing a snapshot.
+// Called before the overlay is shared.
+func (o *overlay) walBegin() error {
+	o.wal.seq++
+	o.wal.gen, o.wal.nonce = o.wal.seq, 0
+	o.wal.named = map[uint64]bool{}
+	o.root.walGen, o.root.walListed = o.wal.gen, false
+	if err := o.walStart(0, o.rootID); err != nil {
+		o.wal.gen = 0
+		return err
+	}
+	return nil
 }
 
 // applyWAL applies frames to a decoded snapshot: records replace inodes,

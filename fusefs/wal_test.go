@@ -12,6 +12,7 @@ import (
 func walBytes(t testing.TB, nonce uint64, frames ...walFrame) []byte {
 	t.Helper()
 	out := binary.LittleEndian.AppendUint64([]byte(walMagic), nonce)
+	out = append(out, make([]byte, 32)...) // the zero root
 	var buf bytes.Buffer
 	enc := gob.NewEncoder(&buf)
 	for i := range frames {
@@ -32,20 +33,20 @@ func TestWALTornTail(t *testing.T) {
 	f1 := walFrame{NextIno: 5, Seq: 1, Recs: []walRec{{Kind: walFull, Inode: snapInode{Num: 2, Mode: 0o100644}}}}
 	f2 := walFrame{NextIno: 6, Seq: 2, Recs: []walRec{{Kind: walFull, Inode: snapInode{Num: 3, Mode: 0o100644}}}}
 	b := walBytes(t, 7, f1, f2)
-	if got := decodeWAL(b, 7); len(got) != 2 {
+	if got, _ := decodeWAL(b, 7); len(got) != 2 {
 		t.Fatalf("whole log: %d frames", len(got))
 	}
-	if got := decodeWAL(b, 8); len(got) != 0 {
+	if got, _ := decodeWAL(b, 8); len(got) != 0 {
 		t.Fatalf("another snapshot's log: %d frames", len(got))
 	}
 	for cut := len(b) - 1; cut > len(walBytes(t, 7, f1)); cut-- {
-		if got := decodeWAL(b[:cut], 7); len(got) != 1 || got[0].Seq != 1 {
+		if got, _ := decodeWAL(b[:cut], 7); len(got) != 1 || got[0].Seq != 1 {
 			t.Fatalf("cut at %d: %d frames", cut, len(got))
 		}
 	}
 	bad := bytes.Clone(b)
 	bad[len(bad)-1] ^= 1
-	if got := decodeWAL(bad, 7); len(got) != 1 {
+	if got, _ := decodeWAL(bad, 7); len(got) != 1 {
 		t.Fatalf("corrupt last frame: %d frames", len(got))
 	}
 }
@@ -88,7 +89,7 @@ func FuzzWAL(f *testing.F) {
 	}}))
 	f.Add([]byte(walMagic))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		frames := decodeWAL(b, 1)
+		frames, _ := decodeWAL(b, 1)
 		s := &snapshot{Version: snapVersion, NextIno: 3, Inodes: []snapInode{
 			{Num: 1, Mode: 0o40755, Loaded: true, SubSeq: 1, Children: []snapChild{{Name: "a", Num: 2}}},
 			{Num: 2, Mode: 0o100644},
