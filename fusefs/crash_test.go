@@ -294,3 +294,36 @@ func testCrashKeepsUnsynced(t *testing.T, pt bool) {
 		t.Fatalf("remounted view differs:\n%s", d)
 	}
 }
+
+// TestRecoveryReportsDroppedUppers: an upper file with data that no
+// record names (a create whose request a crash interrupted) is deleted at
+// recovery and reported with its count and bytes; the empty files of the
+// dead mount's pool are not.
+func TestRecoveryReportsDroppedUppers(t *testing.T) {
+	objs := newFakeObjects(t)
+	root := objs.build(t, spec{"a": "lower"})
+	state := t.TempDir()
+	m, mnt := mountT(t, objs, root, &mountOpts{stateDir: state})
+	mustWrite(t, filepath.Join(mnt, "kept"), "kept")
+	waitReleased(m)
+	crashed := copyStateDir(t, state)
+	if err := os.WriteFile(filepath.Join(crashed, "upper", "99999"), []byte("12345"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(crashed, "upper", "99998"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	id, _, notes, err := RecoverCaptureReport(crashed, objs, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := objs.flatten(t, id)["kept"]; got != "file:kept" {
+		t.Fatalf("recovered kept = %q", got)
+	}
+	if len(notes) != 1 || !stringsContains(notes[0], "dropped 1 upper file (5 bytes)") {
+		t.Fatalf("recovery notes: %q", notes)
+	}
+	if _, err := os.Stat(filepath.Join(crashed, "upper", "99999")); !os.IsNotExist(err) {
+		t.Fatalf("stray upper file left: %v", err)
+	}
+}

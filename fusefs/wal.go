@@ -512,5 +512,9 @@ type strayReport struct {
 }
 
 func (r strayReport) String() string {
-	return strconv.Itoa(r.Files) + " upper files (" + strconv.FormatInt(r.Bytes, 10) + " bytes)"
+	files := " upper files ("
+	if r.Files == 1 {
+		files = " upper file ("
+	}
+	return strconv.Itoa(r.Files) + files + strconv.FormatInt(r.Bytes, 10) + " bytes)"
 }
