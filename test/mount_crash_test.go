@@ -400,3 +400,51 @@ func TestCrashAfterSync(t *testing.T) {
 		})
 	}
 }
+
+// TestCrashRecoveryReportsDroppedData: after kill -9 the dead mount's state
+// holds an upper file with data that no record names (as a create the
+// crash interrupted leaves); the remount deletes it and says so — count and
+// bytes — on its stderr, in status and in the daemon log, and keeps
+// everything else.
+func TestCrashRecoveryReportsDroppedData(t *testing.T) {
+	t.Parallel()
+	e := newMountEnv(t)
+	src := filepath.Join(e.dir, "src")
+	writeTree(t, src, map[string]string{"base.txt": "base\n"})
+	e.ok("create", "main", "--from", src)
+	e.ok("fork", "main", "child")
+	mp := e.mountAt("child", "--lease-ttl", "1s")
+	pid := e.daemonPID()
+	r, err := sessionRun(mp, `printf 'kept\n' > kept.txt && kill -9 `+strconv.Itoa(pid))
+	if err != nil || r.code != 0 {
+		t.Fatalf("writer: %v %s", err, r)
+	}
+	if err := waitGone(pid, 10*time.Second); err != nil {
+		t.Fatalf("daemon survived kill -9: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(e.store, "mounts", "child", "upper", "999999"), []byte("12345"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.waitLeasesExpired("child")
+	waitDead(t, mp)
+	r = e.run("mount", "child", mp, "--lease-ttl", "1s")
+	if r.code != 0 {
+		t.Fatalf("remount after kill -9: %s", r)
+	}
+	const lost = "dropped 1 upper file (5 bytes)"
+	if !strings.Contains(r.stderr, "recovery: child: "+lost) {
+		t.Errorf("remount does not report the dropped data: %q", r.stderr)
+	}
+	if st := e.status(); !strings.Contains(strings.Join(st.Recovery, "\n"), lost) {
+		t.Errorf("status does not report the dropped data: %q", st.Recovery)
+	}
+	if !strings.Contains(e.daemonLog(), lost) {
+		t.Errorf("daemon log does not report the dropped data:\n%s", e.daemonLog())
+	}
+	if got := inSession(t, mp, "cat kept.txt base.txt"); got != "kept\nbase\n" {
+		t.Fatalf("after recovery the mount reads %q", got)
+	}
+	if o, _ := e.unmount(mp); o != "current" {
+		t.Fatalf("unmount after recovery: %q", o)
+	}
+}

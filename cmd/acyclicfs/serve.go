@@ -355,6 +355,9 @@ func (d *daemon) recoverMount(rec workspace.MountRecord) ([]string, error) {
 	for _, l := range lost {
 		d.logger.Printf("%s: recovery: %s", rec.Workspace, l)
 		notes = append(notes, rec.Workspace+": "+l)
+		d.mu.Lock()
+		d.lost = append(d.lost, fmt.Sprintf("%s: recovery at %s %s", rec.Workspace, time.Now().UTC().Format(time.RFC3339), l))
+		d.mu.Unlock()
 	}
 	if err != nil {
 		return notes, fmt.Errorf("replay overlay %s: %w", rec.StateDir, err)
