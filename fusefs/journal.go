@@ -390,7 +390,7 @@ func (o *overlay) writeSnapshot(snapMu interface {
 	b, err := o.encodeSnapshot()
 	o.unsnapped = err != nil
 	// Upper files the old log named wait for the new snapshot too.
-	trash := append(o.trash, o.wal.trash...)
+	trash, logTrash := o.trash, o.wal.trash
 	o.trash, o.wal.trash = nil, nil
 	newNamed := o.encodedUppers
 	if err == nil && o.named != nil {
@@ -405,6 +405,7 @@ func (o *overlay) writeSnapshot(snapMu interface {
 		o.trash = append(o.trash, trash...)
 		o.walRebase()
 		o.mu.Unlock()
+		o.walDrop(logTrash)
 		return err
 	}
 	written := false
@@ -415,10 +416,11 @@ func (o *overlay) writeSnapshot(snapMu interface {
 			o.trash = append(o.trash, trash...)
 			o.walRebase() // the log's base is the snapshot on disk, which does not match the marks
 			o.mu.Unlock()
+			o.walDrop(logTrash)
 			return
 		}
 		// Upper files retired before this snapshot are not named by it.
-		for _, num := range trash {
+		for _, num := range append(trash, logTrash...) {
 			_ = os.Remove(o.trashPath(num))
 		}
 		o.mu.Lock()

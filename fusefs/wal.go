@@ -266,14 +266,12 @@ func (o *overlay) walFlush(snapMu interface {
 		o.mu.Unlock()
 		err := o.walWrite(f)
 		if err != nil {
-			// The log stops here: the next flush writes a snapshot. The
-			// retired upper files wait for it, as the log may still name
-			// them.
+			// The log stops here (a full disk): the next flush writes a
+			// snapshot.
 			o.mu.Lock()
-			o.trash = append(o.trash, trash...)
-			o.walLog.ok = false
 			o.walPending.Store(true)
 			o.mu.Unlock()
+			o.walDrop(trash)
 			o.walMu.Unlock()
 			return err
 		}
@@ -282,6 +280,26 @@ func (o *overlay) walFlush(snapMu interface {
 			_ = os.Remove(o.trashPath(num))
 		}
 		return nil
+	}
+}
+
+// walDrop empties the log when it cannot go on (a frame or a snapshot
+// failed to write, as on a full disk): recovery then falls back to the
+// snapshot, as without a log, and the upper files only the log named —
+// retired ones in trash included — need not be kept for it: rm gives the
+// space back at once, which a full disk needs. Truncating needs no space.
+// Caller holds walMu, not mu.
+func (o *overlay) walDrop(trash []uint64) {
+	if l := &o.walLog; l.f != nil {
+		_ = l.f.Truncate(int64(len(walMagic) + 8 + len(store.ID{})))
+	}
+	o.mu.Lock()
+	o.walLog.ok = false
+	o.wal.named = map[uint64]bool{}
+	o.wal.size = 0
+	o.mu.Unlock()
+	for _, num := range trash {
+		_ = os.Remove(o.trashPath(num))
 	}
 }
 

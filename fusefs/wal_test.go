@@ -5,6 +5,9 @@ import (
 	"encoding/binary"
 	"encoding/gob"
 	"hash/crc32"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -98,4 +101,46 @@ func FuzzWAL(f *testing.F) {
 			_, _ = s.build(newFakeObjects(t), t.TempDir())
 		}
 	})
+}
+
+// TestLogWriteFailureFreesSpace: when the log cannot be written (a full
+// disk: writes to /dev/full fail with ENOSPC), an unlink still deletes the
+// upper file at once, so rm gives the space back; the next change tries a
+// snapshot instead of a frame.
+func TestLogWriteFailureFreesSpace(t *testing.T) {
+	objs := newFakeObjects(t)
+	m, mnt := mountT(t, objs, objs.build(t, spec{"a": "lower"}), nil)
+	p := filepath.Join(mnt, "big")
+	mustWrite(t, p, strings.Repeat("x", 1<<20))
+	waitReleased(m)
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Skip(err)
+	}
+	m.ov.walMu.Lock()
+	m.ov.walLog.f.Close()
+	m.ov.walLog.f = full
+	m.ov.walMu.Unlock()
+	m.ov.mu.Lock()
+	num := m.ov.root.children["big"].num
+	m.ov.mu.Unlock()
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	waitReleased(m)
+	for _, f := range []string{m.ov.upperPath(num), m.ov.trashPath(num)} {
+		if _, err := os.Stat(f); !os.IsNotExist(err) {
+			t.Errorf("%s still there after rm with the log failing: %v", f, err)
+		}
+	}
+	m.ov.mu.Lock()
+	ok := m.ov.walLog.ok
+	m.ov.mu.Unlock()
+	if ok {
+		t.Error("log still taken as writable after a failed frame")
+	}
+	mustWrite(t, filepath.Join(mnt, "after"), "after") // the next change writes a snapshot
+	if _, err := os.Stat(filepath.Join(m.cfg.StateDir, snapName)); err != nil {
+		t.Errorf("no snapshot after the log failed: %v", err)
+	}
 }
