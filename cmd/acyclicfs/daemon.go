@@ -46,6 +46,9 @@ type daemon struct {
 	mounts map[string]*served // by workspace name
 	// stopping is set once shutdown began; new mounts are refused.
 	stopping bool
+	// lost lists what recoveries run by this daemon could not keep
+	// (fusefs.RecoverCaptureReport), for status; guarded by mu.
+	lost []string
 
 	quit     chan struct{} // closed to stop the daemon
 	quitOnce sync.Once

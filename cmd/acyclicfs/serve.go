@@ -387,7 +387,14 @@ func (d *daemon) recoverMount(rec workspace.MountRecord) ([]string, error) {
 	if err != nil {
 		return notes, err
 	}
-	newRoot, changed, err := fusefs.RecoverCapture(rec.StateDir, storeObjects{m.Store()}, pinnedRoot)
+	newRoot, changed, lost, err := fusefs.RecoverCaptureReport(rec.StateDir, storeObjects{m.Store()}, pinnedRoot)
+	for _, l := range lost {
+		d.logger.Printf("%s: recovery: %s", rec.Workspace, l)
+		notes = append(notes, rec.Workspace+": "+l)
+		d.mu.Lock()
+		d.lost = append(d.lost, fmt.Sprintf("%s: recovery at %s %s", rec.Workspace, time.Now().UTC().Format(time.RFC3339), l))
+		d.mu.Unlock()
+	}
 	if err != nil {
 		return notes, fmt.Errorf("replay overlay %s: %w", rec.StateDir, err)
 	}
