@@ -87,3 +87,8 @@ func (m *RawMount) Transport() string {
 
 // Wait blocks until the mount is gone and its server has stopped.
 func (m *RawMount) Wait() { <-m.done }
+
+// WithoutOpendir wraps a go-fuse node bridge as a Mount's: OPENDIR is
+// answered with ENOSYS, so the kernel never sends OPENDIR or RELEASEDIR and
+// caches every directory's listing (rawdirs.go).
+func WithoutOpendir(raw fuse.RawFileSystem) fuse.RawFileSystem { return newDirsFS(raw) }

@@ -7,11 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 )
 
 // node is every file, directory, symlink and special file of the floor:
@@ -31,8 +33,27 @@ type node struct {
 	atime  time.Time
 	mtime  time.Time
 	ctime  time.Time
-	data   []byte // regular file content
+	data   []byte // regular file content (while pt is nil)
+	size   int64  // the content's length, as fill last saw it
 	target []byte // symlink target
+	// pt holds the content while the file is open by passthrough: an
+	// in-memory file (memfd) the kernel reads and writes directly, as it
+	// does acyclicfs's upper files. It goes back into data when the last
+	// such open is released.
+	pt *memFile
+	// cachedOpens counts opens served through the daemon and the page
+	// cache; passthrough starts only when there are none (the kernel
+	// refuses to mix the two on an inode).
+	cachedOpens int
+	// stalePages: the content changed by passthrough since the page
+	// cache last saw it; the next cached open drops the cached pages.
+	stalePages bool
+}
+
+// memFile is a memfd holding a file's content during passthrough opens.
+type memFile struct {
+	fd    int
+	opens int
 }
 
 // The operations the floor answers; everything else is ENOSYS, which
@@ -63,13 +84,24 @@ func newNode(mode, uid, gid uint32) *node {
 }
 
 func (n *node) fill(a *fuse.Attr) {
+	if n.pt != nil {
+		// The kernel wrote to the memfd: its size and times are the file's.
+		var st unix.Stat_t
+		if unix.Fstat(n.pt.fd, &st) == nil {
+			n.mtime = time.Unix(st.Mtim.Unix())
+			n.ctime = time.Unix(st.Ctim.Unix())
+			n.size = st.Size
+		}
+	} else {
+		n.size = int64(len(n.data))
+	}
 	a.Mode = n.mode
 	a.Uid, a.Gid = n.uid, n.gid
 	a.Rdev = n.rdev
 	a.Nlink = n.nlink
 	switch n.mode & syscall.S_IFMT {
 	case syscall.S_IFREG:
-		a.Size = uint64(len(n.data))
+		a.Size = uint64(n.size)
 	case syscall.S_IFLNK:
 		a.Size = uint64(len(n.target))
 	case syscall.S_IFDIR:
@@ -111,7 +143,13 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 		if n.mode&syscall.S_IFMT != syscall.S_IFREG {
 			return syscall.EINVAL
 		}
-		n.truncate(int(sz))
+		if n.pt != nil {
+			if err := unix.Ftruncate(n.pt.fd, int64(sz)); err != nil {
+				return gofs.ToErrno(err)
+			}
+		} else {
+			n.truncate(int(sz))
+		}
 		n.mtime = now
 	}
 	if t, ok := in.GetATime(); ok {
@@ -121,6 +159,13 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 		n.mtime = t
 	}
 	n.ctime = now
+	if n.pt != nil {
+		// fill reads the times back from the memfd.
+		ts := []unix.Timespec{unix.NsecToTimespec(n.atime.UnixNano()), unix.NsecToTimespec(n.mtime.UnixNano())}
+		if err := unix.UtimesNanoAt(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", n.pt.fd), ts, 0); err != nil {
+			return gofs.ToErrno(err)
+		}
+	}
 	n.fill(&out.Attr)
 	return 0
 }
@@ -140,21 +185,107 @@ func (n *node) truncate(sz int) {
 	n.data = d
 }
 
-// Open keeps the page cache across opens: only this mount changes the
-// files, as with acyclicfs's clean files.
-func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
-	if flags&syscall.O_TRUNC != 0 {
-		n.mu.Lock()
-		n.truncate(0)
-		n.mtime, n.ctime = time.Now(), time.Now()
-		n.mu.Unlock()
-	}
-	return nil, fuse.FOPEN_KEEP_CACHE, 0
+// ptHandle is an open served by passthrough on the node's memfd.
+type ptHandle struct{ n *node }
+
+// PassthroughFd offers the memfd to the kernel (go-fuse registers it once
+// per inode while opens use it).
+func (h *ptHandle) PassthroughFd() (int, bool) {
+	h.n.mu.Lock()
+	defer h.n.mu.Unlock()
+	return h.n.pt.fd, true
 }
+
+// cachedHandle is an open served through the daemon and the page cache.
+type cachedHandle struct{ n *node }
+
+var _ gofs.FilePassthroughFder = (*ptHandle)(nil)
+
+// Open serves a writer, and every open while a writer's passthrough
+// lasts, by passthrough on a memfd, as acyclicfs serves its upper files
+// (Config.Passthrough); other opens read from memory through the daemon
+// and keep the page cache across opens, as acyclicfs's clean files.
+func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	write := flags&syscall.O_ACCMODE != syscall.O_RDONLY
+	if n.pt != nil || (write && *passthrough && n.cachedOpens == 0) {
+		if errno := n.startPT(); errno != 0 {
+			return nil, 0, errno
+		}
+		return &ptHandle{n}, 0, 0
+	}
+	n.cachedOpens++
+	if n.stalePages {
+		n.stalePages = false
+		return &cachedHandle{n}, 0, 0
+	}
+	return &cachedHandle{n}, fuse.FOPEN_KEEP_CACHE, 0
+}
+
+// startPT counts a passthrough open, moving the content into a memfd if
+// it is the first; n.mu is held.
+func (n *node) startPT() syscall.Errno {
+	if n.pt != nil {
+		n.pt.opens++
+		return 0
+	}
+	fd, err := unix.MemfdCreate("floorfs", unix.MFD_CLOEXEC)
+	if err != nil {
+		return gofs.ToErrno(err)
+	}
+	if len(n.data) > 0 {
+		if _, err := unix.Pwrite(fd, n.data, 0); err != nil {
+			unix.Close(fd)
+			return gofs.ToErrno(err)
+		}
+	}
+	ts := []unix.Timespec{unix.NsecToTimespec(n.atime.UnixNano()), unix.NsecToTimespec(n.mtime.UnixNano())}
+	_ = unix.UtimesNanoAt(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", fd), ts, 0)
+	n.pt = &memFile{fd: fd, opens: 1}
+	n.data = nil
+	return 0
+}
+
+// Release ends an open; the last passthrough open takes the content back
+// from the memfd into memory.
+func (n *node) Release(ctx context.Context, fh gofs.FileHandle) syscall.Errno {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch fh.(type) {
+	case *cachedHandle:
+		n.cachedOpens--
+	case *ptHandle:
+		n.pt.opens--
+		if n.pt.opens > 0 {
+			return 0
+		}
+		var a fuse.Attr
+		n.fill(&a) // size and times from the memfd
+		data := make([]byte, n.size)
+		if _, err := unix.Pread(n.pt.fd, data, 0); err != nil && n.size > 0 {
+			return gofs.ToErrno(err)
+		}
+		unix.Close(n.pt.fd)
+		n.pt, n.data, n.stalePages = nil, data, true
+	}
+	return 0
+}
+
+// Flush has nothing to do: ENOSYS makes the kernel stop sending it, as
+// acyclicfs's handles do.
+func (n *node) Flush(ctx context.Context, fh gofs.FileHandle) syscall.Errno { return syscall.ENOSYS }
 
 func (n *node) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.pt != nil {
+		k, err := unix.Pread(n.pt.fd, dest, off)
+		if err != nil {
+			return nil, gofs.ToErrno(err)
+		}
+		return fuse.ReadResultData(dest[:k]), 0
+	}
 	if off >= int64(len(n.data)) {
 		return fuse.ReadResultData(nil), 0
 	}
@@ -162,9 +293,21 @@ func (n *node) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off in
 	return fuse.ReadResultData(dest[:k]), 0
 }
 
+// daemonWrites counts writes that reached the daemon (tests: passthrough
+// keeps them in the kernel).
+var daemonWrites atomic.Int64
+
 func (n *node) Write(ctx context.Context, fh gofs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	daemonWrites.Add(1)
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.pt != nil {
+		k, err := unix.Pwrite(n.pt.fd, data, off)
+		if err != nil {
+			return 0, gofs.ToErrno(err)
+		}
+		return uint32(k), 0
+	}
 	end := int(off) + len(data)
 	if end > len(n.data) {
 		if end > cap(n.data) {
@@ -189,6 +332,9 @@ func (n *node) Allocate(ctx context.Context, fh gofs.FileHandle, off, size uint6
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.pt != nil {
+		return gofs.ToErrno(unix.Fallocate(n.pt.fd, 0, int64(off), int64(size)))
+	}
 	if end := int(off + size); end > len(n.data) {
 		n.truncate(end)
 	}
@@ -230,8 +376,17 @@ func (n *node) touch() {
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
-	_, in := n.child(ctx, syscall.S_IFREG|mode&07777, out)
-	return in, nil, fuse.FOPEN_KEEP_CACHE, 0
+	c, in := n.child(ctx, syscall.S_IFREG|mode&07777, out)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !*passthrough {
+		c.cachedOpens++
+		return in, &cachedHandle{c}, fuse.FOPEN_KEEP_CACHE, 0
+	}
+	if errno := c.startPT(); errno != 0 {
+		return nil, nil, 0, errno
+	}
+	return in, &ptHandle{c}, 0, 0
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {

@@ -45,8 +45,28 @@ func TestFloorServes(t *testing.T) {
 			if b, err := os.ReadFile(p("d/l")); err != nil || string(b) != "lower" {
 				t.Fatalf("loaded file through symlink: %q %v", b, err)
 			}
+			// After a while (the file released), the content is back in
+			// memory and still reads the same.
+			defer func() {
+				if b, err := os.ReadFile(p("d/f")); err != nil || string(b) != "upper!" {
+					t.Errorf("read at the end: %q %v", b, err)
+				}
+			}()
 			if st, err := os.Stat(p("d/f")); err != nil || st.Mode().Perm() != 0o640 {
 				t.Fatalf("loaded mode: %v %v", st, err)
+			}
+			// A cached read, then a passthrough write, then a read: the
+			// page cache must not serve the old content.
+			if b, err := os.ReadFile(p("d/f")); err != nil || string(b) != "lower" {
+				t.Fatalf("read: %q %v", b, err)
+			}
+			w0 := daemonWrites.Load()
+			must(t, os.WriteFile(p("d/f"), []byte("upper!"), 0o640))
+			if b, err := os.ReadFile(p("d/f")); err != nil || string(b) != "upper!" {
+				t.Fatalf("read after passthrough write: %q %v", b, err)
+			}
+			if n := daemonWrites.Load() - w0; n != 0 {
+				t.Errorf("%d writes reached the daemon, want none (passthrough)", n)
 			}
 			must(t, os.WriteFile(p("d/new"), []byte("hello world"), 0o644))
 			f, err := os.OpenFile(p("d/new"), os.O_WRONLY, 0)

@@ -7,12 +7,16 @@
 // 1 MiB writes and read-ahead, no xattrs, symlink caching, and for a mount
 // only root reaches no default_permissions and handle_killpriv_v2) and over
 // the same transports, io_uring or /dev/fuse, through fusefs.MountRaw. What
-// it does not do: passthrough (there is no backing file; reads and writes
-// are answered from memory), byte-range locks (the kernel keeps them
-// locally), FLUSH, FSYNC and ACCESS (ENOSYS once, then the kernel stops
-// asking).
+// it does differently: passthrough, for a file open for writing (and every
+// open of it meanwhile), is on an in-memory file (memfd) whose content goes
+// back into memory at the last release, where acyclicfs has an upper file
+// on disk; other reads are answered from memory. What it does not do:
+// byte-range locks (the kernel keeps them locally) and FLUSH (ENOSYS once,
+// then the kernel stops asking, as acyclicfs's handles answer). Listings
+// are served without OPENDIR and cached by the kernel, through the same
+// wrapper acyclicfs uses (fusefs.WithoutOpendir).
 //
-//	floorfs [-from DIR] [-transport auto|io_uring|dev-fuse] [-debug] MOUNTPOINT
+//	floorfs [-from DIR] [-transport auto|io_uring|dev-fuse] [-passthrough=false] [-debug] MOUNTPOINT
 //
 // It serves in the foreground until the mount is unmounted. -debug logs
 // every request in go-fuse's format ("rx N: OPCODE"), which the harness's
@@ -33,6 +37,9 @@ import (
 	"github.com/acyclicfs/acyclicfs/fusefs"
 )
 
+// passthrough is the -passthrough flag.
+var passthrough = func() *bool { b := true; return &b }()
+
 func main() {
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "floorfs:", err)
@@ -45,6 +52,7 @@ func run(args []string) error {
 	from := fl.String("from", "", "directory whose tree the mount starts with (copied into memory)")
 	transport := fl.String("transport", "auto", "auto (io_uring where the kernel offers it), io_uring or dev-fuse")
 	debug := fl.Bool("debug", false, "log every request (go-fuse debug format)")
+	fl.BoolVar(passthrough, "passthrough", true, "serve writers by kernel passthrough on an in-memory file (memfd), as acyclicfs serves dirty files")
 	if err := fl.Parse(args); err != nil {
 		return err
 	}
@@ -81,7 +89,8 @@ func mount(mp, from, transport string, debug bool) (*fusefs.RawMount, error) {
 		NullPermissions: true,
 		MountOptions:    mountOptions(debug),
 	}
-	raw := gofs.NewNodeFS(root, opts)
+	// Listings as acyclicfs serves them: no OPENDIR, cached by the kernel.
+	raw := fusefs.WithoutOpendir(gofs.NewNodeFS(root, opts))
 	if from != "" {
 		if err := load(context.Background(), root, from); err != nil {
 			return nil, fmt.Errorf("load %s: %w", from, err)
