@@ -6,6 +6,7 @@ import (
 	"slices"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/acyclicfs/acyclicfs/fusefs"
 )
@@ -68,6 +69,22 @@ func TestFloorServes(t *testing.T) {
 			if n := daemonWrites.Load() - w0; n != 0 {
 				t.Errorf("%d writes reached the daemon, want none (passthrough)", n)
 			}
+			// touch: create, set times, close; the SETATTR reply's
+			// attributes are cached as long as any other, so the stat
+			// after it costs no request.
+			tf, err := os.Create(p("d/touched"))
+			must(t, err)
+			mt := time.Unix(1700000000, 0)
+			must(t, os.Chtimes(p("d/touched"), mt, mt))
+			must(t, tf.Close())
+			g0 := daemonGetattrs.Load()
+			if st, err := os.Stat(p("d/touched")); err != nil || !st.ModTime().Equal(mt) {
+				t.Fatalf("stat after touch: %v %v", st, err)
+			}
+			if n := daemonGetattrs.Load() - g0; n != 0 {
+				t.Errorf("stat after touch sent %d GETATTR, want none", n)
+			}
+			must(t, os.Remove(p("d/touched")))
 			must(t, os.WriteFile(p("d/new"), []byte("hello world"), 0o644))
 			f, err := os.OpenFile(p("d/new"), os.O_WRONLY, 0)
 			must(t, err)
