@@ -20,7 +20,7 @@ func TestSmoke(t *testing.T) {
 		t.Skip("needs root")
 	}
 	out := filepath.Join(t.TempDir(), "bench.md")
-	cfg, err := parseFlags([]string{"-quick", "-workloads", "seq-write", "-systems", "native,acyclicfs",
+	cfg, err := parseFlags([]string{"-quick", "-workloads", "seq-write,create-unlink", "-systems", "native,floor,acyclicfs",
 		"-no-forks", "-seq-mib", "8", "-out", out, "-png", ""})
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +34,7 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| sequential write |", "acyclicfs / native"} {
+	for _, want := range []string{"| sequential write |", "acyclicfs / native", "| acyclicfs / floor |", "## acyclicfs against the floor"} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("report lacks %q:\n%s", want, b)
 		}

@@ -38,8 +38,8 @@ type node struct {
 	target []byte // symlink target
 	// pt holds the content while the file is open by passthrough: an
 	// in-memory file (memfd) the kernel reads and writes directly, as it
-	// does acyclicfs's upper files. It goes back into data when the last
-	// such open is released.
+	// does acyclicfs's upper files. It stays after the last such open
+	// (see retainMemfds) or goes back into data.
 	pt *memFile
 	// cachedOpens counts opens served through the daemon and the page
 	// cache; passthrough starts only when there are none (the kernel
@@ -257,6 +257,7 @@ func (n *node) startPT() syscall.Errno {
 	}
 	n.pt = &memFile{fd: fd, opens: 1}
 	n.pt.look()
+	liveMemfds.Add(1)
 	n.data = nil
 	return 0
 }
@@ -274,23 +275,50 @@ func (n *node) Release(ctx context.Context, fh gofs.FileHandle) syscall.Errno {
 		if n.pt.opens > 0 {
 			return 0
 		}
+		if n.nlink == 0 {
+			n.dropPT()
+			return 0
+		}
+		if liveMemfds.Load() <= retainMemfds {
+			return 0 // kept: later opens are passthrough too
+		}
 		var a fuse.Attr
 		n.fill(&a) // size and times from the memfd
 		data := make([]byte, n.size)
 		if _, err := unix.Pread(n.pt.fd, data, 0); err != nil && n.size > 0 {
 			return gofs.ToErrno(err)
 		}
-		unix.Close(n.pt.fd)
-		n.pt, n.data, n.stalePages = nil, data, true
+		n.dropPT()
+		n.data, n.stalePages = data, true
 	}
 	return 0
+}
+
+// liveMemfds counts the memfds held; up to retainMemfds of them stay with
+// their files after the last open, as acyclicfs keeps a written file's
+// upper file as its backing file (Config.RetainUpperBytes), so that reading
+// what a tool wrote is passthrough there and here. The bound leaves room
+// in the process's descriptor limit (20,000 on this machine).
+var liveMemfds atomic.Int64
+
+const retainMemfds = 8192
+
+// dropPT closes the memfd; n.mu is held.
+func (n *node) dropPT() {
+	unix.Close(n.pt.fd)
+	n.pt = nil
+	liveMemfds.Add(-1)
 }
 
 // Flush has nothing to do: ENOSYS makes the kernel stop sending it, as
 // acyclicfs's handles do.
 func (n *node) Flush(ctx context.Context, fh gofs.FileHandle) syscall.Errno { return syscall.ENOSYS }
 
+// daemonReads counts reads that reached the daemon (tests).
+var daemonReads atomic.Int64
+
 func (n *node) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	daemonReads.Add(1)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.pt != nil {
@@ -444,6 +472,9 @@ func dropLink(c *gofs.Inode) {
 			cn.nlink--
 		}
 		cn.ctime = time.Now()
+		if cn.nlink == 0 && cn.pt != nil && cn.pt.opens == 0 {
+			cn.dropPT() // the last name of a closed file: its content goes
+		}
 		cn.mu.Unlock()
 	}
 }

@@ -8,9 +8,9 @@
 // only root reaches no default_permissions and handle_killpriv_v2) and over
 // the same transports, io_uring or /dev/fuse, through fusefs.MountRaw. What
 // it does differently: passthrough, for a file open for writing (and every
-// open of it meanwhile), is on an in-memory file (memfd) whose content goes
-// back into memory at the last release, where acyclicfs has an upper file
-// on disk; other reads are answered from memory. What it does not do:
+// later open of it), is on an in-memory file (memfd) where acyclicfs has an
+// upper file on disk (beyond 8,192 such files the content goes back into
+// memory at the last release); other reads are answered from memory. What it does not do:
 // byte-range locks (the kernel keeps them locally) and FLUSH (ENOSYS once,
 // then the kernel stops asking, as acyclicfs's handles answer). Listings
 // are served without OPENDIR and cached by the kernel, through the same
