@@ -73,7 +73,8 @@ func sha(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:
 // TestSparseFileCaptureAndExport: a 100 GB file made with truncate in a
 // mount, with 512 KiB of data written in its middle, is captured at the
 // session's end into less than 1 MB of store (the data, not the holes),
-// reads back through the mount and a fork as the data and zeros, is
+// reads back through the mount and a fork as the data and zeros (and
+// SEEK_DATA through the fork finds the data alone), is
 // exported as a sparse file with the same content and data map, and fsck
 // and gc keep it.
 func TestSparseFileCaptureAndExport(t *testing.T) {
@@ -134,6 +135,10 @@ func TestSparseFileCaptureAndExport(t *testing.T) {
 	mc := e.mountAt("c")
 	if got := inSession(t, mc, readBack); got != want {
 		t.Fatalf("read back through a fork:\n got %q\nwant %q", got, want)
+	}
+	// SEEK_DATA through the mount asks the stored blob: its holes show.
+	if m := dataMap(t, filepath.Join(mc, "big")); len(m) != 1 || m[0] != [2]int64{dataOff, dataOff + dataLen} {
+		t.Fatalf("data map through the fork's mount %v, want [[%d %d]]", m, int64(dataOff), int64(dataOff+dataLen))
 	}
 	e.unmount(mc)
 
