@@ -48,23 +48,31 @@ func (m *Mount) CaptureDeferred() (root store.ID, changed bool, trees []*store.T
 // without mounting it: the overlay snapshot is replayed on root (or on the
 // root it records, if that differs) and captured.
 func RecoverCapture(stateDir string, objects Objects, root store.ID) (store.ID, bool, error) {
+	id, changed, _, err := RecoverCaptureReport(stateDir, objects, root)
+	return id, changed, err
+}
+
+// RecoverCaptureReport is RecoverCapture that also says what the state
+// directory held that recovery could not keep (none: nil).
+func RecoverCaptureReport(stateDir string, objects Objects, root store.ID) (store.ID, bool, []string, error) {
 	if objects == nil {
-		return store.ID{}, false, ErrNoObjects
+		return store.ID{}, false, nil, ErrNoObjects
 	}
 	ov, err := openOverlay(stateDir, objects, root)
 	if err != nil {
-		return store.ID{}, false, fmt.Errorf("recover capture: %w", err)
+		return store.ID{}, false, nil, fmt.Errorf("recover capture: %w", err)
 	}
 	id, _, err := ov.capture()
 	if err != nil {
-		return store.ID{}, false, fmt.Errorf("recover capture: %w", err)
+		return store.ID{}, false, ov.recovery, fmt.Errorf("recover capture: %w", err)
 	}
-	return id, id != root, nil
+	return id, id != root, ov.recovery, nil
 }
 
 // ResetState removes the overlay state (after its capture was published).
 func ResetState(stateDir string) error {
-	for _, p := range []string{filepath.Join(stateDir, snapName), filepath.Join(stateDir, snapName+".tmp")} {
+	for _, p := range []string{filepath.Join(stateDir, snapName), filepath.Join(stateDir, snapName+".tmp"),
+		filepath.Join(stateDir, walName), filepath.Join(stateDir, walName+".tmp")} {
 		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
 			return fmt.Errorf("reset state: %w", err)
 		}
@@ -133,6 +141,7 @@ func (o *overlay) captured(seq uint64, memos []func()) func() {
 		o.mu.Lock()
 		o.capSeq = seq
 		o.unsnapped = true
+		o.walRebase() // memos changed capture state the log does not record
 		o.mu.Unlock()
 	})
 }

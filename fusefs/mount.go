@@ -206,6 +206,10 @@ func mountAt(mountpoint string, cfg Config) (*Mount, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
+	if ov.fresh && !cfg.ReadOnly {
+		// Without it the first change writes a snapshot instead.
+		_ = ov.walBegin()
+	}
 	m := &Mount{cfg: cfg, ov: ov, mountpoint: mountpoint,
 		clean: cfg.AttrTimeout, dirty: cfg.DirtyTimeout,
 		notifyC: make(chan struct{}, 1), doneC: make(chan struct{})}
@@ -254,6 +258,8 @@ func mountAt(mountpoint string, cfg Config) (*Mount, error) {
 		opts.MountOptions.ExtraCapabilities |= fuse.CAP_OVER_IO_URING
 	}
 	m.dirs = newDirsFS(fs.NewNodeFS(m.rootNode, opts))
+	m.dirs.flush = func(before uint64) { _ = m.ov.walFlush(&m.snapMu, before) }
+	m.dirs.marked = m.ov.walMarks.Load
 	server, fuseFD, err := newServer(m.dirs, mountpoint, &opts.MountOptions, cfg.Uring)
 	if err != nil {
 		ov.pool.close()
@@ -457,6 +463,7 @@ func openOverlay(stateDir string, objects Objects, root store.ID) (*overlay, err
 	if !found {
 		ov = newOverlay(objects, stateDir, root)
 		ov.named = map[uint64]bool{} // no snapshot on disk names anything
+		ov.fresh = true
 	}
 	if err := ov.removeStrayUppers(); err != nil {
 		return nil, err

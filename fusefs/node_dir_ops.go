@@ -460,6 +460,14 @@ func (o *overlay) moveLink(sd *inode, name string, dd *inode, newName string, c 
 		o.dirChanged(dd)
 	}
 	c.linkSeq = o.seq
+	if c.isDir() {
+		o.fsmMovedDir()
+	} else {
+		o.fsmRemoved(sd, name, c)
+	}
+	o.walName(sd, name)
+	o.walName(dd, newName)
+	o.walMark(c, walFull)
 }
 
 // childNamed returns d's child called name, or ENOENT. Caller holds mu.
