@@ -74,7 +74,8 @@ func sha(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:
 // mount, with 512 KiB of data written in its middle, is captured at the
 // session's end into less than 1 MB of store (the data, not the holes),
 // reads back through the mount and a fork as the data and zeros (and
-// SEEK_DATA through the fork finds the data alone), is
+// SEEK_DATA through the fork finds the data alone; a write in the fork
+// copies it up and captures it sparse again), is
 // exported as a sparse file with the same content and data map, and fsck
 // and gc keep it.
 func TestSparseFileCaptureAndExport(t *testing.T) {
@@ -140,7 +141,29 @@ func TestSparseFileCaptureAndExport(t *testing.T) {
 	if m := dataMap(t, filepath.Join(mc, "big")); len(m) != 1 || m[0] != [2]int64{dataOff, dataOff + dataLen} {
 		t.Fatalf("data map through the fork's mount %v, want [[%d %d]]", m, int64(dataOff), int64(dataOff+dataLen))
 	}
-	e.unmount(mc)
+	// A write into the fork copies the file up with its holes: its
+	// capture stores the data regions only, again.
+	beforeFork := allocatedUnder(t, filepath.Join(e.store, "objects"))
+	inSession(t, mc, "printf forked | dd of=big bs=1 seek=1024 conv=notrunc status=none")
+	if o, _ := e.unmount(mc); o != "current" {
+		t.Fatalf("unmount c: outcome %q", o)
+	}
+	if grew := allocatedUnder(t, filepath.Join(e.store, "objects")) - beforeFork; grew >= 1_000_000 {
+		t.Fatalf("the fork's capture grew the store by %d bytes", grew)
+	}
+	exp := e.exportTo("c", "export-c")
+	if m := dataMap(t, filepath.Join(exp, "big")); len(m) != 2 || m[0][0] != 0 || m[1] != [2]int64{dataOff, dataOff + dataLen} {
+		t.Fatalf("the fork's export data map %v", m)
+	}
+	f, err := os.Open(filepath.Join(exp, "big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := make([]byte, 1030)
+	if _, err := f.ReadAt(head, 0); err != nil || string(head[1024:1030]) != "forked" || !bytes.Equal(head[:1024], make([]byte, 1024)) {
+		t.Fatalf("the fork's export starts %q, %v", head[1000:], err)
+	}
+	f.Close()
 
 	// Export: a sparse file with the same content and data map.
 	checkExport := func(name string) {
