@@ -104,3 +104,25 @@ func TestSparseIDDistinguishes(t *testing.T) {
 		}
 	}
 }
+
+// FuzzSparseID: feeding content with its zero runs skipped (zeros) gives
+// the ID of feeding every byte, whatever the cut points.
+func FuzzSparseID(f *testing.F) {
+	f.Add([]byte("data"), uint16(5000), uint16(3))
+	f.Add(make([]byte, 9000), uint16(4096), uint16(1))
+	f.Fuzz(func(t *testing.T, seed []byte, gap uint16, cut uint16) {
+		// content: seed, gap zeros, seed again.
+		content := append(append(bytes.Clone(seed), make([]byte, gap)...), seed...)
+		want := SparseBlobID(content)
+		h := newSparseHasher()
+		step := int(cut%512) + 1
+		for b := seed; len(b) > 0; b = b[min(step, len(b)):] {
+			h.Write(b[:min(step, len(b))])
+		}
+		h.zeros(int64(gap))
+		h.Write(seed)
+		if got := h.Sum(); got != want {
+			t.Fatalf("skipping %d zeros: %s, want %s", gap, got.Short(), want.Short())
+		}
+	})
+}
