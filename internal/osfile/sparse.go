@@ -65,11 +65,13 @@ func HoleBytes(f *os.File, size int64) (int64, error) {
 // else read and write), and dst is then extended to size, so what src
 // had as holes is a hole in dst too (where dst's file system has them).
 func CopySparse(dst, src *os.File, size int64) error {
+	last := int64(0) // end of the last data region
 	err := DataExtents(src, size, func(off, end int64) error {
+		last = end
 		return copyRange(dst, src, off, end)
 	})
-	if err != nil {
-		return err
+	if err != nil || last == size {
+		return err // (a dense file needs no extension)
 	}
 	if err := dst.Truncate(size); err != nil {
 		return fmt.Errorf("copy %s: %w", src.Name(), err)
