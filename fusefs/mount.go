@@ -116,6 +116,11 @@ type Config struct {
 	// through the mount right after mounting, so that the kernel caches
 	// their entries and attributes before tools ask (warm.go).
 	WarmEntries int
+	// WarmWalkers is how many threads list at once during the warm-up
+	// (0: warmWalkers). A mount whose git work tree answers git status
+	// through the fsmonitor hook uses few: git then looks up nothing, and
+	// the warm-up would only compete with it for the CPUs.
+	WarmWalkers int
 }
 
 // Mount is a live FUSE mount of an overlay view.
@@ -300,7 +305,7 @@ func mountAt(mountpoint string, cfg Config) (*Mount, error) {
 	}()
 	go m.notifier()
 	if cfg.WarmEntries > 0 {
-		m.startWarm(cfg.WarmEntries)
+		m.startWarm(cfg.WarmEntries, cfg.WarmWalkers)
 	}
 	return m, nil
 }

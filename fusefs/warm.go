@@ -97,8 +97,12 @@ var gitProbes = []string{".gitignore"}
 // request by it (up to max_pages), so one request lists about 800 names.
 const warmBufSize = 128 << 10
 
-// startWarm begins the warm-up of up to limit names.
-func (m *Mount) startWarm(limit int) {
+// startWarm begins the warm-up of up to limit names with walkers threads
+// (0 or out of range: warmWalkers).
+func (m *Mount) startWarm(limit, walkers int) {
+	if walkers <= 0 || walkers > warmWalkers {
+		walkers = warmWalkers
+	}
 	w := &m.warm
 	w.stop = make(chan struct{})
 	w.done = make(chan struct{})
@@ -108,7 +112,7 @@ func (m *Mount) startWarm(limit int) {
 	w.active.Store(true)
 	var wg sync.WaitGroup
 	var started sync.WaitGroup
-	for i := range warmWalkers {
+	for i := range walkers {
 		wg.Add(1)
 		started.Add(1)
 		go func() {

@@ -120,7 +120,7 @@ func TestWarmStaysOnItsFilesystem(t *testing.T) {
 	for i := range 40 {
 		mustWrite(t, filepath.Join(sub, fmt.Sprintf("x%d", i)), "x")
 	}
-	m.startWarm(10000)
+	m.startWarm(10000, 0)
 	waitWarm(t, m)
 	if n, _ := m.Warmed(); n != 211-25 {
 		t.Fatalf("warmed %d names, want %d (d5 is another filesystem now)", n, 211-25)
@@ -147,7 +147,7 @@ func TestWarmSwitchOverlap(t *testing.T) {
 		}
 	}
 	before := m.switchStarted.Load()
-	m.startWarm(100)
+	m.startWarm(100, 0)
 	waitWarm(t, m)
 	if m.switchStarted.Load() != before+1 || m.switchNotified.Load() != before+1 {
 		t.Fatalf("switch counters %d/%d after one switch from %d", m.switchStarted.Load(), m.switchNotified.Load(), before)
@@ -316,7 +316,7 @@ func TestWarmStopWhileHeld(t *testing.T) {
 	held := make(chan func(), 1)
 	var once sync.Once
 	m.warm.afterList = func([]string) { once.Do(func() { held <- m.HoldWarm() }) } // after the root
-	m.startWarm(1 << 20)
+	m.startWarm(1<<20, 0)
 	release := <-held
 	defer release()
 	w := &m.warm
@@ -420,7 +420,7 @@ func TestWarmSkipsLooseObjects(t *testing.T) {
 		listed[filepath.Join(dir...)] = true
 		mu.Unlock()
 	}
-	m.startWarm(10000)
+	m.startWarm(10000, 0)
 	waitWarm(t, m)
 	// 1 root + 12*3 work tree + w00/objects/ab + .git, objects, pack, abc.
 	if len(listed) != 43 || !listed[".git/objects/abc"] || !listed[".git/objects/pack"] || !listed["w00/objects/ab"] || listed[".git/objects/ab"] {

@@ -277,7 +277,13 @@ func (d *daemon) mountWorkspace(ws, mp string, opt mountOptions) (*served, []str
 		s.closeBase()
 		return nil, notes, err
 	}
-	mnt, err := fusefs.MountAt(mp, fusefs.Config{Objects: storeObjects{m.Store()}, Root: root, StateDir: stateDir,
+	// git status in a work tree the fsmonitor hook serves looks nothing up:
+	// a warm-up of few threads then, so as not to compete with it.
+	walkers := 0
+	if !isInPlace && !s.readOnly.Load() && !opt.noFSMonitor && hasGitDir(m.Store(), root) {
+		walkers = fsmonitorWarmWalkers
+	}
+	mnt, err := fusefs.MountAt(mp, fusefs.Config{Objects: storeObjects{m.Store()}, Root: root, StateDir: stateDir, WarmWalkers: walkers,
 		Admitter: tr, AllowOther: opt.allowOther, BaseInodes: m.DerivesFromInPlace(ws), Debug: opt.debug, FsName: "acyclicfs:" + ws, Passthrough: true, EnableXattrs: opt.xattrs,
 		WarmEntries: opt.warmEntries, Uring: opt.transport == transportUring, PreferUring: opt.transport == transportAuto,
 		ReadOnly: s.readOnly.Load()})
@@ -310,6 +316,22 @@ func (d *daemon) mountWorkspace(ws, mp string, opt mountOptions) (*served, []str
 	}
 	d.logger.Printf("mounted %s at %s (generation %s)", ws, mp, w.Head.Short())
 	return s, notes, nil
+}
+
+// fsmonitorWarmWalkers is the warm-up's thread count for a mount whose
+// root is a git work tree with the fsmonitor hook: on the Go tree (2
+// cores) the first git status after a mount took a median 55 ms with 2
+// walkers against 120 ms with 16 (native 30 ms).
+const fsmonitorWarmWalkers = 2
+
+// hasGitDir reports whether tree root has a .git directory.
+func hasGitDir(st *store.Store, root store.ID) bool {
+	t, err := st.GetTree(root)
+	if err != nil {
+		return false
+	}
+	e, ok := t.Lookup(".git")
+	return ok && e.Kind == store.KindDir
 }
 
 // checkMountpoint requires an existing directory; a dead FUSE mount left
