@@ -100,6 +100,13 @@ func (m *Manager) Export(gen store.ID, dir string, force bool) (int, error) {
 	if err != nil {
 		return 0, m.abortExport(&j, err)
 	}
+	links, err := m.linksOf(gen)
+	if err != nil {
+		return 0, m.abortExport(&j, err)
+	}
+	if err := relink(newDir, target, links); err != nil {
+		return 0, m.abortExport(&j, err)
+	}
 	if err := syncFS(newDir); err != nil {
 		return 0, m.abortExport(&j, err)
 	}
@@ -118,6 +125,27 @@ func (m *Manager) Export(gen store.ID, dir string, force bool) (int, error) {
 		return 0, err
 	}
 	return count, nil
+}
+
+// relink makes each link group's paths below dir one file again: every
+// path after the first is replaced by a hard link to the first (link(2)).
+// shown is dir's path for messages.
+func relink(dir, shown string, groups [][]string) error {
+	for _, g := range groups {
+		first := filepath.Join(dir, filepath.FromSlash(g[0]))
+		for _, p := range g[1:] {
+			at := filepath.Join(dir, filepath.FromSlash(p))
+			tmp := at + stagingPrefix + "link"
+			if err := os.Link(first, tmp); err != nil {
+				return fmt.Errorf("export %s: link to %s: %w", filepath.Join(shown, p), g[0], err)
+			}
+			if err := os.Rename(tmp, at); err != nil {
+				_ = os.Remove(tmp)
+				return fmt.Errorf("export %s: %w", filepath.Join(shown, p), err)
+			}
+		}
+	}
+	return nil
 }
 
 func (m *Manager) saveExport(j *exportJournal) error {

@@ -233,6 +233,10 @@ func (d *daemon) mountWorkspace(ws, mp string, opt mountOptions) (*served, []str
 	if err != nil {
 		return nil, notes, err
 	}
+	links, err := m.LinksOf(w.Head)
+	if err != nil {
+		return nil, notes, err
+	}
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, notes, fmt.Errorf("mount state %s: %w", stateDir, err)
 	}
@@ -268,7 +272,7 @@ func (d *daemon) mountWorkspace(ws, mp string, opt mountOptions) (*served, []str
 		s.closeBase()
 		return nil, notes, err
 	}
-	mnt, err := fusefs.MountAt(mp, fusefs.Config{Objects: storeObjects{m.Store()}, Root: root, StateDir: stateDir,
+	mnt, err := fusefs.MountAt(mp, fusefs.Config{Objects: storeObjects{m.Store()}, Root: root, Links: links, StateDir: stateDir,
 		Admitter: tr, AllowOther: opt.allowOther, BaseInodes: m.DerivesFromInPlace(ws), Debug: opt.debug, FsName: "acyclicfs:" + ws, Passthrough: true, EnableXattrs: opt.xattrs,
 		WarmEntries: opt.warmEntries, Uring: opt.transport == transportUring, PreferUring: opt.transport == transportAuto,
 		ReadOnly: s.readOnly.Load()})
@@ -365,12 +369,16 @@ func (d *daemon) recoverMount(rec workspace.MountRecord) ([]string, error) {
 	if err != nil {
 		return notes, err
 	}
-	newRoot, changed, err := fusefs.RecoverCapture(rec.StateDir, storeObjects{m.Store()}, pinnedRoot)
+	pinnedLinks, err := m.LinksOf(pinned)
+	if err != nil {
+		return notes, err
+	}
+	newRoot, newLinks, changed, err := fusefs.RecoverCaptureLinks(rec.StateDir, storeObjects{m.Store()}, pinnedRoot, pinnedLinks)
 	if err != nil {
 		return notes, fmt.Errorf("replay overlay %s: %w", rec.StateDir, err)
 	}
 	if changed {
-		gen, conflicts, err := m.PublishCapture(rec.Workspace, pinned, newRoot, nil)
+		gen, conflicts, err := m.PublishCapture(rec.Workspace, pinned, newRoot, newLinks, nil)
 		if err != nil {
 			return notes, err
 		}
@@ -675,7 +683,7 @@ func (s *served) captureAndPublishOnce(permit *store.Permit) error {
 	defer release()
 	// The capture's trees are stored in the transaction that publishes
 	// them (its blobs are durable already).
-	root, changed, trees, done, err := s.mnt.CaptureDeferred()
+	root, links, changed, trees, done, err := s.mnt.CaptureDeferredLinks()
 	if err != nil {
 		return fmt.Errorf("capture %s: %w", s.ws, err)
 	}
@@ -684,7 +692,7 @@ func (s *served) captureAndPublishOnce(permit *store.Permit) error {
 		return nil
 	}
 	failpoint.Hit("reconcile.after-capture")
-	if _, _, err := s.d.m.PublishCapture(s.ws, s.pinned, root, permit, trees...); err != nil {
+	if _, _, err := s.d.m.PublishCapture(s.ws, s.pinned, root, links, permit, trees...); err != nil {
 		return err
 	}
 	done()
@@ -707,9 +715,13 @@ func (s *served) switchToHead() error {
 	if err != nil {
 		return err
 	}
+	links, err := s.d.m.LinksOf(w.Head)
+	if err != nil {
+		return err
+	}
 	// Not waiting for the kernel invalidations: we hold s.lock, which
 	// requests waiting for admission need (see SwitchViewQueued).
-	if _, err := s.mnt.SwitchViewQueued(root); err != nil {
+	if _, err := s.mnt.SwitchViewQueuedLinks(root, links); err != nil {
 		return fmt.Errorf("switch view of %s: %w", s.ws, err)
 	}
 	s.pinned = w.Head

@@ -1,0 +1,151 @@
+package fusefs
+
+import (
+	"strings"
+
+	"github.com/acyclicfs/acyclicfs/store"
+)
+
+// Hard links across captures. A tree has no link identity; a generation
+// lists its link groups (store.Generation.Links), the paths of each file
+// with several names. The overlay shows a group of its pinned generation
+// as one inode (applyLinks: the directories holding the paths are loaded
+// when the generation is pinned, so the inode has all its names before
+// any lookup), and a capture lists the inodes with several names
+// (linkGroups). Inodes that got a second name are tracked in
+// overlay.multi, so a capture finds them without walking the table.
+
+// noteMulti records that c may have several names. Caller holds mu.
+func (o *overlay) noteMulti(c *inode) {
+	if o.multi == nil {
+		o.multi = map[*inode]struct{}{}
+	}
+	o.multi[c] = struct{}{}
+}
+
+// dirPath returns d's slash-separated path below the root ("" for the
+// root); false when d is no longer in the tree. Caller holds mu.
+func (o *overlay) dirPath(d *inode) ([]string, bool) {
+	var names []string
+	for d != o.root {
+		if len(d.links) == 0 || len(names) > 4096 {
+			return nil, false
+		}
+		names = append(names, d.links[0].name)
+		d = d.links[0].dir
+	}
+	for i, j := 0, len(names)-1; i < j; i, j = i+1, j-1 {
+		names[i], names[j] = names[j], names[i]
+	}
+	return names, true
+}
+
+// linkGroups returns the link groups of the table: the paths of every
+// regular file with more than one name, canonical (store.NormalizeLinks).
+// Caller holds mu.
+func (o *overlay) linkGroups() [][]string {
+	var groups [][]string
+	for c := range o.multi {
+		if len(c.links) < 2 || !c.isReg() {
+			if len(c.links) < 2 {
+				delete(o.multi, c)
+			}
+			continue
+		}
+		var g []string
+		for _, l := range c.links {
+			dp, ok := o.dirPath(l.dir)
+			if !ok {
+				continue
+			}
+			g = append(g, strings.Join(append(dp, l.name), "/"))
+		}
+		groups = append(groups, g)
+	}
+	return store.NormalizeLinks(groups)
+}
+
+// resolve returns the directory and inode at path p, loading directories
+// on the way (under the lock: only while a generation is pinned). nil
+// when p is absent.
+func (o *overlay) resolve(p string) (*inode, string, *inode, error) {
+	d := o.root
+	names := strings.Split(p, "/")
+	for i, name := range names {
+		if !d.isDir() {
+			return nil, "", nil, nil
+		}
+		if d.children == nil {
+			t, err := o.getTree(d.lower.ID)
+			if err != nil {
+				return nil, "", nil, err
+			}
+			o.install(d, t)
+		}
+		c := d.children[name]
+		if c == nil {
+			return nil, "", nil, nil
+		}
+		if i == len(names)-1 {
+			return d, name, c, nil
+		}
+		d = c
+	}
+	return nil, "", nil, nil
+}
+
+// fromLower reports whether c is a file the pinned tree gave the name it
+// has and that nothing changed: such inodes of one link group are merged.
+func (c *inode) fromLower() bool {
+	return c.isReg() && c.hasLower && c.linkSeq == 0 && c.seq == 0 && !c.upper && c.opens == 0 && len(c.links) == 1
+}
+
+// applyLinks makes each group of the pinned generation one inode: the
+// files at a group's paths that still show the pinned tree's entry are
+// merged into one inode (a changed one, if there is one, keeps its
+// state). Names given since the last capture are left alone. A note is
+// queued for each name that now shows another inode. Caller holds mu.
+func (o *overlay) applyLinks(groups [][]string, notes *[]note) error {
+	o.lowerLinks = groups
+	for _, g := range groups {
+		type name struct {
+			d    *inode
+			name string
+			c    *inode
+		}
+		var names []name
+		var target *inode
+		for _, p := range g {
+			d, n, c, err := o.resolve(p)
+			if err != nil {
+				return err
+			}
+			if c == nil || !c.isReg() || !c.hasLower || c.linkSeq != 0 {
+				continue
+			}
+			names = append(names, name{d, n, c})
+			if target == nil || target.fromLower() && !c.fromLower() && c.linkSeq == 0 {
+				target = c
+			}
+		}
+		if target == nil {
+			continue
+		}
+		for _, n := range names {
+			c := n.c
+			if c == target || !c.fromLower() || c.lower.ID != target.lower.ID || c.kind() != target.kind() {
+				continue
+			}
+			detachName(n.d, n.name, c)
+			n.d.children[n.name] = target
+			target.links = append(target.links, link{dir: n.d, name: n.name})
+			o.noteMulti(target)
+			if notes != nil {
+				if dp, ok := o.dirPath(n.d); ok {
+					addNote(notes, dp, n.name, false)
+				}
+			}
+		}
+	}
+	return nil
+}
