@@ -131,10 +131,19 @@ func (o *overlay) applyLinks(groups [][]string, notes *[]note) error {
 		if target == nil {
 			continue
 		}
+		merged := false
 		for _, n := range names {
 			c := n.c
 			if c == target || !c.fromLower() || c.lower.ID != target.lower.ID || c.kind() != target.kind() {
 				continue
+			}
+			if !merged && notes != nil {
+				// The kernel may hold the target's attributes (its link
+				// count) under one of its old names.
+				merged = true
+				if dp, ok := o.dirPath(target.links[0].dir); ok {
+					addNote(notes, dp, target.links[0].name, true)
+				}
 			}
 			detachName(n.d, n.name, c)
 			n.d.children[n.name] = target

@@ -1,0 +1,109 @@
+package fusefs
+
+import (
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/acyclicfs/acyclicfs/store"
+)
+
+func mountLinksT(t *testing.T, objs *fakeObjects, root store.ID, links [][]string, stateDir string) (*Mount, string) {
+	t.Helper()
+	mnt := t.TempDir()
+	m, err := MountAt(mnt, Config{Objects: objs, Root: root, Links: links, StateDir: stateDir, FsName: "fusefs-test", Passthrough: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := m.Unmount(); err != nil && !os.IsNotExist(err) {
+			t.Logf("unmount: %v", err)
+		}
+		m.Wait()
+	})
+	return m, mnt
+}
+
+func sameInode(t *testing.T, what string, paths ...string) {
+	t.Helper()
+	var first syscall.Stat_t
+	for i, p := range paths {
+		var st syscall.Stat_t
+		if err := syscall.Stat(p, &st); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if i == 0 {
+			first = st
+		}
+		if st.Ino != first.Ino || int(st.Nlink) != len(paths) {
+			t.Fatalf("%s: %s is inode %d with %d links, want inode %d with %d", what, p, st.Ino, st.Nlink, first.Ino, len(paths))
+		}
+	}
+}
+
+// TestLinkGroupsShowAsOneInode: the pinned generation's link groups are
+// one inode in the mount (same number, link count, a write through one
+// name read through the other); a capture lists them; a replay of the
+// overlay (remount, crash recovery) keeps them; a view switch to a
+// generation that links two equal files makes them one.
+func TestLinkGroupsShowAsOneInode(t *testing.T) {
+	objs := newFakeObjects(t)
+	root := objs.build(t, spec{"x/a": "same", "y/z/b": "same", "c": "same", "other": "o"})
+	links := [][]string{{"x/a", "y/z/b"}}
+	state := t.TempDir()
+	m, mnt := mountLinksT(t, objs, root, links, state)
+	p := func(s string) string { return filepath.Join(mnt, s) }
+	sameInode(t, "pinned group", p("x/a"), p("y/z/b"))
+	sameInode(t, "a file outside the group", p("c"))
+	mustWrite(t, p("y/z/b"), "written via b")
+	if got := mustRead(t, p("x/a")); got != "written via b" {
+		t.Fatalf("read via a: %q", got)
+	}
+	id, gotLinks, changed, err := m.CaptureLinks()
+	if err != nil || !changed {
+		t.Fatalf("capture: %v %v", changed, err)
+	}
+	if !store.EqualLinks(gotLinks, links) {
+		t.Fatalf("captured links %v, want %v", gotLinks, links)
+	}
+	if f := objs.flatten(t, id); f["x/a"] != "file:written via b" || f["y/z/b"] != "file:written via b" {
+		t.Fatalf("captured tree: %v", f)
+	}
+	if err := m.SwitchViewLinks(id, gotLinks); err != nil {
+		t.Fatal(err)
+	}
+	sameInode(t, "after the switch", p("x/a"), p("y/z/b"))
+
+	// A new link across directories, kept by a replay of the overlay.
+	if err := os.Link(p("other"), p("x/other2")); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, p("x/other2"), "o2")
+	if err := m.Unmount(); err != nil {
+		t.Fatal(err)
+	}
+	m.Wait()
+	rid, rlinks, changed, err := RecoverCaptureLinks(state, objs, id, gotLinks)
+	want := [][]string{{"other", "x/other2"}, {"x/a", "y/z/b"}}
+	if err != nil || !changed || !store.EqualLinks(rlinks, want) {
+		t.Fatalf("recover capture: %v %v %v, want links %v", rlinks, changed, err, want)
+	}
+	if f := objs.flatten(t, rid); f["other"] != "file:o2" || f["x/other2"] != "file:o2" {
+		t.Fatalf("recovered tree: %v", f)
+	}
+	_, mnt2 := mountLinksT(t, objs, id, gotLinks, state)
+	sameInode(t, "replayed group", filepath.Join(mnt2, "x/a"), filepath.Join(mnt2, "y/z/b"))
+	sameInode(t, "replayed new link", filepath.Join(mnt2, "other"), filepath.Join(mnt2, "x/other2"))
+
+	// A view switch to a generation that links two equal files.
+	m3, mnt3 := mountLinksT(t, objs, root, nil, t.TempDir())
+	if _, err := os.Stat(filepath.Join(mnt3, "c")); err != nil {
+		t.Fatal(err)
+	}
+	if err := m3.SwitchViewLinks(root, [][]string{{"c", "y/z/b"}}); err != nil {
+		t.Fatal(err)
+	}
+	sameInode(t, "linked by a switch", filepath.Join(mnt3, "c"), filepath.Join(mnt3, "y/z/b"))
+	sameInode(t, "not linked by the switch", filepath.Join(mnt3, "x/a"))
+}
