@@ -9,6 +9,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/acyclicfs/acyclicfs/store"
+	"github.com/acyclicfs/acyclicfs/store/storetest"
 )
 
 // TestGenerationWithoutLinksEncodesAsBefore: a generation written before
@@ -139,5 +140,33 @@ func TestFitLinks(t *testing.T) {
 	})
 	if err != nil || !store.EqualLinks(got, [][]string{{"a", "b"}, {"c", "d"}}) {
 		t.Fatalf("FitLinks: %v %v", got, err)
+	}
+}
+
+// TestCheckFindsBadLinkGroups: fsck reports a link group whose paths do not
+// hold one file's content, and accepts one that does.
+func TestCheckFindsBadLinkGroups(t *testing.T) {
+	s := openDir(t, t.TempDir(), store.Options{})
+	defer s.Close()
+	root := storetest.PutFiles(t, s, map[string]string{"a": "same", "d/b": "same", "c": "other"})
+	good, err := s.PutGeneration(&store.Generation{Root: root, Workspace: "w", Kind: store.GenCreate, Links: [][]string{{"a", "d/b"}}})
+	mustOK(t, err)
+	storetest.MustCreate(t, s, "w", "", good, store.ID{})
+	ps, err := s.Check()
+	mustOK(t, err)
+	if len(ps) != 0 {
+		t.Fatalf("a good group: %v", ps)
+	}
+	bad, err := s.PutGeneration(&store.Generation{Root: root, Parents: []store.ID{good}, Workspace: "w", Kind: store.GenCommit, Links: [][]string{{"a", "c", "d/b"}}})
+	mustOK(t, err)
+	_, err = s.CompareAndAppend("w", good, store.HeadEntry{Gen: bad, Kind: store.GenCommit}, nil)
+	mustOK(t, err)
+	ps, err = s.Check()
+	mustOK(t, err)
+	if len(ps) != 1 || !hasProblem(ps, store.ProblemBadLinks, bad.String()) {
+		t.Fatalf("want the bad group, got %v", ps)
+	}
+	if _, err := s.GC(nil); err != nil {
+		t.Fatalf("gc refused a store with a bad link group: %v", err)
 	}
 }
