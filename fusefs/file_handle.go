@@ -20,6 +20,9 @@ type handle struct {
 	blob bool     // fd is the read-only blob file of a clean inode
 	own  *os.File // a private backing file (not the inode's shared one)
 	pt   bool     // given to the kernel for passthrough (a *ptHandle)
+	// writable: opened for writing (counted in the overlay's fsmonitor
+	// writers until released).
+	writable bool
 
 	lockMu   sync.Mutex // protects lockFile
 	lockFile *os.File   // private descriptor of the inode's lock file (locks.go)
@@ -113,6 +116,9 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 			in.upperFile.Close()
 			in.upperFile = nil
 		}
+	}
+	if h.writable {
+		ov.fsmReleased(in)
 	}
 	ov.maybeDropUpper(in)
 	return 0

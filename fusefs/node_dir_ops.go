@@ -460,6 +460,11 @@ func (o *overlay) moveLink(sd *inode, name string, dd *inode, newName string, c 
 		o.dirChanged(dd)
 	}
 	c.linkSeq = o.seq
+	if c.isDir() {
+		o.fsmMovedDir()
+	} else {
+		o.fsmRemoved(sd, name, c)
+	}
 }
 
 // childNamed returns d's child called name, or ENOENT. Caller holds mu.

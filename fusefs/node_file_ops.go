@@ -386,6 +386,10 @@ func (m *Mount) open(in *inode, flags uint32) (fs.FileHandle, uint32, syscall.Er
 		}
 		h.fd = int(in.upperFile.Fd())
 		in.upperOpens++
+		if write || trunc {
+			h.writable = true
+			ov.fsmOpened(in)
+		}
 	} else {
 		if in.blobFile != nil && in.blobID != in.lower.ID {
 			// A view switch changed the content under open readers; they

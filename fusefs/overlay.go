@@ -182,6 +182,10 @@ type overlay struct {
 
 	capturing                  atomic.Int32
 	captureFiles, captureBytes atomic.Int64
+
+	// fsm is the change bookkeeping that answers git's fsmonitor hook
+	// (fsmonitor.go). Guarded by mu.
+	fsm fsmState
 }
 
 func newOverlay(objects Objects, stateDir string, rootID store.ID) *overlay {
@@ -399,6 +403,7 @@ func (o *overlay) removeLink(d *inode, name string, c *inode) {
 	detachName(d, name, c)
 	c.ctime = time.Now().UnixNano()
 	o.dirChanged(d)
+	o.fsmRemoved(d, name, c)
 	o.maybeDropUpper(c)
 }
 

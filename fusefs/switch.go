@@ -81,6 +81,7 @@ var _ = (*fs.Inode).NotifyEntry
 func (o *overlay) switchView(newRoot store.ID, links [][]string, notes *[]note) (bool, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.fsmSwitching(newRoot)
 	keep, err := o.reconcileDir(o.root, store.Entry{Kind: store.KindDir, ID: newRoot, Mtime: o.root.mtime}, nil, notes)
 	if err != nil {
 		return false, fmt.Errorf("switch view to %s: %w", newRoot.Short(), err)

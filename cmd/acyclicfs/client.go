@@ -46,7 +46,7 @@ type runResponse struct {
 }
 
 // localOnly commands never forward.
-var localOnly = map[string]bool{"daemon": true, "exec": true, "help": true, "completion": true, "mcp": true}
+var localOnly = map[string]bool{"daemon": true, "exec": true, "help": true, "completion": true, "mcp": true, "fsmonitor": true}
 
 func firstCommand(args []string) string {
 	skipNext := false

@@ -287,6 +287,7 @@ func (a *app) cmdContextMount() *cobra.Command {
 	f.StringVar(&by, "lease-by", "sid", "lease owner key: sid, pgid or pid")
 	f.DurationVar(&idle, "idle-close", 0, "also end a lease after this long with no request, open file or cwd in the mount")
 	f.BoolVar(&opt.xattrs, "xattrs", false, "serve user xattrs")
+	f.BoolVar(&opt.noFSMonitor, "no-fsmonitor", false, "do not set git's fsmonitor hook in repositories at the roots' mount roots (and remove it where an earlier mount set it)")
 	transportFlag(f, &opt)
 	warmFlag(f, &opt)
 	return c

@@ -319,6 +319,7 @@ func (d *daemon) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /ping", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
 	mux.HandleFunc("POST /run", d.handleRun)
+	mux.HandleFunc("POST /fsmonitor", d.handleFSMonitor)
 	return d.checkPeer(mux)
 }
 

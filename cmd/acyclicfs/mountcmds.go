@@ -105,6 +105,8 @@ func (a *app) cmdMount() *cobra.Command {
 	transportFlag(f, &opt)
 	f.BoolVar(&opt.xattrs, "xattrs", false, "serve user xattrs (off by default: with them the kernel asks for security.capability before every write)")
 	warmFlag(f, &opt)
+	f.BoolVar(&opt.noFSMonitor, "no-fsmonitor", false,
+		"do not set git's fsmonitor hook in a repository at the mount's root (and remove it where an earlier mount set it)")
 	return c
 }
 
@@ -190,6 +192,9 @@ func (a *app) mountForeground(ws, mp string, opt mountOptions) error {
 	args = append(args, "--transport", opt.transport, "--warm-entries", strconv.Itoa(opt.warmEntries))
 	if opt.waitWarm {
 		args = append(args, "--wait-warm")
+	}
+	if opt.noFSMonitor {
+		args = append(args, "--no-fsmonitor")
 	}
 	resp, err := c.run(runRequest{Args: args, Cwd: a.cwd})
 	if err != nil {

@@ -18,6 +18,11 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
 		a.stderrTTY = err == nil
 	}
+	// git's fsmonitor hook runs at every git status: answered without
+	// building the command tree.
+	if code, ok := a.fsmonitorHook(args); ok {
+		return code
+	}
 	// Route through the per-store daemon when one runs: it alone holds the
 	// store open.
 	if code, forwarded := a.forward(args); forwarded {
@@ -68,6 +73,7 @@ func (a *app) rootCommand() *cobra.Command {
 		a.cmdStatus(), a.cmdGC(), a.cmdFsck(), a.cmdContext(), a.cmdResolve(), a.cmdCat(), a.cmdMCP(),
 	)
 	a.addMountCommands(root)
+	root.AddCommand(a.fsmonitorCommand())
 	return root
 }
 

@@ -38,7 +38,10 @@ type served struct {
 	ttl      time.Duration
 	by       sessions.By
 	mnt      *fusefs.Mount
-	tracker  *sessions.Tracker
+	// dev is the mount's device ("major:minor", as mountinfo shows it),
+	// by which the fsmonitor hook names the mount it runs in.
+	dev     string
+	tracker *sessions.Tracker
 	// inPlace: the workspace is in place; reconciliation materializes it
 	// into its directory. baseDir, when the mount covers that directory,
 	// is the fd to the directory underneath (docs/inplace.md).
@@ -139,6 +142,9 @@ type mountOptions struct {
 	warmEntries int
 	// waitWarm: the mount command returns once the warm-up has ended.
 	waitWarm bool
+	// noFSMonitor: do not point a repository at the mount's root at the
+	// fsmonitor hook, and remove the lines an earlier mount added.
+	noFSMonitor bool
 }
 
 // mountWorkspace mounts ws at mp in this daemon, recovering a previous
@@ -283,12 +289,25 @@ func (d *daemon) mountWorkspace(ws, mp string, opt mountOptions) (*served, []str
 		return nil, notes, fmt.Errorf("mount %s at %s: %w", ws, mp, err)
 	}
 	s.mnt = mnt
+	var st unix.Stat_t
+	if err := unix.Stat(mp, &st); err == nil {
+		s.dev = fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
+	}
 	d.mu.Lock()
 	d.mounts[ws] = s
 	d.mu.Unlock()
 	ok = true
 	if err := d.applyContextState(s); err != nil { // a freeze that raced this mount
 		d.logger.Printf("%s: context state: %v", ws, err)
+	}
+	// An in-place workspace's .git is the user's own repository: left alone.
+	if !isInPlace && !s.readOnly.Load() {
+		// Without it git works as before, only slower: logged, not fatal.
+		if exe, err := os.Executable(); err != nil {
+			d.logger.Printf("%s: fsmonitor not set up: %v", ws, err)
+		} else if err := configureFSMonitor(mp, exe, d.dir, !opt.noFSMonitor); err != nil {
+			d.logger.Printf("%s: fsmonitor not set up: %v", ws, err)
+		}
 	}
 	d.logger.Printf("mounted %s at %s (generation %s)", ws, mp, w.Head.Short())
 	return s, notes, nil

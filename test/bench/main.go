@@ -62,6 +62,7 @@ type config struct {
 	noForks    bool
 	noLand     bool
 	noInPlace  bool
+	noFSMon    bool
 	transport  string // every acyclicfs mount's --transport
 	acyclicfs  string
 	loopback   string
@@ -102,6 +103,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.BoolVar(&cfg.noForks, "no-forks", false, "skip the acyclicfs-only fork and capture measurements")
 	fs.BoolVar(&cfg.noLand, "no-land", false, "skip the acyclicfs-only land of a git commit into a moved parent (the Go tree committed to git)")
 	fs.StringVar(&cfg.transport, "transport", "auto", "acyclicfs mount --transport: auto (io_uring where the fuse module's enable_uring is on), io_uring or dev-fuse")
+	fs.BoolVar(&cfg.noFSMon, "no-fsmonitor", false, "skip the acyclicfs-only git status measurements with and without the fsmonitor hook (the Go tree committed to git)")
 	fs.BoolVar(&cfg.noInPlace, "no-inplace", false, "skip the acyclicfs-only in-place workspace measurements (1,000/10,000/100,000 files; -quick: up to 10,000)")
 	fs.StringVar(&cfg.dir, "dir", "", "work directory (default: a fresh directory under $TMPDIR)")
 	fs.StringVar(&cfg.freshFS, "fresh-fs", "", "make the work directory a fresh journaled ext4 of this size (truncate syntax, e.g. 24G) in a loop-mounted image under $TMPDIR, deleted afterwards; excludes -dir and -keep")
@@ -262,6 +264,11 @@ func run(ctx context.Context, cfg *config) (err error) {
 	}
 	if !cfg.noInPlace && contains(cfg.systems, sysAcyclicfs) {
 		if err := runInPlace(ctx, env, res); err != nil {
+			return err
+		}
+	}
+	if !cfg.noFSMon && contains(cfg.systems, sysAcyclicfs) {
+		if err := runFSMonitorGit(ctx, env, res); err != nil {
 			return err
 		}
 	}

@@ -32,6 +32,8 @@ type results struct {
 	// gitImport is create --from-git against git worktree add.
 	gitImport *gitImportResult
 	inplace   *inplaceResult
+	// fsmonitor: git status with and without the mount's hook.
+	fsmonitor *fsmonitorGit
 	profile   map[string]map[string]*profileResult // workload -> system
 	// keptCensus is the previous report's census section, carried over by
 	// a run without -profile.
@@ -216,6 +218,9 @@ func (r *results) markdown() string {
 	}
 	if r.inplace != nil {
 		r.inplaceMarkdown(&b)
+	}
+	if r.fsmonitor != nil {
+		r.fsmonitorMarkdown(&b)
 	}
 	if len(r.profile) > 0 {
 		r.profileMarkdown(&b)

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// A mounted workspace with a git repository at its root gets git's
+// fsmonitor hook configured in that repository's .git/config: the
+// workspace's own copy, captured like any file (docs/git.md "fsmonitor").
+// The lines live in a marked block so that mount --no-fsmonitor (and the
+// next mount, with a new binary or store path) can replace or remove
+// exactly them; git rewriting the file (git config) keeps the block.
+const (
+	fsmBlockBegin = "# acyclicfs fsmonitor: added by `acyclicfs mount`, removed by `acyclicfs mount --no-fsmonitor`"
+	fsmBlockEnd   = "# acyclicfs fsmonitor end"
+)
+
+// shellQuote quotes s for sh: git runs core.fsmonitor through the shell.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// gitConfigQuote quotes v as a git config value (so '#' and ';' are not
+// comments).
+func gitConfigQuote(v string) string {
+	v = strings.ReplaceAll(v, `\`, `\\`)
+	return `"` + strings.ReplaceAll(v, `"`, `\"`) + `"`
+}
+
+// fsmonitorBlock is the config block that points git at exe's hook for
+// the store storeDir.
+func fsmonitorBlock(exe, storeDir string) string {
+	cmd := shellQuote(exe) + " --store " + shellQuote(storeDir) + " fsmonitor"
+	return fsmBlockBegin + "\n[core]\n\tfsmonitor = " + gitConfigQuote(cmd) + "\n\tuntrackedCache = true\n" + fsmBlockEnd + "\n"
+}
+
+// withoutFSMonitorBlock removes the marked block (every copy of it): the
+// markers and the two settings it holds. git may have added other keys
+// inside it (`git config` appends a key to the last section of its name,
+// which is often the block's [core]): those stay, under their [core].
+func withoutFSMonitorBlock(cfg []byte) []byte {
+	var out, block bytes.Buffer
+	in, kept := false, false
+	for _, line := range bytes.SplitAfter(cfg, []byte("\n")) {
+		t := string(bytes.TrimSpace(line))
+		switch {
+		case t == fsmBlockBegin:
+			in, kept = true, false
+			block.Reset()
+		case in && t == fsmBlockEnd:
+			in = false
+			if kept {
+				out.Write(block.Bytes())
+			}
+		case !in:
+			out.Write(line)
+		case isOwnSetting(t):
+		default:
+			block.Write(line)
+			if t != "[core]" && t != "" {
+				kept = true
+			}
+		}
+	}
+	if in && kept { // a block git cut short: keep what is not ours
+		out.Write(block.Bytes())
+	}
+	return out.Bytes()
+}
+
+// isOwnSetting: a line of the block that sets one of the two keys it
+// holds (git keys are case-insensitive).
+func isOwnSetting(line string) bool {
+	key, _, _ := strings.Cut(line, "=")
+	key = strings.ToLower(strings.TrimSpace(key))
+	return key == "fsmonitor" || key == "untrackedcache"
+}
+
+// configureFSMonitor adds (on) or removes (off) the block in
+// root/.git/config, writing only if that changes the file. A root
+// without a .git directory is left alone.
+func configureFSMonitor(root, exe, storeDir string, on bool) error {
+	gitDir := filepath.Join(root, ".git")
+	if st, err := os.Lstat(gitDir); err != nil || !st.IsDir() {
+		return nil
+	}
+	path := filepath.Join(gitDir, "config")
+	old, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		if !on {
+			return nil
+		}
+	} else if err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	next := withoutFSMonitorBlock(old)
+	if on {
+		if strings.ContainsAny(exe+storeDir, "\n\x00") {
+			return fmt.Errorf("fsmonitor: the path of %s or of the store %s has a newline", exe, storeDir)
+		}
+		if len(next) > 0 && next[len(next)-1] != '\n' {
+			next = append(next, '\n')
+		}
+		next = append(next, fsmonitorBlock(exe, storeDir)...)
+	}
+	if bytes.Equal(next, old) {
+		return nil
+	}
+	// A new file renamed over the old one, as git writes it: a crash
+	// leaves one or the other.
+	tmp := path + ".acyclicfs.tmp"
+	if err := os.WriteFile(tmp, next, 0o644); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
