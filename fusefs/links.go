@@ -23,21 +23,14 @@ func (o *overlay) noteMulti(c *inode) {
 	o.multi[c] = struct{}{}
 }
 
-// dirPath returns d's slash-separated path below the root ("" for the
+// dirNames returns d's path below the root as names (none for the
 // root); false when d is no longer in the tree. Caller holds mu.
-func (o *overlay) dirPath(d *inode) ([]string, bool) {
-	var names []string
-	for d != o.root {
-		if len(d.links) == 0 || len(names) > 4096 {
-			return nil, false
-		}
-		names = append(names, d.links[0].name)
-		d = d.links[0].dir
+func (o *overlay) dirNames(d *inode) ([]string, bool) {
+	p, ok := o.dirPath(d)
+	if !ok || p == "" {
+		return nil, ok
 	}
-	for i, j := 0, len(names)-1; i < j; i, j = i+1, j-1 {
-		names[i], names[j] = names[j], names[i]
-	}
-	return names, true
+	return strings.Split(p, "/"), true
 }
 
 // linkGroups returns the link groups of the table: the paths of every
@@ -52,15 +45,7 @@ func (o *overlay) linkGroups() [][]string {
 			}
 			continue
 		}
-		var g []string
-		for _, l := range c.links {
-			dp, ok := o.dirPath(l.dir)
-			if !ok {
-				continue
-			}
-			g = append(g, strings.Join(append(dp, l.name), "/"))
-		}
-		groups = append(groups, g)
+		groups = append(groups, o.pathsOf(c))
 	}
 	return store.NormalizeLinks(groups)
 }
@@ -141,7 +126,7 @@ func (o *overlay) applyLinks(groups [][]string, notes *[]note) error {
 				// The kernel may hold the target's attributes (its link
 				// count) under one of its old names.
 				merged = true
-				if dp, ok := o.dirPath(target.links[0].dir); ok {
+				if dp, ok := o.dirNames(target.links[0].dir); ok {
 					addNote(notes, dp, target.links[0].name, true)
 				}
 			}
@@ -150,7 +135,7 @@ func (o *overlay) applyLinks(groups [][]string, notes *[]note) error {
 			target.links = append(target.links, link{dir: n.d, name: n.name})
 			o.noteMulti(target)
 			if notes != nil {
-				if dp, ok := o.dirPath(n.d); ok {
+				if dp, ok := o.dirNames(n.d); ok {
 					addNote(notes, dp, n.name, false)
 				}
 			}
