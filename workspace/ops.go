@@ -114,8 +114,8 @@ func (m *Manager) Commit(name, dir string) (store.ID, ImportStats, error) {
 	return gen, stats, err
 }
 
-// publish appends a generation with the given root on top of w's head.
-// When root equals the head's root nothing new is appended.
+// publish appends a generation with the given root and link groups on top
+// of w's head. When both equal the head's nothing new is appended.
 //
 // with are prepared writes (a capture's trees, a preservation of what root
 // replaces: preparePreserve; nil ones are skipped); they are written in the
@@ -124,15 +124,14 @@ func (m *Manager) publish(w store.Workspace, root store.ID, links [][]string, ki
 	if permit != nil && !window.PermitMatchesWorkspace(*permit, w.Name) {
 		return store.ID{}, fmt.Errorf("publish %s: %w: the permit belongs to another workspace", w.Name, store.ErrFenced)
 	}
-	headRoot, err := m.rootOf(w.Head)
-	if err != nil {
-		return store.ID{}, err
+	head := &store.Generation{Root: store.EmptyTreeID()}
+	if !w.Head.IsZero() {
+		var err error
+		if head, err = m.st.GetGeneration(w.Head); err != nil {
+			return store.ID{}, fmt.Errorf("generation %s: %w", w.Head.Short(), err)
+		}
 	}
-	headLinks, err := m.linksOf(w.Head)
-	if err != nil {
-		return store.ID{}, err
-	}
-	if headRoot == root && store.EqualLinks(headLinks, links) {
+	if head.Root == root && store.EqualLinks(head.Links, links) {
 		for _, pr := range with {
 			if err := m.st.WriteResolve(pr); err != nil {
 				return store.ID{}, fmt.Errorf("publish %s: %w", w.Name, err)
@@ -142,10 +141,7 @@ func (m *Manager) publish(w store.Workspace, root store.ID, links [][]string, ki
 	}
 	// Recorded conflicts stay with the workspace's new content until a
 	// resolve settles them.
-	carried, err := m.conflictsOf(w.Head)
-	if err != nil {
-		return store.ID{}, err
-	}
+	carried := head.Conflicts
 	gen, _, err := m.st.PublishGeneration(&store.Generation{Root: root, Parents: []store.ID{w.Head}, Workspace: w.Name, Kind: kind, Operation: op, Time: m.now(), Conflicts: carried, Links: links},
 		w.Name, w.Head, store.HeadEntry{Base: w.Base, Kind: kind, Operation: op, Time: m.now()}, permit, with...)
 	if err != nil {
