@@ -3,9 +3,11 @@ package test
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // linkInfo returns the inode number and link count of each path below root.
@@ -124,5 +126,54 @@ func TestHardLinksKept(t *testing.T) {
 	}
 	e.unmount(mc)
 	e.ok("gc")
+	e.fsck()
+}
+
+// TestHardLinksSurviveKill: a link made and fsynced in a mount whose
+// daemon is then killed -9 is kept by the recovery, with the group the
+// pinned generation already had (its other directory never loaded).
+func TestHardLinksSurviveKill(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for mounts")
+	}
+	e := newMountEnv(t)
+	src := filepath.Join(e.dir, "src")
+	writeTree(t, src, map[string]string{"a.txt": "shared\n", "far/away/z.txt": "z\n"})
+	if err := os.Link(filepath.Join(src, "a.txt"), filepath.Join(src, "far", "away", "b.txt")); err != nil {
+		t.Fatal(err)
+	}
+	e.ok("create", "w", "--from", src)
+	mp := e.mountAt("w", "--lease-ttl", "1s")
+	t.Cleanup(func() {
+		if t.Failed() {
+			abortFuse(mp)
+		}
+	})
+	pid := e.daemonPID()
+	r, err := sessionRun(mp, `set -e
+		mkdir n
+		ln a.txt n/c.txt
+		printf 'more\n' >> n/c.txt
+		sync n/c.txt
+		kill -9 `+strconv.Itoa(pid))
+	if err != nil || r.code != 0 {
+		t.Fatalf("writer: %v %s", err, r)
+	}
+	if err := waitGone(pid, 10*time.Second); err != nil {
+		t.Fatalf("daemon survived kill -9: %v", err)
+	}
+	e.waitLeasesExpired("w")
+	waitDead(t, mp)
+	if r := e.run("mount", "w", mp); r.code != 0 {
+		t.Fatalf("remount after kill -9: %s", r)
+	}
+	wantLinked(t, "recovered", mp, "a.txt", "far/away/b.txt", "n/c.txt")
+	if out := inSession(t, mp, "cat far/away/b.txt"); out != "shared\nmore\n" {
+		t.Fatalf("recovered content: %q", out)
+	}
+	if o, _ := e.unmount(mp); o != "current" {
+		t.Fatalf("unmount: %q", o)
+	}
+	wantLinked(t, "export after recovery", e.exportTo("w", "out"), "a.txt", "far/away/b.txt", "n/c.txt")
 	e.fsck()
 }
