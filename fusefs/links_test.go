@@ -1,10 +1,12 @@
 package fusefs
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/acyclicfs/acyclicfs/store"
 )
@@ -106,4 +108,43 @@ func TestLinkGroupsShowAsOneInode(t *testing.T) {
 	}
 	sameInode(t, "linked by a switch", filepath.Join(mnt3, "c"), filepath.Join(mnt3, "y/z/b"))
 	sameInode(t, "not linked by the switch", filepath.Join(mnt3, "x/a"))
+}
+
+// BenchmarkOpenWithLinkGroups: pinning a generation with 1,000 link groups
+// of two names in different directories (100 directories of 20 files):
+// the directories holding them are loaded and the pairs merged.
+// ReportMetric capture-ns: the capture of the same table listing the groups
+// after one file changed.
+func BenchmarkOpenWithLinkGroups(b *testing.B) {
+	objs := newFakeObjects(b)
+	sp := spec{}
+	var links [][]string
+	for i := range 1000 {
+		p1 := fmt.Sprintf("d%02d/f%04d", i%50, i)
+		p2 := fmt.Sprintf("e%02d/g%04d", i%50, i)
+		sp[p1], sp[p2] = fmt.Sprint(i), fmt.Sprint(i)
+		links = append(links, []string{p1, p2})
+	}
+	root := objs.build(b, sp)
+	links = store.NormalizeLinks(links)
+	var capNs int64
+	for b.Loop() {
+		ov, err := openOverlay(b.TempDir(), objs, root, links)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		ov.mu.Lock()
+		d := ov.root.children["d00"]
+		ov.touch(d.children["f0000"])
+		ov.mu.Unlock()
+		b.StartTimer()
+		start := time.Now()
+		_, got, _, err := ov.capture()
+		capNs += time.Since(start).Nanoseconds()
+		if err != nil || len(got) != 1000 {
+			b.Fatalf("capture: %d groups, %v", len(got), err)
+		}
+	}
+	b.ReportMetric(float64(capNs)/float64(b.N), "capture-ns/op")
 }
