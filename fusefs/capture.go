@@ -65,31 +65,39 @@ func (m *Mount) CaptureDeferredLinks() (root store.ID, links [][]string, changed
 // without mounting it: the overlay snapshot is replayed on root (or on the
 // root it records, if that differs) and captured.
 func RecoverCapture(stateDir string, objects Objects, root store.ID) (store.ID, bool, error) {
-	id, _, changed, err := RecoverCaptureLinks(stateDir, objects, root, nil)
+	id, _, changed, _, err := RecoverCaptureLinks(stateDir, objects, root, nil)
 	return id, changed, err
 }
 
-// RecoverCaptureLinks is RecoverCapture of a pinned generation with link
-// groups; it returns the captured groups too, and changed also reports
-// groups that differ from links.
-func RecoverCaptureLinks(stateDir string, objects Objects, root store.ID, links [][]string) (store.ID, [][]string, bool, error) {
+// RecoverCaptureReport is RecoverCapture that also says what the state
+// directory held that recovery could not keep (none: nil).
+func RecoverCaptureReport(stateDir string, objects Objects, root store.ID) (store.ID, bool, []string, error) {
+	id, _, changed, lost, err := RecoverCaptureLinks(stateDir, objects, root, nil)
+	return id, changed, lost, err
+}
+
+// RecoverCaptureLinks is RecoverCaptureReport of a pinned generation with
+// link groups (store.Generation.Links): it returns the captured groups
+// too, and changed also reports groups that differ from links.
+func RecoverCaptureLinks(stateDir string, objects Objects, root store.ID, links [][]string) (store.ID, [][]string, bool, []string, error) {
 	if objects == nil {
-		return store.ID{}, nil, false, ErrNoObjects
+		return store.ID{}, nil, false, nil, ErrNoObjects
 	}
 	ov, err := openOverlay(stateDir, objects, root, links)
 	if err != nil {
-		return store.ID{}, nil, false, fmt.Errorf("recover capture: %w", err)
+		return store.ID{}, nil, false, nil, fmt.Errorf("recover capture: %w", err)
 	}
 	id, got, _, err := ov.capture()
 	if err != nil {
-		return store.ID{}, nil, false, fmt.Errorf("recover capture: %w", err)
+		return store.ID{}, nil, false, ov.recovery, fmt.Errorf("recover capture: %w", err)
 	}
-	return id, got, id != root || !store.EqualLinks(got, links), nil
+	return id, got, id != root || !store.EqualLinks(got, links), ov.recovery, nil
 }
 
 // ResetState removes the overlay state (after its capture was published).
 func ResetState(stateDir string) error {
-	for _, p := range []string{filepath.Join(stateDir, snapName), filepath.Join(stateDir, snapName+".tmp")} {
+	for _, p := range []string{filepath.Join(stateDir, snapName), filepath.Join(stateDir, snapName+".tmp"),
+		filepath.Join(stateDir, walName), filepath.Join(stateDir, walName+".tmp")} {
 		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
 			return fmt.Errorf("reset state: %w", err)
 		}
@@ -159,6 +167,7 @@ func (o *overlay) captured(seq uint64, memos []func()) func() {
 		o.mu.Lock()
 		o.capSeq = seq
 		o.unsnapped = true
+		o.walRebase() // memos changed capture state the log does not record
 		o.mu.Unlock()
 	})
 }

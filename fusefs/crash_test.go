@@ -191,3 +191,139 @@ func testCrashRecovery(t *testing.T, pt bool) {
 		t.Fatalf("remounted view differs:\n%s", d)
 	}
 }
+
+// TestCrashKeepsUnsyncedChanges: nothing is fsynced, and the daemon is
+// killed with SIGKILL; every change a request completed survives, from the
+// overlay log (wal.go), offline and on remount.
+func TestCrashKeepsUnsyncedChanges(t *testing.T) {
+	for _, pt := range []bool{false, true} {
+		t.Run(fmt.Sprintf("passthrough=%v", pt), func(t *testing.T) { testCrashKeepsUnsynced(t, pt) })
+	}
+}
+
+func testCrashKeepsUnsynced(t *testing.T, pt bool) {
+	objDir := t.TempDir()
+	objs := newFakeObjectsAt(objDir)
+	s := spec{"keep.txt": "lower", "d/old.txt": "old", "big/a": "a", "gone.txt": "bye", "x/y/z.txt": "deep"}
+	for i := 0; i < 50; i++ {
+		s[fmt.Sprintf("many/f%02d", i)] = "m"
+	}
+	root := objs.build(t, s)
+	state := t.TempDir()
+	mnt := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), crashChildEnv+"=1", "FUSEFS_ROOT="+root.String(),
+		"FUSEFS_OBJS="+objDir, "FUSEFS_MNT="+mnt, "FUSEFS_STATE="+state)
+	if pt {
+		cmd.Env = append(cmd.Env, "FUSEFS_PT=1")
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	killed := false
+	t.Cleanup(func() {
+		if !killed {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+		syscall.Unmount(mnt, syscall.MNT_DETACH)
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		t.Fatalf("child: %q %v", line, err)
+	}
+	p := func(s string) string { return filepath.Join(mnt, s) }
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustWrite(t, p("new.txt"), "new")
+	mustWrite(t, p("keep.txt"), "rewritten")
+	must(os.MkdirAll(p("nd/sub"), 0o755))
+	mustWrite(t, p("nd/sub/inner"), "inner")
+	must(os.Rename(p("d/old.txt"), p("nd/renamed.txt")))
+	must(os.Rename(p("big"), p("nd/big")))
+	must(os.Symlink("inner", p("nd/sub/sl")))
+	must(os.Remove(p("gone.txt")))
+	mustWrite(t, p("tmp"), "created and removed")
+	must(os.Remove(p("tmp")))
+	must(os.Chmod(p("x/y/z.txt"), 0o755))
+	must(os.Link(p("new.txt"), p("x/hard")))
+	for i := 0; i < 50; i += 2 {
+		must(os.Remove(p(fmt.Sprintf("many/f%02d", i))))
+	}
+	mustWrite(t, p("many/added"), "added")
+	f, err := os.OpenFile(p("x/y/z.txt"), os.O_APPEND|os.O_WRONLY, 0)
+	must(err)
+	_, err = f.WriteString("+appended")
+	must(err)
+	must(f.Close())
+	must(os.Rename(p("nd/sub"), p("moved")))
+
+	must(cmd.Process.Signal(syscall.SIGKILL))
+	cmd.Wait()
+	killed = true
+	must(syscall.Unmount(mnt, syscall.MNT_DETACH))
+
+	want := map[string]string{
+		"new.txt": "file:new", "keep.txt": "file:rewritten", "nd/": "dir", "moved/": "dir", "moved/inner": "file:inner",
+		"moved/sl": "symlink:inner", "nd/renamed.txt": "file:old", "nd/big/": "dir", "nd/big/a": "file:a", "d/": "dir",
+		"x/": "dir", "x/y/": "dir", "x/y/z.txt": "exec:deep+appended", "x/hard": "file:new", "many/": "dir", "many/added": "file:added",
+	}
+	for i := 1; i < 50; i += 2 {
+		want[fmt.Sprintf("many/f%02d", i)] = "file:m"
+	}
+	objs2 := newFakeObjectsAt(objDir)
+	rid, _, err := RecoverCapture(state, objs2, root)
+	if err != nil {
+		t.Fatalf("recover capture: %v", err)
+	}
+	if d := diffMaps(objs2.flatten(t, rid), want); d != "" {
+		t.Fatalf("recovered capture differs:\n%s", d)
+	}
+	_, mnt2 := mountT(t, objs2, root, &mountOpts{stateDir: state})
+	got := flattenDir(t, mnt2)
+	if d := diffMaps(got, want); d != "" {
+		t.Fatalf("remounted view differs:\n%s", d)
+	}
+}
+
+// TestRecoveryReportsDroppedUppers: an upper file with data that no
+// record names (a create whose request a crash interrupted) is deleted at
+// recovery and reported with its count and bytes; the empty files of the
+// dead mount's pool are not.
+func TestRecoveryReportsDroppedUppers(t *testing.T) {
+	objs := newFakeObjects(t)
+	root := objs.build(t, spec{"a": "lower"})
+	state := t.TempDir()
+	m, mnt := mountT(t, objs, root, &mountOpts{stateDir: state})
+	mustWrite(t, filepath.Join(mnt, "kept"), "kept")
+	waitReleased(m)
+	crashed := copyStateDir(t, state)
+	if err := os.WriteFile(filepath.Join(crashed, "upper", "99999"), []byte("12345"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(crashed, "upper", "99998"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	id, _, notes, err := RecoverCaptureReport(crashed, objs, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := objs.flatten(t, id)["kept"]; got != "file:kept" {
+		t.Fatalf("recovered kept = %q", got)
+	}
+	if len(notes) != 1 || !stringsContains(notes[0], "dropped 1 upper file (5 bytes)") {
+		t.Fatalf("recovery notes: %q", notes)
+	}
+	if _, err := os.Stat(filepath.Join(crashed, "upper", "99999")); !os.IsNotExist(err) {
+		t.Fatalf("stray upper file left: %v", err)
+	}
+}

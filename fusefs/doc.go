@@ -13,7 +13,9 @@
 // xattrs) change the table only. File data is copied up on the first
 // write or O_TRUNC into an upper file StateDir/upper/<ino> (FICLONE, then
 // copy_file_range, then a plain copy); new files are upper files from the
-// start. Clean files are read from the immutable blob file.
+// start. Clean files are read from the immutable blob file; a copy-up
+// moves the handles open on it to the upper file (overlay.redirect), so
+// every descriptor sees every write made through the mount.
 //
 // Every change gets a sequence number; each directory records the largest
 // one below it (subSeq), so Capture walks only changed directories and
@@ -26,9 +28,14 @@
 // compacted snapshot of the dirty part of the table is written atomically
 // (journal.go), after the upper file (fsync) and the upper directory are
 // synced; an fsync with no namespace or metadata change since the last
-// snapshot costs only the file's own fsync. Mount and RecoverCapture
-// replay the snapshot. Data written but never
-// fsynced may or may not survive a crash, as on any file system.
+// snapshot costs only the file's own fsync. Between snapshots every
+// request that changes the table writes a frame to a write-ahead log
+// before it is answered (wal.go, no fsync), so a daemon killed at any
+// moment loses nothing a tool saw completed; sync(2) then makes it durable
+// against power loss too (the kernel never sends FUSE_SYNCFS to a
+// /dev/fuse server). Mount and RecoverCapture replay the snapshot and the
+// log. Data written but never fsynced or synced may or may not survive a
+// power loss, as on any file system.
 //
 // Speed: with Config.Passthrough the kernel reads and writes open upper
 // files directly on their backing file (one per inode, shared by its

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -23,6 +24,14 @@ type handle struct {
 	// writable: opened for writing (counted in the overlay's fsmonitor
 	// writers until released).
 	writable bool
+	// redir is the descriptor (plus one; 0: none) of the inode's upper
+	// file once a copy-up moved this blob handle there (overlay.redirect):
+	// reads, seeks and fsync use it from then on. The handle then holds a
+	// reference on the upper file too (upRef, guarded by overlay.mu), and
+	// keeps its blob reference, which requests in flight may still use,
+	// until Release.
+	redir atomic.Int64
+	upRef bool
 
 	lockMu   sync.Mutex // protects lockFile
 	lockFile *os.File   // private descriptor of the inode's lock file (locks.go)
@@ -53,7 +62,16 @@ func asHandle(f fs.FileHandle) *handle {
 // is closed only at the last RELEASE.
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	h.m.daemonReads.Add(1)
-	return fuse.ReadResultFd(uintptr(h.fd), off, len(dest)), 0
+	return fuse.ReadResultFd(uintptr(h.readFd()), off, len(dest)), 0
+}
+
+// readFd is the descriptor reads use: the upper file once a copy-up
+// redirected a blob handle, else the handle's own.
+func (h *handle) readFd() int {
+	if fd := h.redir.Load(); fd != 0 {
+		return int(fd - 1)
+	}
+	return h.fd
 }
 
 // Write writes to the upper file. A blob-backed handle was opened read-only.
@@ -81,8 +99,8 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno { return syscall.ENOSY
 // Fsync makes the file's data and its names durable: the upper file is
 // fsynced, then the overlay snapshot is written.
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
-	if !h.blob {
-		if err := syscall.Fsync(h.fd); err != nil {
+	if !h.blob || h.redir.Load() != 0 {
+		if err := syscall.Fsync(h.readFd()); err != nil {
 			return toErrno(err)
 		}
 	}
@@ -102,6 +120,17 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	}
 	ov.openHandles--
 	ov.released.Broadcast()
+	if h.blob {
+		delete(in.readers, h)
+	}
+	if h.upRef {
+		h.upRef = false
+		in.upperOpens--
+		if in.upperOpens == 0 && in.upperFile != nil {
+			in.upperFile.Close()
+			in.upperFile = nil
+		}
+	}
 	if h.own != nil {
 		h.own.Close()
 	} else if h.blob {
@@ -132,7 +161,7 @@ func (h *handle) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
 
 // Lseek supports SEEK_DATA and SEEK_HOLE by asking the backing file.
 func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
-	n, err := unix.Seek(h.fd, int64(off), int(whence))
+	n, err := unix.Seek(h.readFd(), int64(off), int(whence))
 	if err != nil {
 		return 0, toErrno(err)
 	}

@@ -358,6 +358,10 @@ func TestMain(m *testing.M) {
 		mmapChild(p)
 		return
 	}
+	if p := os.Getenv(mmapReaderEnv); p != "" {
+		mmapReaderChild(p)
+		return
+	}
 	before, _ := fuseMounts()
 	code := m.Run()
 	if err := RestoreUring(); err != nil {

@@ -62,16 +62,20 @@ type snapshot struct {
 	RootID               store.ID
 	NextIno, Seq, CapSeq uint64
 	Inodes               []snapInode // Inodes[0] is the root
+	// Nonce names the write-ahead log (wal.go) that continues this
+	// snapshot; 0 (snapshots before the log): none.
+	Nonce uint64
 }
 
 // encodeSnapshot serialises the dirty part of the table. Caller holds mu.
 func (o *overlay) encodeSnapshot() ([]byte, error) {
-	s := snapshot{Version: snapVersion, RootID: o.rootID, NextIno: o.nextIno, Seq: o.seq, CapSeq: o.capSeq}
+	s := snapshot{Version: snapVersion, RootID: o.rootID, NextIno: o.nextIno, Seq: o.seq, CapSeq: o.capSeq, Nonce: o.wal.nonce}
 	o.encodedUppers = map[uint64]bool{}
 	seen := map[*inode]bool{}
 	var visit func(in *inode)
 	visit = func(in *inode) {
 		seen[in] = true
+		in.walGen, in.walListed = o.wal.gen, walListable(in)
 		idx := len(s.Inodes)
 		if in.upper {
 			o.encodedUppers[in.num] = true
@@ -254,7 +258,7 @@ func (s *snapshot) build(objects Objects, stateDir string) (*overlay, error) {
 func loadSnapshot(stateDir string, objects Objects) (*overlay, bool, error) {
 	b, err := os.ReadFile(filepath.Join(stateDir, snapName))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, false, nil
+		return loadFreshWAL(stateDir, objects)
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("read overlay snapshot: %w", err)
@@ -263,20 +267,71 @@ func loadSnapshot(stateDir string, objects Objects) (*overlay, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	o, err := s.build(objects, stateDir)
+	var frames []walFrame
+	if s.Nonce != 0 {
+		if frames, _, err = readWAL(stateDir, s.Nonce); err != nil {
+			return nil, false, err
+		}
+	}
+	o, err := replay(s, frames, objects, stateDir)
+	if err != nil && len(frames) > 0 {
+		// The log does not fit its snapshot: recover the snapshot alone
+		// and say what was dropped.
+		s, _ = decodeSnapshot(b)
+		o, err = replay(s, nil, objects, stateDir)
+		if err == nil {
+			o.recovery = append(o.recovery, fmt.Sprintf("overlay log (%d changes) not replayed: %v", len(frames), err))
+		}
+	}
 	if err != nil {
 		return nil, false, err
+	}
+	return o, true, nil
+}
+
+// loadFreshWAL replays the log of a mount that never wrote a snapshot
+// (its base is the empty overlay on the root the log names); found is
+// false when there is no such log or it holds no frame.
+func loadFreshWAL(stateDir string, objects Objects) (*overlay, bool, error) {
+	frames, root, err := readWAL(stateDir, 0)
+	if err != nil || len(frames) == 0 {
+		return nil, false, err
+	}
+	base := newOverlay(objects, stateDir, root)
+	s := &snapshot{Version: snapVersion, RootID: root, NextIno: base.nextIno,
+		Inodes: []snapInode{snapRecord(base.root, false)}}
+	o, err := replay(s, frames, objects, stateDir)
+	if err != nil {
+		// Nothing else to fall back on but the pinned view: say so.
+		o = newOverlay(objects, stateDir, root)
+		o.recovery = append(o.recovery, fmt.Sprintf("overlay log (%d changes) not replayed: %v", len(frames), err))
+		o.named = map[uint64]bool{}
+		return o, true, nil
+	}
+	return o, true, nil
+}
+
+// replay builds the overlay of snapshot s followed by frames, and puts
+// back the upper files it names that were retired after they were
+// written.
+func replay(s *snapshot, frames []walFrame, objects Objects, stateDir string) (*overlay, error) {
+	if err := s.applyWAL(frames); err != nil {
+		return nil, err
+	}
+	o, err := s.build(objects, stateDir)
+	if err != nil {
+		return nil, err
 	}
 	for num := range o.uppers {
 		if _, err := os.Stat(o.upperPath(num)); err != nil {
 			// Retired after this snapshot was written (unlink, view
 			// switch): the snapshot still needs it.
 			if rerr := os.Rename(o.trashPath(num), o.upperPath(num)); rerr != nil {
-				return nil, false, fmt.Errorf("%w: upper file of inode %d: %v", ErrBadSnapshot, num, err)
+				return nil, fmt.Errorf("%w: upper file of inode %d: %v", ErrBadSnapshot, num, err)
 			}
 		}
 	}
-	return o, true, nil
+	return o, nil
 }
 
 // removeStrayUppers deletes upper files the replayed table does not
@@ -286,14 +341,28 @@ func (o *overlay) removeStrayUppers() error {
 	if err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
+	var lost strayReport
 	for _, e := range ents {
 		num, err := strconv.ParseUint(e.Name(), 10, 64)
 		if err == nil && o.uppers[num] {
 			continue
 		}
+		if err == nil {
+			// An upper file with data that no record names: a create or
+			// copy-up whose request did not complete. (Empty ones are
+			// mostly the dead mount's pool; copy-up temporaries hold
+			// only what the view has anyway.)
+			if info, ierr := e.Info(); ierr == nil && info.Size() > 0 {
+				lost.Files++
+				lost.Bytes += info.Size()
+			}
+		}
 		if err := os.Remove(filepath.Join(o.upperDir(), e.Name())); err != nil {
 			return fmt.Errorf("state dir: %w", err)
 		}
+	}
+	if lost.Files > 0 {
+		o.recovery = append(o.recovery, "dropped "+lost.String()+" that no record names (written by requests the crash interrupted)")
 	}
 	o.uppers = nil
 	// Whatever is left in the trash is named by no snapshot any more.
@@ -315,15 +384,28 @@ func (o *overlay) writeSnapshot(snapMu interface {
 }) error {
 	snapMu.Lock()
 	defer snapMu.Unlock()
+	o.walMu.Lock()
+	defer o.walMu.Unlock()
 	o.mu.Lock()
 	if !o.unsnapped {
+		// Nothing changed since the last snapshot: nothing for a flush
+		// to write either.
+		o.walPending.Store(false)
 		o.mu.Unlock()
 		return nil
 	}
+	// A new base for the log: what is marked now is in the snapshot.
+	o.wal.seq++
+	o.wal.gen, o.wal.nonce = o.wal.seq, newNonce()
+	o.wal.marks, o.wal.names = nil, nil
+	o.wal.named, o.wal.size = map[uint64]bool{}, 0
+	o.walPending.Store(false)
+	nonce, rootID := o.wal.nonce, o.rootID
 	b, err := o.encodeSnapshot()
 	o.unsnapped = err != nil
-	trash := o.trash
-	o.trash = nil
+	// Upper files the old log named wait for the new snapshot too.
+	trash, logTrash := o.trash, o.wal.trash
+	o.trash, o.wal.trash = nil, nil
 	newNamed := o.encodedUppers
 	if err == nil && o.named != nil {
 		// While the new snapshot is being written, either may be on disk.
@@ -335,7 +417,9 @@ func (o *overlay) writeSnapshot(snapMu interface {
 	if err != nil {
 		o.mu.Lock()
 		o.trash = append(o.trash, trash...)
+		o.walRebase()
 		o.mu.Unlock()
+		o.walDrop(logTrash)
 		return err
 	}
 	written := false
@@ -344,11 +428,13 @@ func (o *overlay) writeSnapshot(snapMu interface {
 			o.mu.Lock()
 			o.unsnapped = true
 			o.trash = append(o.trash, trash...)
+			o.walRebase() // the log's base is the snapshot on disk, which does not match the marks
 			o.mu.Unlock()
+			o.walDrop(logTrash)
 			return
 		}
 		// Upper files retired before this snapshot are not named by it.
-		for _, num := range trash {
+		for _, num := range append(trash, logTrash...) {
 			_ = os.Remove(o.trashPath(num))
 		}
 		o.mu.Lock()
@@ -376,6 +462,12 @@ func (o *overlay) writeSnapshot(snapMu interface {
 	}
 	failpoint.Hit("overlay.after-snapshot")
 	written = true
+	if err := o.walStart(nonce, rootID); err != nil {
+		// Frames cannot be written: the next flush tries a snapshot again.
+		o.mu.Lock()
+		o.walPending.Store(true)
+		o.mu.Unlock()
+	}
 	return nil
 }
 

@@ -86,7 +86,7 @@ func TestLinkGroupsShowAsOneInode(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Wait()
-	rid, rlinks, changed, err := RecoverCaptureLinks(state, objs, id, gotLinks)
+	rid, rlinks, changed, _, err := RecoverCaptureLinks(state, objs, id, gotLinks)
 	want := [][]string{{"other", "x/other2"}, {"x/a", "y/z/b"}}
 	if err != nil || !changed || !store.EqualLinks(rlinks, want) {
 		t.Fatalf("recover capture: %v %v %v, want links %v", rlinks, changed, err, want)

@@ -172,6 +172,17 @@ func TestModelAgainstNative(t *testing.T) {
 		if d := diffMaps(flattenDir(t, mnt), want); d != "" {
 			rt.Fatalf("final trees differ (native vs mount):\n%s", d)
 		}
+		// A daemon killed now loses nothing: the state directory as it is
+		// (snapshot, log, upper files) recovers the same tree.
+		waitReleased(m)
+		crashed := copyStateDir(t, m.cfg.StateDir)
+		rid, _, err := RecoverCapture(crashed, objs, m.Root())
+		if err != nil {
+			rt.Fatalf("recover from the live state: %v", err)
+		}
+		if d := diffMaps(objs.flatten(t, rid), want); d != "" {
+			rt.Fatalf("recovered from the live state (no unmount) differs from native:\n%s", d)
+		}
 		id, _, err := m.Capture()
 		if err != nil {
 			rt.Fatal(err)
@@ -222,4 +233,29 @@ func materialize(t testing.TB, dir string, s spec) {
 			os.WriteFile(full, []byte(content), 0o644)
 		}
 	}
+}
+
+// copyStateDir copies a mount's state directory as a killed daemon would
+// leave it (the mount must be idle).
+func copyStateDir(t testing.TB, dir string) string {
+	t.Helper()
+	dst := t.TempDir()
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if d.IsDir() {
+			return os.MkdirAll(filepath.Join(dst, rel), 0o700)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dst, rel), b, 0o600)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dst
 }

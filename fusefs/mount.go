@@ -209,6 +209,10 @@ func mountAt(mountpoint string, cfg Config) (*Mount, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
+	if ov.fresh && !cfg.ReadOnly {
+		// Without it the first change writes a snapshot instead.
+		_ = ov.walBegin()
+	}
 	m := &Mount{cfg: cfg, ov: ov, mountpoint: mountpoint,
 		clean: cfg.AttrTimeout, dirty: cfg.DirtyTimeout,
 		notifyC: make(chan struct{}, 1), doneC: make(chan struct{})}
@@ -257,6 +261,8 @@ func mountAt(mountpoint string, cfg Config) (*Mount, error) {
 		opts.MountOptions.ExtraCapabilities |= fuse.CAP_OVER_IO_URING
 	}
 	m.dirs = newDirsFS(fs.NewNodeFS(m.rootNode, opts))
+	m.dirs.flush = func(before uint64) { _ = m.ov.walFlush(&m.snapMu, before) }
+	m.dirs.marked = m.ov.walMarks.Load
 	server, fuseFD, err := newServer(m.dirs, mountpoint, &opts.MountOptions, cfg.Uring)
 	if err != nil {
 		ov.pool.close()
@@ -460,6 +466,7 @@ func openOverlay(stateDir string, objects Objects, root store.ID, links [][]stri
 	if !found {
 		ov = newOverlay(objects, stateDir, root)
 		ov.named = map[uint64]bool{} // no snapshot on disk names anything
+		ov.fresh = true
 	}
 	if err := ov.removeStrayUppers(); err != nil {
 		return nil, err

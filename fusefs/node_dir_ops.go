@@ -465,6 +465,9 @@ func (o *overlay) moveLink(sd *inode, name string, dd *inode, newName string, c 
 	} else {
 		o.fsmRemoved(sd, name, c)
 	}
+	o.walName(sd, name)
+	o.walName(dd, newName)
+	o.walMark(c, walFull)
 }
 
 // childNamed returns d's child called name, or ENOENT. Caller holds mu.

@@ -444,9 +444,17 @@ func (m *Mount) open(in *inode, flags uint32) (fs.FileHandle, uint32, syscall.Er
 	return in.passthrough(h), 0, 0
 }
 
-// plain records h as a handle served without passthrough. Caller holds mu.
+// plain records h as a handle served without passthrough; a blob handle
+// is redirected to the upper file if a copy-up comes while it is open.
+// Caller holds mu.
 func (in *inode) plain(h *handle) fs.FileHandle {
 	in.plainOpens++
+	if h.blob {
+		if in.readers == nil {
+			in.readers = map[*handle]struct{}{}
+		}
+		in.readers[h] = struct{}{}
+	}
 	return h
 }
 

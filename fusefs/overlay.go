@@ -76,6 +76,11 @@ type inode struct {
 	// capture, used by SwitchView to tell names deleted after the capture
 	// from names added by a rebase.
 	capTree store.ID
+	// walGen is the log generation (wal.go) whose snapshot or frames hold
+	// a record of this inode; walListed says that record lists its
+	// children, so the log may record their changes by name.
+	walGen    uint64
+	walListed bool
 
 	// open state
 	opens      int      // open file handles of any kind
@@ -84,6 +89,10 @@ type inode struct {
 	blobID     store.ID // the blob blobFile holds
 	blobOpens  int      // handles using blobFile
 	upperOpens int      // handles using upperFile
+	// readers are the open blob handles the daemon serves (not by
+	// passthrough): a copy-up moves them to the upper file (redirect), so
+	// that they read what is written through the mount from then on.
+	readers map[*handle]struct{}
 	// plainOpens counts handles given to the kernel without passthrough.
 	// While any is open no passthrough handle is given out: go-fuse keeps
 	// one backing-ID refcount per inode and drops it at every RELEASE of
@@ -168,6 +177,23 @@ type overlay struct {
 	// before the overlay is shared.
 	pool *upperPool
 
+	// The write-ahead log (wal.go): wal is guarded by mu, walLog by walMu
+	// (taken before mu, after a snapshot's lock); walPending says that a
+	// flush has something to write.
+	wal        walState
+	walMu      sync.Mutex
+	walLog     walLog
+	walPending atomic.Bool
+	walMarks   atomic.Uint64 // changes marked so far
+
+	// recovery describes what opening the state directory could not keep
+	// (a log that did not replay, upper files no record named); set
+	// before the overlay is shared.
+	recovery []string
+	// fresh: no snapshot or log was found at open (the mount then starts
+	// a log with no snapshot under it, wal.go).
+	fresh bool
+
 	// uppers lists upper files a replayed snapshot refers to; only used
 	// while opening, before the overlay is shared.
 	uppers map[uint64]bool
@@ -210,13 +236,22 @@ func (o *overlay) trashPath(num uint64) string {
 // on disk may still name it, so it is moved aside (freeing its name for a
 // new copy-up) and deleted only after a snapshot without it is durable;
 // replay of an older snapshot moves it back. Caller holds mu.
+//
+// An upper file only the log names (wal.go) is deleted once a frame that
+// no longer names it is written.
 func (o *overlay) trashUpper(num uint64) {
-	if o.named != nil && !o.named[num] {
+	logOnly := o.named != nil && !o.named[num]
+	if logOnly && !o.wal.named[num] {
 		_ = os.Remove(o.upperPath(num))
 		return
 	}
 	// rename(2) directly: os.Rename adds an lstat of the target, on every unlink.
 	if err := syscall.Rename(o.upperPath(num), o.trashPath(num)); err == nil {
+		if logOnly {
+			o.wal.trash = append(o.wal.trash, num)
+			o.walPending.Store(true)
+			return
+		}
 		o.trash = append(o.trash, num)
 		o.unsnapped = true
 	}
@@ -354,6 +389,7 @@ func (o *overlay) touch(in *inode) {
 	o.unsnapped = true
 	o.seq++
 	in.seq = o.seq
+	o.walMark(in, walFull)
 	o.propagate(in, o.seq)
 }
 
@@ -367,6 +403,7 @@ func (o *overlay) propagate(in *inode, seq uint64) {
 				break
 			}
 			d.subSeq = seq
+			o.walMark(d, walSub)
 			if len(d.links) == 0 {
 				break
 			}
@@ -395,6 +432,8 @@ func (o *overlay) addLink(d *inode, name string, c *inode) {
 	}
 	o.dirChanged(d)
 	c.linkSeq = o.seq
+	o.walName(d, name)
+	o.walMark(c, walFull)
 }
 
 // removeLink deletes d/name (which must be c). Caller holds mu. When the
@@ -404,6 +443,8 @@ func (o *overlay) removeLink(d *inode, name string, c *inode) {
 	c.ctime = time.Now().UnixNano()
 	o.dirChanged(d)
 	o.fsmRemoved(d, name, c)
+	o.walName(d, name)
+	o.walMark(c, walFull)
 	o.maybeDropUpper(c)
 }
 

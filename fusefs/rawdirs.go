@@ -33,6 +33,12 @@ type dirsFS struct {
 
 	opened atomic.Int64 // listings opened (tests)
 
+	// flush writes the overlay log's pending frame, given the mark count
+	// marked returned before the request (wal_raw.go); set before the
+	// server starts.
+	flush  func(before uint64)
+	marked func() uint64
+
 	mu      sync.Mutex
 	cursors map[cursorKey]dirCursor
 }

@@ -82,6 +82,7 @@ func (o *overlay) switchView(newRoot store.ID, links [][]string, notes *[]note) 
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.fsmSwitching(newRoot)
+	o.walRebase() // the switch changes the table in bulk: the next frame needs a new base
 	keep, err := o.reconcileDir(o.root, store.Entry{Kind: store.KindDir, ID: newRoot, Mtime: o.root.mtime}, nil, notes)
 	if err != nil {
 		return false, fmt.Errorf("switch view to %s: %w", newRoot.Short(), err)

@@ -41,8 +41,11 @@ func (o *overlay) copyUp(in *inode, trunc bool) error {
 	if err != nil {
 		return fmt.Errorf("copy-up: %w", err)
 	}
+	kept := false // tmp became the inode's upperFile
 	defer func() {
-		tmp.Close()
+		if !kept {
+			tmp.Close()
+		}
 		os.Remove(tmp.Name())
 	}()
 	if hasLower && !trunc && !blob.IsZero() {
@@ -72,7 +75,33 @@ func (o *overlay) copyUp(in *inode, trunc bool) error {
 	_ = os.Chtimes(o.upperPath(in.num), mt, mt)
 	in.upper = true
 	o.touch(in)
+	if len(in.readers) > 0 {
+		if in.upperFile == nil {
+			// tmp is the upper file now (renamed): the readers' backing file.
+			in.upperFile, kept = tmp, true
+		}
+		o.redirect(in)
+	}
 	return nil
+}
+
+// redirect moves in's open blob handles to its upper file, which a
+// copy-up just made: from now on they read what is written through the
+// mount, as every descriptor of a native file does. Each takes a
+// reference on the upper file (so a view switch keeps it while they are
+// open) and keeps its blob one until Release, for reads in flight. Pages
+// the kernel cached from the blob stay valid until a write changes them:
+// writes go through the page cache (no passthrough) or are direct writes
+// (passthrough mounts, see Mount.open), which drop the pages they cover.
+// Caller holds mu; in.upperFile is open.
+func (o *overlay) redirect(in *inode) {
+	fd := int64(in.upperFile.Fd()) + 1
+	for h := range in.readers {
+		h.upRef = true
+		in.upperOpens++
+		h.redir.Store(fd)
+	}
+	in.readers = nil
 }
 
 // cloneOrCopy copies src into dst: FICLONE (reflink) first, then

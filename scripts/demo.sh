@@ -4,7 +4,8 @@
 # child, run real tools inside it, advance the parent meanwhile, unmount to
 # reconcile (the child is rebased once), land both children, export the
 # result; two agents committing in forks of a git repository and both
-# landing cleanly; an in-place workspace; and check the store.
+# landing cleanly; a workspace from a git branch whose commit is published
+# back to it; an in-place workspace; and check the store.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${ACYCLICFS_BIN:-$PWD/bin/acyclicfs}
@@ -13,7 +14,7 @@ work=$(mktemp -d /tmp/acyclicfs-demo.XXXXXX)
 export ACYCLICFS_STORE="$work/store"
 cleanup() {
   "$B" shutdown >/dev/null 2>&1 || true
-  for m in "$work/mnt" "$work/m1" "$work/m2"; do mountpoint -q "$m" 2>/dev/null && umount -l "$m" || true; done
+  for m in "$work/mnt" "$work/m1" "$work/m2" "$work/m3"; do mountpoint -q "$m" 2>/dev/null && umount -l "$m" || true; done
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -59,7 +60,7 @@ run ls -A "$work/out"
 
 say "two agents commit in forks of one git repository; both land, and git sees both commits"
 export GIT_AUTHOR_NAME=agent GIT_AUTHOR_EMAIL=agent@example.com GIT_COMMITTER_NAME=agent GIT_COMMITTER_EMAIL=agent@example.com
-mkdir -p "$work/repo" "$work/m1" "$work/m2"
+mkdir -p "$work/repo" "$work/m1" "$work/m2" "$work/m3"
 printf '1\n2\n3\n4\n5\n6\n7\n8\n9\n' > "$work/repo/shared.txt"
 git -C "$work/repo" init -q -b main && git -C "$work/repo" add -A && git -C "$work/repo" commit -qm "start"
 run "$B" create repo --from "$work/repo"
@@ -78,6 +79,16 @@ run git -C "$work/repo-out" status --short
 run git -C "$work/repo-out" fsck --strict --no-progress
 run "$B" unmount "$work/m1"
 run "$B" unmount "$work/m2"
+
+say "a workspace from a git branch, no checkout; the agent's commit goes back to the branch (git publish)"
+git -C "$work/repo" branch feature
+run "$B" create feat --from-git "$work/repo@feature"
+run "$B" mount feat "$work/m3"
+run "$B" exec "$work/m3" -- sh -c 'echo "from the agent" > agent.txt && git add agent.txt && git commit -qm "agent: add agent.txt"'
+run "$B" git publish feat
+run git -C "$work/repo" log --oneline feature
+run git -C "$work/repo" status --short
+run "$B" unmount "$work/m3"
 
 say "in place: a workspace over a real directory, mounted over it; the unmount writes the changes back"
 mkdir -p "$work/proj" && printf 'hello\n' > "$work/proj/notes.txt"

@@ -328,3 +328,123 @@ func TestShutdownRecoversEveryDeadMount(t *testing.T) {
 		e.fsck()
 	}
 }
+
+// syncScript copies a tree into the mount with cp -r (no fsync anywhere),
+// runs SYNC, then kills the daemon with SIGKILL while its session is open.
+const syncScript = `set -e
+mkdir -p src/sub
+printf 'one\n' > src/a.txt
+dd if="$PAYLOAD" of=src/sub/big.bin bs=65536 2>/dev/null
+cp -r src copy
+printf 'more\n' >> base.txt
+mv keep moved
+$SYNC
+kill -9 "$DPID"
+`
+
+// TestCrashAfterSync: a finished cp -r followed by sync(1) — syncfs of a
+// file in the mount (sync -f) or the global sync — is intact after the
+// daemon is killed with SIGKILL and the workspace mounted again. The kernel
+// sends nothing to a FUSE daemon on sync or syncfs; the overlay log written
+// before each request's reply is what keeps it.
+func TestCrashAfterSync(t *testing.T) {
+	for _, c := range []struct{ name, sync string }{
+		{"syncfs", "sync -f copy/a.txt"},
+		{"sync", "sync"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := newMountEnv(t)
+			src := filepath.Join(e.dir, "src")
+			writeTree(t, src, map[string]string{"base.txt": "base\n", "keep/k.txt": "keep\n"})
+			e.ok("create", "main", "--from", src)
+			e.ok("fork", "main", "child")
+			mp := e.mountAt("child", "--lease-ttl", "1s")
+			t.Cleanup(func() {
+				if t.Failed() {
+					abortFuse(mp)
+				}
+			})
+			payload := make([]byte, 1<<20+777)
+			rand.New(rand.NewSource(2)).Read(payload)
+			pf := filepath.Join(e.dir, "payload")
+			if err := os.WriteFile(pf, payload, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			pid := e.daemonPID()
+			env := "PAYLOAD=" + pf + " DPID=" + strconv.Itoa(pid) + " SYNC='" + c.sync + "'"
+			r, err := sessionRun(mp, "export "+env+"; "+syncScript)
+			if err != nil || r.code != 0 {
+				t.Fatalf("writer: %v %s", err, r)
+			}
+			if err := waitGone(pid, 10*time.Second); err != nil {
+				t.Fatalf("daemon survived kill -9: %v", err)
+			}
+			e.waitLeasesExpired("child")
+			waitDead(t, mp)
+			r = e.run("mount", "child", mp, "--lease-ttl", "1s")
+			if r.code != 0 {
+				t.Fatalf("remount after kill -9: %s\ndaemon log:\n%s", r, e.daemonLog())
+			}
+			if strings.Contains(r.stderr, "dropped") || strings.Contains(r.stderr, "not replayed") {
+				t.Errorf("recovery reports a loss: %q", r.stderr)
+			}
+			got := inSession(t, mp, "cat src/a.txt copy/a.txt base.txt moved/k.txt; cmp src/sub/big.bin "+pf+" && cmp copy/sub/big.bin "+pf+" && echo same; ls keep 2>&1 >/dev/null | wc -l")
+			if want := "one\none\nbase\nmore\nkeep\nsame\n1\n"; got != want {
+				t.Fatalf("after kill -9 and remount the mount reads %q, want %q\ndaemon log:\n%s", got, want, e.daemonLog())
+			}
+			if o, _ := e.unmount(mp); o != "current" {
+				t.Fatalf("unmount after recovery: %q", o)
+			}
+			e.fsck()
+		})
+	}
+}
+
+// TestCrashRecoveryReportsDroppedData: after kill -9 the dead mount's state
+// holds an upper file with data that no record names (as a create the
+// crash interrupted leaves); the remount deletes it and says so — count and
+// bytes — on its stderr, in status and in the daemon log, and keeps
+// everything else.
+func TestCrashRecoveryReportsDroppedData(t *testing.T) {
+	t.Parallel()
+	e := newMountEnv(t)
+	src := filepath.Join(e.dir, "src")
+	writeTree(t, src, map[string]string{"base.txt": "base\n"})
+	e.ok("create", "main", "--from", src)
+	e.ok("fork", "main", "child")
+	mp := e.mountAt("child", "--lease-ttl", "1s")
+	pid := e.daemonPID()
+	r, err := sessionRun(mp, `printf 'kept\n' > kept.txt && kill -9 `+strconv.Itoa(pid))
+	if err != nil || r.code != 0 {
+		t.Fatalf("writer: %v %s", err, r)
+	}
+	if err := waitGone(pid, 10*time.Second); err != nil {
+		t.Fatalf("daemon survived kill -9: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(e.store, "mounts", "child", "upper", "999999"), []byte("12345"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.waitLeasesExpired("child")
+	waitDead(t, mp)
+	r = e.run("mount", "child", mp, "--lease-ttl", "1s")
+	if r.code != 0 {
+		t.Fatalf("remount after kill -9: %s", r)
+	}
+	const lost = "dropped 1 upper file (5 bytes)"
+	if !strings.Contains(r.stderr, "recovery: child: "+lost) {
+		t.Errorf("remount does not report the dropped data: %q", r.stderr)
+	}
+	if st := e.status(); !strings.Contains(strings.Join(st.Recovery, "\n"), lost) {
+		t.Errorf("status does not report the dropped data: %q", st.Recovery)
+	}
+	if !strings.Contains(e.daemonLog(), lost) {
+		t.Errorf("daemon log does not report the dropped data:\n%s", e.daemonLog())
+	}
+	if got := inSession(t, mp, "cat kept.txt base.txt"); got != "kept\nbase\n" {
+		t.Fatalf("after recovery the mount reads %q", got)
+	}
+	if o, _ := e.unmount(mp); o != "current" {
+		t.Fatalf("unmount after recovery: %q", o)
+	}
+}

@@ -40,6 +40,11 @@ type GitBinding struct {
 	Published string `json:"published,omitempty"`
 	// OnLand is "publish" when a land into the workspace publishes it.
 	OnLand string `json:"on_land,omitempty"`
+	// PublishedSeq is the workspace's head-log sequence number that bind
+	// or the last publish saw: the commit of uncommitted changes lists the
+	// log entries after it. Absent (0) in records written before it
+	// existed: such a record lists the whole log.
+	PublishedSeq uint64 `json:"published_seq,omitempty"`
 }
 
 // ErrNotBound is returned for a git command on a workspace with no

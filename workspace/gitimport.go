@@ -72,62 +72,8 @@ func (m *Manager) CreateFromGit(ctx context.Context, name, repoPath, rev string)
 	// Files are two seconds older than the index, so that none is "racily
 	// clean" (git re-reads a file whose mtime is not older than the index).
 	fileTime := now.Add(-2 * time.Second).UnixNano()
-	b := newTreeBuilder()
-	var index []gitrepo.IndexEntry
-	entries, err := repo.ListTree(ctx, at.Commit)
-	if err != nil {
-		return res, err
-	}
-	var blobs []string
-	want := map[string]bool{}
-	for _, e := range entries {
-		if err := checkGitPath(e.Path); err != nil {
-			return res, err
-		}
-		switch e.Mode {
-		case gitrepo.ModeTree:
-			b.dir(e.Path)
-			continue
-		case gitrepo.ModeGitlink: // a submodule: an empty directory, as a checkout without it
-			b.dir(e.Path)
-			index = append(index, gitrepo.IndexEntry{Path: e.Path, Mode: e.Mode, OID: e.OID})
-			res.Files++
-			continue
-		case gitrepo.ModeFile, gitrepo.ModeExec, gitrepo.ModeSymlink:
-		default:
-			return res, fmt.Errorf("%w: %s has mode %o", ErrBadGitTree, e.Path, e.Mode)
-		}
-		if !want[e.OID] {
-			want[e.OID] = true
-			blobs = append(blobs, e.OID)
-		}
-		index = append(index, gitrepo.IndexEntry{Path: e.Path, Mode: e.Mode, OID: e.OID, Size: uint32(e.Size),
-			Ino: uint32(pathino.Of(e.Path)), UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Mtime: fileTime, Ctime: fileTime})
-		res.Files++
-	}
-
 	batch := m.st.NewBlobBatch()
-	ids, n, err := m.storeGitBlobs(ctx, repo, batch, blobs)
-	res.Bytes = n
-	if err != nil {
-		batch.Abort()
-		return res, err
-	}
-	res.Blobs = len(blobs)
-	for _, e := range entries {
-		kind := store.KindFile
-		switch e.Mode {
-		case gitrepo.ModeExec:
-			kind = store.KindExec
-		case gitrepo.ModeSymlink:
-			kind = store.KindSymlink
-		case gitrepo.ModeFile:
-		default:
-			continue
-		}
-		b.file(e.Path, store.Entry{Kind: kind, Size: e.Size, Mtime: fileTime, ID: ids[e.OID]})
-	}
-	worktree, err := b.put(m.st)
+	b, worktree, index, err := m.importGitWorktree(ctx, repo, at.Commit, fileTime, batch, &res)
 	if err != nil {
 		batch.Abort()
 		return res, err
@@ -211,6 +157,73 @@ func (m *Manager) CreateFromGit(ctx context.Context, name, repoPath, rev string)
 		return res, fmt.Errorf("bind %s to %s: %w", name, repo.GitDir, err)
 	}
 	return res, nil
+}
+
+// importGitWorktree reads commit's tree from repo: its blobs into batch,
+// its trees into the store. It returns the builder holding the tree (for
+// the caller to add .git to), the work tree's ID and the index entries of
+// its files, stat data as a mount reports them with fileTime as mtime.
+func (m *Manager) importGitWorktree(ctx context.Context, repo *gitrepo.Repo, commit string, fileTime int64, batch *store.BlobBatch, res *GitImport) (*treeBuilder, store.ID, []gitrepo.IndexEntry, error) {
+	b := newTreeBuilder()
+	var index []gitrepo.IndexEntry
+	entries, err := repo.ListTree(ctx, commit)
+	if err != nil {
+		return nil, store.ID{}, nil, err
+	}
+	var blobs []string
+	want := map[string]bool{}
+	for _, e := range entries {
+		if err := checkGitPath(e.Path); err != nil {
+			return nil, store.ID{}, nil, err
+		}
+		switch e.Mode {
+		case gitrepo.ModeTree:
+			b.dir(e.Path)
+			continue
+		case gitrepo.ModeGitlink: // a submodule: an empty directory, as a checkout without it
+			b.dir(e.Path)
+			index = append(index, gitrepo.IndexEntry{Path: e.Path, Mode: e.Mode, OID: e.OID})
+			res.Files++
+			continue
+		case gitrepo.ModeFile, gitrepo.ModeExec, gitrepo.ModeSymlink:
+		default:
+			return nil, store.ID{}, nil, fmt.Errorf("%w: %s has mode %o", ErrBadGitTree, e.Path, e.Mode)
+		}
+		if !want[e.OID] {
+			want[e.OID] = true
+			blobs = append(blobs, e.OID)
+		}
+		index = append(index, gitrepo.IndexEntry{Path: e.Path, Mode: e.Mode, OID: e.OID, Size: uint32(e.Size),
+			Ino: uint32(pathino.Of(e.Path)), UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Mtime: fileTime, Ctime: fileTime})
+		res.Files++
+	}
+
+	ids, n, err := m.storeGitBlobs(ctx, repo, batch, blobs)
+	res.Bytes = n
+	if err != nil {
+		return nil, store.ID{}, nil, err
+	}
+	m.rememberGitBlobs(repo.GitDir, ids)
+	res.Blobs = len(blobs)
+	for _, e := range entries {
+		kind := store.KindFile
+		switch e.Mode {
+		case gitrepo.ModeExec:
+			kind = store.KindExec
+		case gitrepo.ModeSymlink:
+			kind = store.KindSymlink
+		case gitrepo.ModeFile:
+		default:
+			continue
+		}
+		b.file(e.Path, store.Entry{Kind: kind, Size: e.Size, Mtime: fileTime, ID: ids[e.OID]})
+	}
+	worktree, err := b.put(m.st)
+	if err != nil {
+		return nil, store.ID{}, nil, err
+	}
+	return b, worktree, index, nil
+
 }
 
 // checkGitPath refuses what a checkout refuses: a .git component

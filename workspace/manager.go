@@ -63,6 +63,8 @@ type Manager struct {
 	git     bool // set once by hasGit
 
 	detect detectMemo // in-place detection's per-directory verdicts
+
+	oids oidCache // git object names of store objects (publish)
 }
 
 // Open opens (creating if needed) the store at dir and recovers any

@@ -26,6 +26,9 @@ type app struct {
 	stdout, stderr io.Writer
 	stderrTTY      bool
 	cwd            string // the client's working directory (relative paths)
+	// gitEnv is the client's git identity variables (clientGitEnv), for
+	// git run on its behalf; in the client itself they are inherited.
+	gitEnv []string
 
 	// mgr is set when running inside the daemon.
 	mgr *workspace.Manager

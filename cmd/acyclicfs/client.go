@@ -36,6 +36,10 @@ type runRequest struct {
 	Cwd       string   `json:"cwd"`
 	StderrTTY bool     `json:"stderr_tty"`
 	ClientPID int      `json:"client_pid"`
+	// GitEnv is the client's git identity and configuration variables
+	// (gitEnvVars): git commands run by the daemon use them, so that a
+	// publish's commit has the client's author.
+	GitEnv []string `json:"git_env,omitempty"`
 }
 
 // runResponse is what the daemon printed and the exit code.
@@ -89,7 +93,7 @@ func (a *app) forward(args []string) (int, bool) {
 			return 0, false
 		}
 	}
-	req := runRequest{Args: args, Cwd: a.cwd, StderrTTY: a.stderrTTY, ClientPID: os.Getpid()}
+	req := runRequest{Args: args, Cwd: a.cwd, StderrTTY: a.stderrTTY, ClientPID: os.Getpid(), GitEnv: clientGitEnv()}
 	resp, err := c.run(req)
 	if err != nil && (isGone(err) || errors.Is(err, errDaemonExiting) || (isReset(err) && c.socketGone())) {
 		// The daemon exited, or is exiting, between the ping and the call

@@ -481,7 +481,22 @@ func (a *app) cmdLand() *cobra.Command {
 			if res.Outcome == workspace.OutcomeConflicted {
 				return a.printOutcome(a.stdout, res)
 			}
-			return a.emit(res, func(w io.Writer) { fmt.Fprintln(w, res.Head) })
+			pub := a.publishAfterLand(res.Parent)
+			if pub == nil {
+				return a.emit(res, func(w io.Writer) { fmt.Fprintln(w, res.Head) })
+			}
+			if pub.Error != "" && !a.quiet {
+				fmt.Fprintf(a.stderr, "warning: landed; publishing %s (its binding's on-land) failed: %s\n", res.Parent, pub.Error)
+			}
+			return a.emit(struct {
+				workspace.Result
+				Publish *landPublish `json:"publish"`
+			}{res, pub}, func(w io.Writer) {
+				fmt.Fprintln(w, res.Head)
+				if pub.Published != nil {
+					fmt.Fprintln(w, publishLine(*pub.Published))
+				}
+			})
 		},
 	}
 	return c

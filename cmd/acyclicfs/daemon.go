@@ -46,6 +46,9 @@ type daemon struct {
 	mounts map[string]*served // by workspace name
 	// stopping is set once shutdown began; new mounts are refused.
 	stopping bool
+	// lost lists what recoveries run by this daemon could not keep
+	// (fusefs.RecoverCaptureReport), for status; guarded by mu.
+	lost []string
 
 	quit     chan struct{} // closed to stop the daemon
 	quitOnce sync.Once
@@ -353,7 +356,7 @@ func (d *daemon) handleRun(w http.ResponseWriter, r *http.Request) {
 	}
 	var out, errb bytes.Buffer
 	a := &app{stdout: &out, stderr: &errb, stdin: bytes.NewReader(nil), cwd: req.Cwd,
-		stderrTTY: false, mgr: d.m, inDaemon: true, d: d}
+		stderrTTY: false, mgr: d.m, inDaemon: true, d: d, gitEnv: req.GitEnv}
 	cmd := firstCommand(req.Args)
 	if cmd == "gc" {
 		d.gcMu.Lock()

@@ -44,7 +44,9 @@ func exitCode(err error) int {
 		return exitOK
 	case errors.As(err, &ec):
 		return int(ec)
-	case errors.Is(err, errConflictExit), errors.Is(err, workspace.ErrConflict), errors.Is(err, workspace.ErrUnresolved):
+	case errors.Is(err, errConflictExit), errors.Is(err, workspace.ErrConflict), errors.Is(err, workspace.ErrUnresolved),
+		errors.Is(err, workspace.ErrAlreadyBound), errors.Is(err, workspace.ErrNotFastForward),
+		errors.Is(err, workspace.ErrRefMoved), errors.Is(err, workspace.ErrBindingMoved):
 		return exitConflict
 	case errors.As(err, &u),
 		errors.Is(err, workspace.ErrInvalidName),
@@ -57,6 +59,7 @@ func exitCode(err error) int {
 		errors.Is(err, workspace.ErrNoParent),
 		errors.Is(err, workspace.ErrNoConflicts),
 		errors.Is(err, workspace.ErrNoSuchPath),
+		errors.Is(err, workspace.ErrNotBound),
 		errors.Is(err, workspace.ErrBadGitTree),
 		errors.Is(err, gitrepo.ErrNotRepo),
 		errors.Is(err, gitrepo.ErrNoRef),
@@ -86,6 +89,14 @@ func hint(err error) string {
 		return "pass --force to replace the directory's contents"
 	case errors.Is(err, workspace.ErrUnresolved):
 		return "edit the file, or run 'acyclicfs resolve WS PATH --ours|--theirs|--base'; 'acyclicfs cat WS PATH --conflict ours|theirs|base' shows a side"
+	case errors.Is(err, workspace.ErrNotFastForward):
+		return "'acyclicfs git pull WS' takes in what the branch received, then publish again"
+	case errors.Is(err, workspace.ErrRefMoved), errors.Is(err, workspace.ErrBindingMoved):
+		return "someone else moved it meanwhile; 'acyclicfs git show WS' shows where it is, then retry"
+	case errors.Is(err, workspace.ErrAlreadyBound):
+		return "'acyclicfs git show WS' shows the binding; pass --force to replace it"
+	case errors.Is(err, workspace.ErrNotBound):
+		return "bind it first: 'acyclicfs git bind WS REPO [--branch B]'"
 	case errors.Is(err, workspace.ErrNoConflicts):
 		return "'acyclicfs status WS' lists the recorded conflicts"
 	case errors.Is(err, workspace.ErrHasChildren):

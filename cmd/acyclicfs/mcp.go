@@ -27,7 +27,7 @@ import (
 func (a *app) cmdMCP() *cobra.Command {
 	return &cobra.Command{
 		Use:   "mcp",
-		Short: "Serve the Model Context Protocol on stdin/stdout (tools: create, fork, mount, exec, diff, cat, land, resolve, status, log, …)",
+		Short: "Serve the Model Context Protocol on stdin/stdout (tools: create, fork, mount, exec, diff, cat, land, resolve, git_publish, git_pull, status, log, …)",
 		Args:  exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			store, err := a.storeDir()
@@ -158,6 +158,10 @@ type (
 		Side      string   `json:"side,omitempty" jsonschema:"ours, theirs or base; empty: take the workspace's current content"`
 		Force     bool     `json:"force,omitempty" jsonschema:"accept content that still has conflict markers"`
 	}
+	mcpPublishIn struct {
+		Workspace string `json:"workspace" jsonschema:"a workspace bound to a git branch (create from_git, or acyclicfs git bind)"`
+		Message   string `json:"message,omitempty" jsonschema:"subject of the commit of uncommitted changes"`
+	}
 	mcpLogIn struct {
 		Workspace string `json:"workspace"`
 		N         int    `json:"n,omitempty" jsonschema:"at most this many entries"`
@@ -281,6 +285,18 @@ func newMCPServer(r *mcpRunner) *mcp.Server {
 				args = append(args, "--force")
 			}
 			return r.jsonTool(ctx, args...)
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "git_publish", Description: "Publish a workspace bound to a git branch: its commits on the branch, and its uncommitted changes as one commit, become the branch's value (compare-and-swap); refused (exit 3) when the branch moved meanwhile: git_pull first."},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpPublishIn) (*mcp.CallToolResult, any, error) {
+			args := []string{"git", "publish", in.Workspace}
+			if in.Message != "" {
+				args = append(args, "-m", in.Message)
+			}
+			return r.jsonTool(ctx, args...)
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "git_pull", Description: "Merge what a bound workspace's git branch received since they last agreed into the workspace (git-aware; queued while a session runs in its mount)."},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpWorkspaceIn) (*mcp.CallToolResult, any, error) {
+			return r.jsonTool(ctx, "git", "pull", in.Workspace)
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "status", Description: "Every workspace: mounts, leases and who holds them, conflicts."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, _ mcpNone) (*mcp.CallToolResult, any, error) {

@@ -61,6 +61,9 @@ type served struct {
 	last    workspace.Result
 	timing  *reconcileTiming // the last final close's (nil: none yet)
 	closing bool
+	// pull is a `git pull` queued while leases were open: it runs at the
+	// window's final close (gitcmds.go queuePull).
+	pull *queuedPull
 	// failed is the capture that could not be stored (capturefail.go);
 	// retrying: its background retry runs.
 	failed   *captureFailure
@@ -392,7 +395,14 @@ func (d *daemon) recoverMount(rec workspace.MountRecord) ([]string, error) {
 	if err != nil {
 		return notes, err
 	}
-	newRoot, newLinks, changed, err := fusefs.RecoverCaptureLinks(rec.StateDir, storeObjects{m.Store()}, pinnedRoot, pinnedLinks)
+	newRoot, newLinks, changed, lost, err := fusefs.RecoverCaptureLinks(rec.StateDir, storeObjects{m.Store()}, pinnedRoot, pinnedLinks)
+	for _, l := range lost {
+		d.logger.Printf("%s: recovery: %s", rec.Workspace, l)
+		notes = append(notes, rec.Workspace+": "+l)
+		d.mu.Lock()
+		d.lost = append(d.lost, fmt.Sprintf("%s: recovery at %s %s", rec.Workspace, time.Now().UTC().Format(time.RFC3339), l))
+		d.mu.Unlock()
+	}
 	if err != nil {
 		return notes, fmt.Errorf("replay overlay %s: %w", rec.StateDir, err)
 	}
@@ -627,7 +637,7 @@ func (s *served) reconcileLast(lease window.Lease) (_ workspace.Result, err erro
 		return res, nil
 	}
 	if !ok {
-		res := s.outcome(workspace.OutcomeCurrent)
+		res := s.runQueuedPull(s.outcome(workspace.OutcomeCurrent))
 		s.last = res
 		return res, nil
 	}
@@ -638,6 +648,7 @@ func (s *served) reconcileLast(lease window.Lease) (_ workspace.Result, err erro
 	if err := s.switchToHead(); err != nil {
 		return res, err
 	}
+	res = s.runQueuedPull(res)
 	s.last = res
 	return res, nil
 }

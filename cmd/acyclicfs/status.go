@@ -140,6 +140,11 @@ func (a *app) cmdStatus() *cobra.Command {
 				return fmt.Errorf("status: %w", err)
 			}
 			rep.Recovery = append(rep.Recovery, work...)
+			if a.d != nil {
+				a.d.mu.Lock()
+				rep.Recovery = append(rep.Recovery, a.d.lost...)
+				a.d.mu.Unlock()
+			}
 			rep.BaseReads = m.Store().BaseReads()
 			rep.BaseReadPaths = m.Store().BaseReadPaths()
 			recs, err := m.MountRecords()

@@ -5,8 +5,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"path"
+	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/acyclicfs/acyclicfs/internal/failpoint"
@@ -186,6 +189,10 @@ func (j *job) git() (*repo, error) {
 	}
 	r, err := j.m.newRepo(j.ctx, format)
 	if err != nil {
+		return nil, err
+	}
+	if err := j.addSideAlternates(r); err != nil {
+		r.close()
 		return nil, err
 	}
 	objs, later, err := j.objects.linkList(j)
@@ -464,4 +471,78 @@ func clone(e *store.Entry) *store.Entry {
 	}
 	c := *e
 	return &c
+}
+
+// addSideAlternates makes the object directories the sides' own
+// objects/info/alternates name (absolute paths that exist) alternates of
+// the temp repository too: a workspace created from a repository (create
+// --from-git) keeps only its new objects, and its commits' trees are read
+// through the repository's objects. Objects are content-addressed, so
+// what is read there is what the side's git reads.
+func (j *job) addSideAlternates(r *repo) error {
+	var add []string
+	seen := map[string]bool{}
+	for _, t := range []*store.Tree{j.bt, j.ot, j.tt} {
+		e, err := j.lookupPath(t, "objects/info/alternates")
+		if err != nil || e == nil || !e.Kind.IsRegular() {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		data, err := j.readBlob(e, "objects/info/alternates")
+		if err != nil {
+			return err
+		}
+		for _, l := range strings.Split(string(data), "\n") {
+			l = strings.TrimSpace(l)
+			if l == "" || strings.HasPrefix(l, "#") || !filepath.IsAbs(l) || seen[l] || strings.ContainsAny(l, "\x00") {
+				continue
+			}
+			if fi, err := os.Stat(l); err != nil || !fi.IsDir() {
+				continue
+			}
+			seen[l] = true
+			add = append(add, l)
+		}
+	}
+	if len(add) == 0 {
+		return nil
+	}
+	p := filepath.Join(r.gitDir, "objects", "info", "alternates")
+	cur, err := os.ReadFile(p)
+	if err != nil {
+		return fmt.Errorf("gitmerge: read temp alternates: %w", err)
+	}
+	if err := os.WriteFile(p, append(cur, []byte(strings.Join(add, "\n")+"\n")...), 0o644); err != nil {
+		return fmt.Errorf("gitmerge: write temp alternates: %w", err)
+	}
+	return nil
+}
+
+// lookupPath returns the entry at slash-separated rel below t (nil if
+// absent).
+func (j *job) lookupPath(t *store.Tree, rel string) (*store.Entry, error) {
+	parts := strings.Split(rel, "/")
+	for i, name := range parts {
+		if t == nil {
+			return nil, nil
+		}
+		e, ok := t.Lookup(name)
+		if !ok {
+			return nil, nil
+		}
+		if i == len(parts)-1 {
+			return &e, nil
+		}
+		if e.Kind != store.KindDir {
+			return nil, nil
+		}
+		sub, err := j.m.Store.GetTree(e.ID)
+		if err != nil {
+			return nil, fmt.Errorf("gitmerge: read %s: %w", j.full(strings.Join(parts[:i+1], "/")), err)
+		}
+		t = sub
+	}
+	return nil, nil
 }

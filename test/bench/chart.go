@@ -326,6 +326,17 @@ func (r *results) gitPlot() (*plot.Plot, vg.Length, error) {
 		acy = append(acy, secs(lr.land), secs(lr.status))
 		nat = append(nat, secs(lr.native), secs(lr.nativeStatus))
 	}
+	if gp := r.gitPublish; gp != nil && len(gp.publish) > 0 {
+		rows = append(rows, "git publish of 10 changed files / git add -A && git commit")
+		acy = append(acy, secs(gp.publish))
+		nat = append(nat, secs(gp.native))
+	}
+	if fm := r.fsmonitor; fm != nil && len(fm.on2) > 0 {
+		rows = append(rows, "git status with the mount's fsmonitor hook (2nd) / git status (2nd)",
+			"git status with the hook, 1st after a remount / git status (1st)")
+		acy = append(acy, secs(fm.on2), secs(fm.onRe1))
+		nat = append(nat, secs(fm.native2), secs(fm.native1))
+	}
 	if len(rows) == 0 {
 		return nil, 0, nil
 	}

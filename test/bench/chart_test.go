@@ -28,9 +28,11 @@ func chartResults(t *testing.T) *results {
 			"untar":      {sysNative: {{work: 400 * ms}}, sysLoopback: {{work: 4000 * ms}}, sysAcyclicfs: {{work: 1200 * ms}}},
 			"git-status": {sysNative: {{work: 70 * ms}}, sysLoopback: {{work: 500 * ms}}, sysAcyclicfs: {{work: 60 * ms}}},
 		},
-		forks:     []*forkResult{{files: 1000, fork: []time.Duration{9 * ms}, cp: []time.Duration{300 * ms}, worktree: []time.Duration{200 * ms}, capOver: []time.Duration{40 * ms}, rebOver: []time.Duration{60 * ms}}},
-		gitImport: &gitImportResult{fromGit: []time.Duration{2 * time.Second}, worktree: []time.Duration{1500 * ms}, status: []time.Duration{100 * ms}, native: []time.Duration{60 * ms}},
-		land:      &landResult{land: []time.Duration{114 * ms}, native: []time.Duration{55 * ms}, status: []time.Duration{190 * ms}, nativeStatus: []time.Duration{60 * ms}},
+		forks:      []*forkResult{{files: 1000, fork: []time.Duration{9 * ms}, cp: []time.Duration{300 * ms}, worktree: []time.Duration{200 * ms}, capOver: []time.Duration{40 * ms}, rebOver: []time.Duration{60 * ms}}},
+		gitImport:  &gitImportResult{fromGit: []time.Duration{2 * time.Second}, worktree: []time.Duration{1500 * ms}, status: []time.Duration{100 * ms}, native: []time.Duration{60 * ms}},
+		gitPublish: &gitPublishResult{publish: []time.Duration{200 * ms}, native: []time.Duration{150 * ms}},
+		fsmonitor:  &fsmonitorGit{on2: []time.Duration{20 * ms}, onRe1: []time.Duration{100 * ms}, native1: []time.Duration{38 * ms}, native2: []time.Duration{32 * ms}},
+		land:       &landResult{land: []time.Duration{114 * ms}, native: []time.Duration{55 * ms}, status: []time.Duration{190 * ms}, nativeStatus: []time.Duration{60 * ms}},
 	}
 }
 
@@ -53,7 +55,7 @@ func TestCharts(t *testing.T) {
 	}{
 		{path, r.ratioPlot, []string{"relative to native", "time ÷ native time", "loopback", "acyclicfs", "goal for acyclicfs", "native (1×)", "untar Go src", "git status", "1×", "8×"}},
 		{forks, r.forksPlot, []string{"by tree size", "1000 files", "acyclicfs fork", "cp -a", "git worktree add", "capture + rebase", "100.0 ms"}},
-		{git, r.gitPlot, []string{"native git", "create --from-git", "land of a git commit", "1.00 s"}},
+		{git, r.gitPlot, []string{"native git", "create --from-git", "land of a git commit", "git publish of 10", "fsmonitor hook", "1.00 s"}},
 	} {
 		f, err := os.Open(c.file)
 		if err != nil {

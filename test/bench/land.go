@@ -102,6 +102,7 @@ git checkout -q main && %s`, shq(repo), shq(clone), shq(clone), tenEdits, oneEdi
 			break
 		}
 	}
+	runGitPublish(ctx, e, res, repo, lr.files)
 	return nil
 }
 

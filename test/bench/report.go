@@ -31,10 +31,12 @@ type results struct {
 	land   *landResult
 	// gitImport is create --from-git against git worktree add.
 	gitImport *gitImportResult
-	inplace   *inplaceResult
 	// fsmonitor: git status with and without the mount's hook.
 	fsmonitor *fsmonitorGit
-	profile   map[string]map[string]*profileResult // workload -> system
+	// gitPublish is git publish against git add + commit.
+	gitPublish *gitPublishResult
+	inplace    *inplaceResult
+	profile    map[string]map[string]*profileResult // workload -> system
 	// keptCensus is the previous report's census section, carried over by
 	// a run without -profile.
 	keptCensus string
@@ -215,6 +217,9 @@ func (r *results) markdown() string {
 	}
 	if r.land != nil {
 		r.landMarkdown(&b)
+	}
+	if r.gitPublish != nil {
+		r.gitPublishMarkdown(&b)
 	}
 	if r.inplace != nil {
 		r.inplaceMarkdown(&b)

@@ -1,0 +1,237 @@
+package fusefs
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+)
+
+// coherentConfigs are the ways a clean file's reader and a later writer
+// are served: everything through the daemon with the page cache (no
+// passthrough), the daemon's default (cached clean readers, passthrough
+// or direct writers), and the same over io_uring.
+var coherentConfigs = []struct {
+	name  string
+	opts  mountOpts
+	uring bool
+}{
+	{name: "cached", opts: mountOpts{}},
+	{name: "passthrough", opts: mountOpts{passthrough: true}},
+	{name: "passthrough-uring", opts: mountOpts{passthrough: true, uring: true}, uring: true},
+}
+
+// TestCoherentReadAfterWrite: a process opened a clean file and read it
+// (its pages cached); another open writes to the file and appends. The
+// first descriptor's pread sees the new bytes, and reading on from the old
+// end of file (as tail -f does) returns the appended line, as on a native
+// file system.
+func TestCoherentReadAfterWrite(t *testing.T) {
+	for _, c := range coherentConfigs {
+		t.Run(c.name, func(t *testing.T) {
+			if c.uring {
+				needUring(t)
+			}
+			objs := newFakeObjects(t)
+			o := c.opts
+			_, mnt := mountT(t, objs, objs.build(t, spec{"log": "line1\n", "other": "x"}), &o)
+			p := filepath.Join(mnt, "log")
+			r, err := os.Open(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			// tail -f: read to the end of file.
+			if b, err := io.ReadAll(r); err != nil || string(b) != "line1\n" {
+				t.Fatalf("first read: %q, %v", b, err)
+			}
+			w, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			if _, err := w.WriteString("line2\n"); err != nil {
+				t.Fatal(err)
+			}
+			// The next read of the tail loop returns the appended line.
+			buf := make([]byte, 64)
+			n, err := r.Read(buf)
+			if err != nil || string(buf[:n]) != "line2\n" {
+				t.Fatalf("read past the old end of file: %q, %v; want the appended line", buf[:n], err)
+			}
+			// An overwrite inside the old size (by a third descriptor: pwrite
+			// on an O_APPEND one appends) shows through the old descriptor.
+			w2, err := os.OpenFile(p, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w2.Close()
+			if _, err := w2.WriteAt([]byte("LINE1"), 0); err != nil {
+				t.Fatal(err)
+			}
+			n, err = r.ReadAt(buf, 0)
+			if err != io.EOF || string(buf[:n]) != "LINE1\nline2\n" {
+				t.Fatalf("pread after overwrite: %q, %v", buf[:n], err)
+			}
+			// A second append seen by a loop that hit EOF before it.
+			if n, err := r.Read(buf); n != 0 || err != io.EOF {
+				t.Fatalf("read at end: %q, %v", buf[:n], err)
+			}
+			if _, err := w.WriteString("line3\n"); err != nil {
+				t.Fatal(err)
+			}
+			n, err = r.Read(buf)
+			if err != nil || string(buf[:n]) != "line3\n" {
+				t.Fatalf("second tail read: %q, %v", buf[:n], err)
+			}
+		})
+	}
+}
+
+// TestCoherentReadAfterTruncatingWrite: the writer replaces the content
+// (O_TRUNC, as a shell's > does) while a reader holds the clean file open.
+func TestCoherentReadAfterTruncatingWrite(t *testing.T) {
+	for _, c := range coherentConfigs {
+		t.Run(c.name, func(t *testing.T) {
+			if c.uring {
+				needUring(t)
+			}
+			objs := newFakeObjects(t)
+			o := c.opts
+			_, mnt := mountT(t, objs, objs.build(t, spec{"f": "old content"}), &o)
+			p := filepath.Join(mnt, "f")
+			r, err := os.Open(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			if b, err := io.ReadAll(r); err != nil || string(b) != "old content" {
+				t.Fatalf("first read: %q, %v", b, err)
+			}
+			mustWrite(t, p, "new")
+			buf := make([]byte, 64)
+			n, err := r.ReadAt(buf, 0)
+			if err != io.EOF || string(buf[:n]) != "new" {
+				t.Fatalf("pread after the file was replaced: %q, %v", buf[:n], err)
+			}
+		})
+	}
+}
+
+// TestCoherentReadOtherProcess: the writer is another process (a shell
+// appending with >>), the reader an open descriptor of this one.
+func TestCoherentReadOtherProcess(t *testing.T) {
+	objs := newFakeObjects(t)
+	_, mnt := mountT(t, objs, objs.build(t, spec{"log": "a\n"}), &mountOpts{passthrough: true})
+	p := filepath.Join(mnt, "log")
+	r, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if b, err := io.ReadAll(r); err != nil || string(b) != "a\n" {
+		t.Fatalf("first read: %q, %v", b, err)
+	}
+	if out, err := exec.Command("sh", "-c", `printf 'b\n' >> "$1"`, "sh", p).CombinedOutput(); err != nil {
+		t.Fatalf("append: %v %s", err, out)
+	}
+	b, err := io.ReadAll(r)
+	if err != nil || string(b) != "b\n" {
+		t.Fatalf("read after another process appended: %q, %v", b, err)
+	}
+}
+
+const mmapReaderEnv = "FUSEFS_MMAP_READER"
+
+// mmapReaderChild maps a file read-only and shared, prints what the
+// mapping holds, then, for every line on stdin, prints it again. It runs
+// in its own process (see mmapChild).
+func mmapReaderChild(p string) {
+	fd, err := syscall.Open(p, syscall.O_RDONLY, 0)
+	if err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	mem, err := syscall.Mmap(fd, 0, int(st.Size), syscall.PROT_READ, syscall.MAP_SHARED)
+	if err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	fmt.Println(strconv.Quote(string(mem)))
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		fmt.Println(strconv.Quote(string(mem)))
+	}
+	os.Exit(0)
+}
+
+// TestCoherentMmapReader: a process maps a clean file read-only and
+// shared; another descriptor writes into the mapped range. The mapping
+// shows the new bytes, as on a native file system.
+func TestCoherentMmapReader(t *testing.T) {
+	for _, c := range coherentConfigs {
+		t.Run(c.name, func(t *testing.T) {
+			if c.uring {
+				needUring(t)
+			}
+			objs := newFakeObjects(t)
+			o := c.opts
+			_, mnt := mountT(t, objs, objs.build(t, spec{"f": "0123456789"}), &o)
+			p := filepath.Join(mnt, "f")
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), mmapReaderEnv+"="+p)
+			stdin, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd.Stderr = os.Stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				stdin.Close()
+				if err := cmd.Wait(); err != nil {
+					t.Errorf("mmap reader: %v", err)
+				}
+			}()
+			out := bufio.NewScanner(stdout)
+			next := func() string {
+				if !out.Scan() {
+					t.Fatalf("mmap reader ended: %v", out.Err())
+				}
+				return out.Text()
+			}
+			if got := next(); got != `"0123456789"` {
+				t.Fatalf("mapping before the write: %s", got)
+			}
+			w, err := os.OpenFile(p, os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			if _, err := w.WriteAt([]byte("AB"), 2); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.WriteString(stdin, "again\n"); err != nil {
+				t.Fatal(err)
+			}
+			if got := next(); got != `"01AB456789"` {
+				t.Fatalf("mapping after another descriptor wrote: %s, want \"01AB456789\"", got)
+			}
+		})
+	}
+}

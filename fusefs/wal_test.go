@@ -1,0 +1,146 @@
+package fusefs
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/gob"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// walBytes builds a log file for nonce holding frames.
+func walBytes(t testing.TB, nonce uint64, frames ...walFrame) []byte {
+	t.Helper()
+	out := binary.LittleEndian.AppendUint64([]byte(walMagic), nonce)
+	out = append(out, make([]byte, 32)...) // the zero root
+	var buf bytes.Buffer
+	enc := gob.NewEncoder(&buf)
+	for i := range frames {
+		buf.Reset()
+		if err := enc.Encode(&frames[i]); err != nil {
+			t.Fatal(err)
+		}
+		out = binary.LittleEndian.AppendUint32(out, uint32(buf.Len()))
+		out = binary.LittleEndian.AppendUint32(out, crc32.Checksum(buf.Bytes(), crcTable()))
+		out = append(out, buf.Bytes()...)
+	}
+	return out
+}
+
+// TestWALTornTail: a frame cut short or corrupted ends the log there; the
+// frames before it apply, whole.
+func TestWALTornTail(t *testing.T) {
+	f1 := walFrame{NextIno: 5, Seq: 1, Recs: []walRec{{Kind: walFull, Inode: snapInode{Num: 2, Mode: 0o100644}}}}
+	f2 := walFrame{NextIno: 6, Seq: 2, Recs: []walRec{{Kind: walFull, Inode: snapInode{Num: 3, Mode: 0o100644}}}}
+	b := walBytes(t, 7, f1, f2)
+	if got, _ := decodeWAL(b, 7); len(got) != 2 {
+		t.Fatalf("whole log: %d frames", len(got))
+	}
+	if got, _ := decodeWAL(b, 8); len(got) != 0 {
+		t.Fatalf("another snapshot's log: %d frames", len(got))
+	}
+	for cut := len(b) - 1; cut > len(walBytes(t, 7, f1)); cut-- {
+		if got, _ := decodeWAL(b[:cut], 7); len(got) != 1 || got[0].Seq != 1 {
+			t.Fatalf("cut at %d: %d frames", cut, len(got))
+		}
+	}
+	bad := bytes.Clone(b)
+	bad[len(bad)-1] ^= 1
+	if got, _ := decodeWAL(bad, 7); len(got) != 1 {
+		t.Fatalf("corrupt last frame: %d frames", len(got))
+	}
+}
+
+// TestWALApplyRejectsInconsistentLog: records that do not fit the
+// snapshot are an error (recovery then uses the snapshot alone).
+func TestWALApplyRejectsInconsistentLog(t *testing.T) {
+	base := func() *snapshot {
+		return &snapshot{Version: snapVersion, NextIno: 3, Inodes: []snapInode{
+			{Num: 1, Mode: 0o40755, Loaded: true, SubSeq: 1, Children: []snapChild{{Name: "a", Num: 2}}},
+			{Num: 2, Mode: 0o100644},
+		}}
+	}
+	for name, f := range map[string]walFrame{
+		"unknown child":  {NextIno: 9, Recs: []walRec{{Kind: walNames, Inode: snapInode{Num: 1, Mode: 0o40755}, Names: []snapChild{{Name: "b", Num: 8}}}}},
+		"sub unknown":    {NextIno: 9, Recs: []walRec{{Kind: walSub, Inode: snapInode{Num: 5}}}},
+		"names unlisted": {NextIno: 9, Recs: []walRec{{Kind: walNames, Inode: snapInode{Num: 2}}}},
+		"bad kind":       {NextIno: 9, Recs: []walRec{{Kind: 9, Inode: snapInode{Num: 2}}}},
+	} {
+		if err := base().applyWAL([]walFrame{f}); err == nil {
+			t.Errorf("%s: applied", name)
+		}
+	}
+	s := base()
+	err := s.applyWAL([]walFrame{{NextIno: 4, Seq: 3, Recs: []walRec{
+		{Kind: walFull, Inode: snapInode{Num: 3, Mode: 0o100644}},
+		{Kind: walNames, Inode: snapInode{Num: 1, Mode: 0o40755, SubSeq: 3}, Names: []snapChild{{Name: "a", Num: 0}, {Name: "c", Num: 3}}},
+	}}})
+	if err != nil || len(s.Inodes) != 2 || s.Inodes[0].Children[0] != (snapChild{Name: "c", Num: 3}) || s.NextIno != 4 {
+		t.Fatalf("rename by log: %v %+v", err, s.Inodes)
+	}
+}
+
+// FuzzWAL: no log file bytes make decoding or applying panic.
+func FuzzWAL(f *testing.F) {
+	f.Add(walBytes(f, 1, walFrame{NextIno: 4, Recs: []walRec{
+		{Kind: walFull, Inode: snapInode{Num: 3, Mode: 0o100644}},
+		{Kind: walNames, Inode: snapInode{Num: 1, Mode: 0o40755}, Names: []snapChild{{Name: "c", Num: 3}}},
+		{Kind: walSub, Inode: snapInode{Num: 1, SubSeq: 2}},
+	}}))
+	f.Add([]byte(walMagic))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		frames, _ := decodeWAL(b, 1)
+		s := &snapshot{Version: snapVersion, NextIno: 3, Inodes: []snapInode{
+			{Num: 1, Mode: 0o40755, Loaded: true, SubSeq: 1, Children: []snapChild{{Name: "a", Num: 2}}},
+			{Num: 2, Mode: 0o100644},
+		}}
+		if s.applyWAL(frames) == nil {
+			_, _ = s.build(newFakeObjects(t), t.TempDir())
+		}
+	})
+}
+
+// TestLogWriteFailureFreesSpace: when the log cannot be written (a full
+// disk: writes to /dev/full fail with ENOSPC), an unlink still deletes the
+// upper file at once, so rm gives the space back; the next change tries a
+// snapshot instead of a frame.
+func TestLogWriteFailureFreesSpace(t *testing.T) {
+	objs := newFakeObjects(t)
+	m, mnt := mountT(t, objs, objs.build(t, spec{"a": "lower"}), nil)
+	p := filepath.Join(mnt, "big")
+	mustWrite(t, p, strings.Repeat("x", 1<<20))
+	waitReleased(m)
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Skip(err)
+	}
+	m.ov.walMu.Lock()
+	m.ov.walLog.f.Close()
+	m.ov.walLog.f = full
+	m.ov.walMu.Unlock()
+	m.ov.mu.Lock()
+	num := m.ov.root.children["big"].num
+	m.ov.mu.Unlock()
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	waitReleased(m)
+	for _, f := range []string{m.ov.upperPath(num), m.ov.trashPath(num)} {
+		if _, err := os.Stat(f); !os.IsNotExist(err) {
+			t.Errorf("%s still there after rm with the log failing: %v", f, err)
+		}
+	}
+	m.ov.mu.Lock()
+	ok := m.ov.walLog.ok
+	m.ov.mu.Unlock()
+	if ok {
+		t.Error("log still taken as writable after a failed frame")
+	}
+	mustWrite(t, filepath.Join(mnt, "after"), "after") // the next change writes a snapshot
+	if _, err := os.Stat(filepath.Join(m.cfg.StateDir, snapName)); err != nil {
+		t.Errorf("no snapshot after the log failed: %v", err)
+	}
+}
