@@ -129,9 +129,9 @@ func TestHardLinksKept(t *testing.T) {
 	e.fsck()
 }
 
-// TestHardLinksSurviveKill: a link made and fsynced in a mount whose
-// daemon is then killed -9 is kept by the recovery, with the group the
-// pinned generation already had (its other directory never loaded).
+// TestHardLinksSurviveKill: a link made in a mount whose daemon is then
+// killed -9 (after an fsync, and again without one) is kept by the
+// recovery, with the group the pinned generation already had.
 func TestHardLinksSurviveKill(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for mounts")
@@ -171,9 +171,23 @@ func TestHardLinksSurviveKill(t *testing.T) {
 	if out := inSession(t, mp, "cat far/away/b.txt"); out != "shared\nmore\n" {
 		t.Fatalf("recovered content: %q", out)
 	}
+	// Again without any sync: the overlay log keeps the completed link.
+	pid = e.daemonPID()
+	if r, err := sessionRun(mp, "ln n/c.txt d.txt && kill -9 "+strconv.Itoa(pid)); err != nil || r.code != 0 {
+		t.Fatalf("second writer: %v %s", err, r)
+	}
+	if err := waitGone(pid, 10*time.Second); err != nil {
+		t.Fatalf("daemon survived kill -9: %v", err)
+	}
+	e.waitLeasesExpired("w")
+	waitDead(t, mp)
+	if r := e.run("mount", "w", mp); r.code != 0 {
+		t.Fatalf("second remount after kill -9: %s", r)
+	}
+	wantLinked(t, "recovered without sync", mp, "a.txt", "d.txt", "far/away/b.txt", "n/c.txt")
 	if o, _ := e.unmount(mp); o != "current" {
 		t.Fatalf("unmount: %q", o)
 	}
-	wantLinked(t, "export after recovery", e.exportTo("w", "out"), "a.txt", "far/away/b.txt", "n/c.txt")
+	wantLinked(t, "export after recovery", e.exportTo("w", "out"), "a.txt", "d.txt", "far/away/b.txt", "n/c.txt")
 	e.fsck()
 }
