@@ -34,15 +34,13 @@ func (o *overlay) dirNames(d *inode) ([]string, bool) {
 }
 
 // linkGroups returns the link groups of the table: the paths of every
-// regular file with more than one name, canonical (store.NormalizeLinks).
-// Caller holds mu.
+// file (any kind but a directory) with more than one name, canonical
+// (store.NormalizeLinks). Caller holds mu.
 func (o *overlay) linkGroups() [][]string {
 	var groups [][]string
 	for c := range o.multi {
-		if len(c.links) < 2 || !c.isReg() {
-			if len(c.links) < 2 {
-				delete(o.multi, c)
-			}
+		if len(c.links) < 2 {
+			delete(o.multi, c)
 			continue
 		}
 		groups = append(groups, o.pathsOf(c))
@@ -79,10 +77,11 @@ func (o *overlay) resolve(p string) (*inode, string, *inode, error) {
 	return nil, "", nil, nil
 }
 
-// fromLower reports whether c is a file the pinned tree gave the name it
-// has and that nothing changed: such inodes of one link group are merged.
+// fromLower reports whether c is a non-directory the pinned tree gave the
+// name it has and that nothing changed: such inodes of one link group are
+// merged.
 func (c *inode) fromLower() bool {
-	return c.isReg() && c.hasLower && c.linkSeq == 0 && c.seq == 0 && !c.upper && c.opens == 0 && len(c.links) == 1
+	return !c.isDir() && c.hasLower && c.linkSeq == 0 && c.seq == 0 && !c.upper && c.target == nil && c.opens == 0 && len(c.links) == 1
 }
 
 // applyLinks makes each group of the pinned generation one inode: the
@@ -105,7 +104,7 @@ func (o *overlay) applyLinks(groups [][]string, notes *[]note) error {
 			if err != nil {
 				return err
 			}
-			if c == nil || !c.isReg() || !c.hasLower || c.linkSeq != 0 {
+			if c == nil || c.isDir() || !c.hasLower || c.linkSeq != 0 {
 				continue
 			}
 			names = append(names, name{d, n, c})
@@ -119,7 +118,7 @@ func (o *overlay) applyLinks(groups [][]string, notes *[]note) error {
 		merged := false
 		for _, n := range names {
 			c := n.c
-			if c == target || !c.fromLower() || c.lower.ID != target.lower.ID || c.kind() != target.kind() {
+			if c == target || !c.fromLower() || c.lower.ID != target.lower.ID || c.kind() != target.kind() || c.rdev != target.rdev {
 				continue
 			}
 			if !merged && notes != nil {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"pgregory.net/rapid"
+
 	"github.com/acyclicfs/acyclicfs/store"
 )
 
@@ -147,4 +149,155 @@ func BenchmarkOpenWithLinkGroups(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(capNs)/float64(b.N), "capture-ns/op")
+}
+
+// TestModelLinksAcrossRemounts runs random sequences of namespace and data
+// operations, hard links among them, on a mount and on a native directory,
+// and, at random points, ends the mount's session the way the daemon does:
+// capture (with the link groups), unmount, and mount the captured
+// generation afresh — or recover the capture from a copy of the state
+// directory as a killed daemon leaves it. Results, errnos, link counts and
+// which names share an inode must match native throughout.
+func TestModelLinksAcrossRemounts(t *testing.T) {
+	objs := newFakeObjects(t)
+	seed := spec{"a": "shared", "d/b": "shared", "d/e/": "", "c": "c", "l": "->c"}
+	root := objs.build(t, seed)
+	seedLinks := [][]string{{"a", "d/b"}}
+	names := []string{"a", "b", "c", "l", "n"}
+	dirs := []string{"", "d", "d/e", "f"}
+
+	rapid.Check(t, func(rt *rapid.T) {
+		native := t.TempDir()
+		materialize(t, native, spec{"a": "shared", "d/e/": "", "c": "c", "l": "->c"})
+		if err := os.Link(filepath.Join(native, "a"), filepath.Join(native, "d/b")); err != nil {
+			rt.Fatal(err)
+		}
+		pinned, links := root, seedLinks
+		mount := func() (*Mount, string) {
+			mnt := t.TempDir()
+			m, err := MountAt(mnt, Config{Objects: objs, Root: pinned, Links: links, StateDir: t.TempDir(), FsName: "fusefs-test", Passthrough: true})
+			if err != nil {
+				rt.Fatal(err)
+			}
+			return m, mnt
+		}
+		m, mnt := mount()
+		defer func() {
+			if err := m.Unmount(); err != nil {
+				rt.Error(err)
+			}
+			m.Wait()
+		}()
+		path := func(label string) string {
+			return filepath.Join(rapid.SampledFrom(dirs).Draw(rt, label+"dir"), rapid.SampledFrom(names).Draw(rt, label))
+		}
+		n := rapid.IntRange(1, 30).Draw(rt, "n")
+		for i := 0; i < n; i++ {
+			var op func(base string) (string, error)
+			var desc string
+			switch rapid.IntRange(0, 10).Draw(rt, "op") {
+			case 0, 1:
+				p := path("p")
+				data := rapid.StringMatching(`[a-z]{0,6}`).Draw(rt, "data")
+				fl := rapid.SampledFrom([]int{os.O_APPEND, os.O_TRUNC}).Draw(rt, "flag")
+				desc = fmt.Sprintf("write %s %q %d", p, data, fl)
+				op = func(b string) (string, error) {
+					f, err := os.OpenFile(filepath.Join(b, p), os.O_WRONLY|os.O_CREATE|fl|noBlockOnFIFO(b, p), 0o644)
+					if err != nil {
+						return "", err
+					}
+					defer f.Close()
+					_, err = f.WriteString(data)
+					return "", err
+				}
+			case 2, 3:
+				from, to := path("from"), path("to")
+				desc = fmt.Sprintf("link %s %s", from, to)
+				op = func(b string) (string, error) { return "", syscall.Link(filepath.Join(b, from), filepath.Join(b, to)) }
+			case 4:
+				p := path("p")
+				desc = "unlink " + p
+				op = func(b string) (string, error) { return "", syscall.Unlink(filepath.Join(b, p)) }
+			case 5:
+				from, to := path("from"), path("to")
+				desc = fmt.Sprintf("rename %s %s", from, to)
+				op = func(b string) (string, error) {
+					return "", syscall.Rename(filepath.Join(b, from), filepath.Join(b, to))
+				}
+			case 6:
+				p := path("p")
+				desc = "mkdir " + p
+				op = func(b string) (string, error) { return "", syscall.Mkdir(filepath.Join(b, p), 0o755) }
+			case 7:
+				p := path("p")
+				kind := rapid.IntRange(0, 1).Draw(rt, "kind")
+				desc = fmt.Sprintf("mkfifo/symlink %d %s", kind, p)
+				op = func(b string) (string, error) {
+					if kind == 0 {
+						return "", syscall.Mknod(filepath.Join(b, p), syscall.S_IFIFO|0o644, 0)
+					}
+					return "", syscall.Symlink("c", filepath.Join(b, p))
+				}
+			case 8:
+				p, q := path("p"), path("q")
+				desc = fmt.Sprintf("stat %s %s", p, q)
+				op = func(b string) (string, error) {
+					var st, st2 syscall.Stat_t
+					if err := syscall.Lstat(filepath.Join(b, p), &st); err != nil {
+						return "", err
+					}
+					s := fmt.Sprintf("mode=%o size=%d", st.Mode, st.Size)
+					if st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+						s += fmt.Sprintf(" nlink=%d", st.Nlink)
+					}
+					if st.Mode&syscall.S_IFMT == syscall.S_IFREG {
+						c, err := os.ReadFile(filepath.Join(b, p))
+						if err != nil {
+							return "", err
+						}
+						s += " " + string(c)
+					}
+					if syscall.Lstat(filepath.Join(b, q), &st2) == nil {
+						s += fmt.Sprintf(" same-as-%s=%v", q, st.Ino == st2.Ino)
+					}
+					return s, nil
+				}
+			case 9, 10:
+				crash := rapid.Bool().Draw(rt, "crash")
+				desc = fmt.Sprintf("end the session (crash=%v)", crash)
+				op = func(b string) (string, error) {
+					if b == native {
+						return "", nil
+					}
+					waitReleased(m)
+					var id store.ID
+					var got [][]string
+					var err error
+					if crash {
+						id, got, _, _, err = RecoverCaptureLinks(copyStateDir(t, m.cfg.StateDir), objs, pinned, links)
+					} else {
+						id, got, _, err = m.CaptureLinks()
+					}
+					if err != nil {
+						return "", err
+					}
+					if err := m.Unmount(); err != nil {
+						return "", err
+					}
+					m.Wait()
+					pinned, links = id, got
+					m, mnt = mount()
+					return "", nil
+				}
+			}
+			wantRes, wantErr := op(native)
+			gotRes, gotErr := op(mnt)
+			if errnoOf(wantErr) != errnoOf(gotErr) || wantRes != gotRes {
+				rt.Fatalf("%s: native (%q, %v) mount (%q, %v)", desc, wantRes, wantErr, gotRes, gotErr)
+			}
+		}
+		if d := diffMaps(flattenDir(t, mnt), flattenDir(t, native)); d != "" {
+			rt.Fatalf("final trees differ (native vs mount):\n%s", d)
+		}
+	})
 }

@@ -460,6 +460,11 @@ func (o *overlay) moveLink(sd *inode, name string, dd *inode, newName string, c 
 		o.dirChanged(dd)
 	}
 	c.linkSeq = o.seq
+	if len(c.links) > 1 {
+		// The directories of its other names are recorded too, so that a
+		// replay finds them naming this inode (links.go).
+		o.propagate(c, o.seq)
+	}
 	if c.isDir() {
 		o.fsmMovedDir()
 	} else {

@@ -52,8 +52,9 @@ type Generation struct {
 	Conflicts []Conflict `json:"conflicts,omitempty"`
 	// Links are the hard-link groups of Root: each group is the sorted
 	// paths (slash-separated, relative to the root) of one file that has
-	// several names; every path names a regular file of Root, all with the
-	// same kind and content. Groups are sorted by their first path and no
+	// several names; every path names a non-directory entry of Root, all
+	// with the same kind, ID and size (content, symlink target or device
+	// number). Groups are sorted by their first path and no
 	// path is in two groups. Omitted when empty, so generations without
 	// hard links encode exactly as before the field existed.
 	Links [][]string `json:"links,omitempty"`

@@ -7,7 +7,7 @@ import (
 )
 
 // Hard-link groups (Generation.Links). A group is the sorted paths of one
-// file with several names; a generation's groups are sorted by their first
+// file (any kind but a directory) with several names; a generation's groups are sorted by their first
 // path and disjoint. The tree itself has no link identity: each path holds
 // an ordinary file entry, so a reader that ignores the groups sees
 // separate files with equal content.
@@ -84,14 +84,17 @@ func NormalizeLinks(groups [][]string) [][]string {
 }
 
 // FitLinks keeps of groups what holds in a tree: entryOf returns the entry
-// at a path (false where there is none; an error stops the fit). Each group is restricted to paths
-// that are regular files and split by content (kind and ID), parts of
-// fewer than two paths dropped; the result is canonical (NormalizeLinks).
+// at a path (false where there is none; an error stops the fit). Each
+// group is restricted to paths that are not directories and split by what
+// they hold (kind, ID and size: content, symlink target or device
+// number), parts of fewer than two paths dropped; the result is canonical
+// (NormalizeLinks).
 func FitLinks(groups [][]string, entryOf func(path string) (Entry, bool, error)) ([][]string, error) {
 	var out [][]string
 	type key struct {
-		k  Kind
-		id ID
+		k    Kind
+		id   ID
+		size int64
 	}
 	for _, g := range groups {
 		parts := map[key][]string{}
@@ -101,10 +104,10 @@ func FitLinks(groups [][]string, entryOf func(path string) (Entry, bool, error))
 			if err != nil {
 				return nil, fmt.Errorf("link group of %q: %w", p, err)
 			}
-			if !ok || e.Kind != KindFile && e.Kind != KindExec {
+			if !ok || e.Kind == KindDir {
 				continue
 			}
-			k := key{e.Kind, e.ID}
+			k := key{e.Kind, e.ID, e.Size}
 			if _, ok := parts[k]; !ok {
 				order = append(order, k)
 			}

@@ -126,19 +126,23 @@ func TestMergeLinksProperties(t *testing.T) {
 	})
 }
 
-// TestFitLinks: a group keeps the paths that are regular files, split by
-// content.
+// TestFitLinks: a group keeps the paths that are not directories, split
+// by kind and content (a device by its number).
 func TestFitLinks(t *testing.T) {
 	x, y := store.BlobID([]byte("x")), store.BlobID([]byte("y"))
 	ents := map[string]store.Entry{
 		"a": {Kind: store.KindFile, ID: x}, "b": {Kind: store.KindFile, ID: x}, "c": {Kind: store.KindFile, ID: y},
 		"d": {Kind: store.KindFile, ID: y}, "e": {Kind: store.KindSymlink, ID: x}, "f": {Kind: store.KindExec, ID: x},
 	}
-	got, err := store.FitLinks([][]string{{"a", "b", "c", "d", "e", "f", "gone"}}, func(p string) (store.Entry, bool, error) {
+	ents["s1"], ents["s2"] = store.Entry{Kind: store.KindSymlink, ID: x}, store.Entry{Kind: store.KindSymlink, ID: x}
+	ents["p1"], ents["p2"] = store.SpecialEntry("p1", store.KindFIFO, 0, 1), store.SpecialEntry("p2", store.KindFIFO, 0, 2)
+	ents["c1"], ents["c2"] = store.SpecialEntry("c1", store.KindCharDev, 0x103, 1), store.SpecialEntry("c2", store.KindCharDev, 0x105, 1)
+	ents["dir"], ents["dir2"] = store.Entry{Kind: store.KindDir, ID: x}, store.Entry{Kind: store.KindDir, ID: x}
+	got, err := store.FitLinks([][]string{{"a", "b", "c", "d", "e", "f", "gone", "s1", "s2", "p1", "p2", "c1", "c2", "dir", "dir2"}}, func(p string) (store.Entry, bool, error) {
 		e, ok := ents[p]
 		return e, ok, nil
 	})
-	if err != nil || !store.EqualLinks(got, [][]string{{"a", "b"}, {"c", "d"}}) {
+	if err != nil || !store.EqualLinks(got, [][]string{{"a", "b"}, {"c", "d"}, {"e", "s1", "s2"}, {"p1", "p2"}}) {
 		t.Fatalf("FitLinks: %v %v", got, err)
 	}
 }

@@ -16,7 +16,7 @@ func linkInfo(t *testing.T, root string, paths ...string) ([]uint64, []uint64) {
 	var inos, nlinks []uint64
 	for _, p := range paths {
 		var st syscall.Stat_t
-		if err := syscall.Stat(filepath.Join(root, p), &st); err != nil {
+		if err := syscall.Lstat(filepath.Join(root, p), &st); err != nil {
 			t.Fatalf("stat %s: %v", p, err)
 		}
 		inos = append(inos, st.Ino)
@@ -41,7 +41,7 @@ func wantLinked(t *testing.T, what, root string, paths ...string) {
 // shared content, link count 2) after the session that made them ends, a
 // remount, a fork, a rebase onto a parent that changed another file, and
 // an export (link(2)); an import of a directory with hard links keeps
-// them.
+// them. FIFOs and symlinks with two names too.
 func TestHardLinksKept(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for mounts")
@@ -58,7 +58,11 @@ func TestHardLinksKept(t *testing.T) {
 	inSession(t, mp, `set -e
 		mkdir -p d/deep
 		echo one > x.txt
-		ln x.txt d/deep/y.txt`)
+		ln x.txt d/deep/y.txt
+		mkfifo pipe
+		ln pipe d/pipe2
+		ln -s x.txt sym
+		ln -P sym d/sym2`)
 	// The session ended: its capture is published. A remount shows both
 	// groups as one file each.
 	if o, _ := e.unmount(mp); o != "current" {
@@ -67,6 +71,8 @@ func TestHardLinksKept(t *testing.T) {
 	mp = e.mountAt("w")
 	wantLinked(t, "remount", mp, "x.txt", "d/deep/y.txt")
 	wantLinked(t, "remount (imported group)", mp, "a.txt", "sub/imported-link.txt")
+	wantLinked(t, "remount (FIFO)", mp, "pipe", "d/pipe2")
+	wantLinked(t, "remount (symlink)", mp, "sym", "d/sym2")
 	if out := inSession(t, mp, `set -e
 		echo two >> x.txt
 		cat d/deep/y.txt
@@ -106,11 +112,16 @@ func TestHardLinksKept(t *testing.T) {
 	exp := e.exportTo("c", "export")
 	wantLinked(t, "export", exp, "x.txt", "d/deep/y.txt")
 	wantLinked(t, "export (imported group)", exp, "a.txt", "sub/imported-link.txt")
+	wantLinked(t, "export (FIFO)", exp, "pipe", "d/pipe2")
+	wantLinked(t, "export (symlink)", exp, "sym", "d/sym2")
 	if b, err := os.ReadFile(filepath.Join(exp, "d/deep/y.txt")); err != nil || string(b) != "one\ntwo\n" {
 		t.Fatalf("export y.txt: %q %v", b, err)
 	}
 	e.ok("create", "imp", "--from", exp)
-	wantLinked(t, "export of the import", e.exportTo("imp", "export2"), "x.txt", "d/deep/y.txt")
+	exp2 := e.exportTo("imp", "export2")
+	wantLinked(t, "export of the import", exp2, "x.txt", "d/deep/y.txt")
+	wantLinked(t, "export of the import (FIFO)", exp2, "pipe", "d/pipe2")
+	wantLinked(t, "export of the import (symlink)", exp2, "sym", "d/sym2")
 
 	// A name taken out of the group leaves the rest a plain file.
 	mc = e.mountAt("c")

@@ -34,8 +34,9 @@ type importNode struct {
 	hl      *linkScan
 }
 
-// linkScan collects the names of regular files with several links, by
-// device and inode, as paths relative to the imported directory.
+// linkScan collects the names of files (any kind but a directory) with
+// several links, by device and inode, as paths relative to the imported
+// directory.
 type linkScan struct {
 	top   string
 	names map[[2]uint64][]string
@@ -73,8 +74,8 @@ type fileJob struct {
 // importDir snapshots the real directory dir as a tree. prevRoot, if not
 // zero, is the previous tree of the same directory: a file whose kind, size
 // and mtime match its previous entry keeps that entry's content ID without
-// being read (a stat scan, like git's index). Regular files with several
-// names inside dir are returned as link groups (store.Generation.Links).
+// being read (a stat scan, like git's index). Files with several names
+// inside dir are returned as link groups (store.Generation.Links).
 func (m *Manager) importDir(dir string, prevRoot store.ID) (store.ID, [][]string, ImportStats, error) {
 	var stats ImportStats
 	fi, err := os.Stat(dir)
@@ -169,6 +170,8 @@ func (m *Manager) scanDir(n *importNode, jobs *[]fileJob, stats *ImportStats) er
 		case mode&fs.ModeSymlink != 0:
 			e.Kind = store.KindSymlink
 			e.Size = li.Size()
+			st, _ := li.Sys().(*syscall.Stat_t)
+			n.hl.add(p, st)
 		default:
 			st, _ := li.Sys().(*syscall.Stat_t)
 			k, ok := store.Kind(0), false
@@ -181,6 +184,7 @@ func (m *Manager) scanDir(n *importNode, jobs *[]fileJob, stats *ImportStats) er
 				continue
 			}
 			// A FIFO, socket or device: the entry is all there is.
+			n.hl.add(p, st)
 			stats.Files++
 			n.entries = append(n.entries, store.SpecialEntry(name, k, st.Rdev, e.Mtime))
 			continue

@@ -7,7 +7,7 @@ import (
 // Hard-link groups travel with generations (store.Generation.Links). Every
 // operation that makes a generation from a tree carries its source's
 // groups, fitted to the new tree (fitLinks): a group keeps only the paths
-// that still hold one regular file's content.
+// that still hold one file's content (kind, ID and size).
 
 // LinksOf returns the link groups of generation gen (nil for zero).
 func (m *Manager) LinksOf(gen store.ID) ([][]string, error) { return m.linksOf(gen) }
