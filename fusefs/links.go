@@ -23,6 +23,21 @@ func (o *overlay) noteMulti(c *inode) {
 	o.multi[c] = struct{}{}
 }
 
+// markLinksBelow records the directories of every name of each inode with
+// several names that has one below d (a directory just renamed), so that a
+// replay finds those names under d's new path naming the inode. Caller
+// holds mu.
+func (o *overlay) markLinksBelow(d *inode) {
+	for c := range o.multi {
+		for _, l := range c.links {
+			if isAncestor(d, l.dir) {
+				o.propagate(c, o.seq)
+				break
+			}
+		}
+	}
+}
+
 // dirNames returns d's path below the root as names (none for the
 // root); false when d is no longer in the tree. Caller holds mu.
 func (o *overlay) dirNames(d *inode) ([]string, bool) {

@@ -151,6 +151,30 @@ func BenchmarkOpenWithLinkGroups(b *testing.B) {
 	b.ReportMetric(float64(capNs)/float64(b.N), "capture-ns/op")
 }
 
+// TestLinkGroupsSurviveReplayAfterRenames: a rename of a name of a linked
+// file, or of a directory holding one, followed by a crash (the overlay
+// replayed from its state directory) keeps the group under the new paths.
+func TestLinkGroupsSurviveReplayAfterRenames(t *testing.T) {
+	objs := newFakeObjects(t)
+	root := objs.build(t, spec{"a": "shared", "d/b": "shared", "d/e/": "", "c": "c"})
+	links := [][]string{{"a", "d/b"}}
+	for _, tc := range []struct{ from, to string }{{"a", "n"}, {"d", "n"}, {"d/b", "d/e/b2"}} {
+		m, mnt := mountLinksT(t, objs, root, links, t.TempDir())
+		if err := os.Rename(filepath.Join(mnt, tc.from), filepath.Join(mnt, tc.to)); err != nil {
+			t.Fatal(err)
+		}
+		waitReleased(m)
+		_, want, _, err := m.CaptureLinks()
+		if err != nil || len(want) != 1 {
+			t.Fatalf("mv %s %s: live capture: %v %v", tc.from, tc.to, want, err)
+		}
+		_, got, _, _, err := RecoverCaptureLinks(copyStateDir(t, m.cfg.StateDir), objs, root, links)
+		if err != nil || !store.EqualLinks(got, want) {
+			t.Fatalf("mv %s %s: recovered links %v (%v), want %v", tc.from, tc.to, got, err, want)
+		}
+	}
+}
+
 // TestModelLinksAcrossRemounts runs random sequences of namespace and data
 // operations, hard links among them, on a mount and on a native directory,
 // and, at random points, ends the mount's session the way the daemon does:
@@ -163,7 +187,7 @@ func TestModelLinksAcrossRemounts(t *testing.T) {
 	seed := spec{"a": "shared", "d/b": "shared", "d/e/": "", "c": "c", "l": "->c"}
 	root := objs.build(t, seed)
 	seedLinks := [][]string{{"a", "d/b"}}
-	names := []string{"a", "b", "c", "l", "n"}
+	names := []string{"a", "b", "c", "l", "n", "d", "e"}
 	dirs := []string{"", "d", "d/e", "f"}
 
 	rapid.Check(t, func(rt *rapid.T) {

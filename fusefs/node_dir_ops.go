@@ -464,6 +464,8 @@ func (o *overlay) moveLink(sd *inode, name string, dd *inode, newName string, c 
 		// The directories of its other names are recorded too, so that a
 		// replay finds them naming this inode (links.go).
 		o.propagate(c, o.seq)
+	} else if c.isDir() && len(o.multi) > 0 {
+		o.markLinksBelow(c)
 	}
 	if c.isDir() {
 		o.fsmMovedDir()
