@@ -64,17 +64,20 @@ race-devfuse:
 # file system is: BENCH_FS= runs in a plain directory under $TMPDIR.
 BENCH_FS ?= -fresh-fs 32G
 
-# Side by side against a native directory, go-fuse loopback and
-# fuse-overlayfs: every system in 2 runs (cp -a / git worktree in the fork
+# Side by side against a native directory, go-fuse loopback,
+# fuse-overlayfs, libfuse's passthrough_hp and the floor (test/bench/floorfs,
+# an in-memory server with acyclicfs's kernel options and transports):
+# every system in 2 runs (cp -a / git worktree in the fork
 # table once). 11.8 minutes on this 2-core VM with a load average of 2.
 # Writes docs/benchmarks.md and docs/benchmarks.png.
 bench: bench-deps
 	scripts/with-uring.sh $(GO) run ./test/bench -runs 2 $(BENCH_FS)
 
-# bench and a census of FUSE requests per workload (acyclicfs mounted with
-# --debug): about a minute more. make bench carries the last census over.
+# bench and a census of FUSE requests per workload, by opcode (acyclicfs
+# mounted with --debug, the floor with -debug): a few minutes more. make
+# bench carries the last census over.
 bench-profile: bench-deps
-	scripts/with-uring.sh $(GO) run ./test/bench -runs 2 -profile -profile-systems acyclicfs $(BENCH_FS)
+	scripts/with-uring.sh $(GO) run ./test/bench -runs 2 -profile -profile-systems acyclicfs,floor $(BENCH_FS)
 
 bench-fs: bench
 

@@ -2,14 +2,12 @@ package fusefs
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
 
-	"github.com/acyclicfs/acyclicfs/internal/osfile"
 	"github.com/acyclicfs/acyclicfs/store"
 )
 
@@ -316,16 +314,9 @@ func (o *overlay) storeFile(c *inode, e *store.Entry, cw *captureWriter) error {
 	return nil
 }
 
-// hashFile returns the blob ID of a file's content without storing it.
+// hashFile returns the blob ID of a file's content without storing it
+// (the ID a capture would give it: sparse if it has holes).
 func hashFile(path string) (store.ID, error) {
-	f, err := osfile.Open(path, os.O_RDONLY, 0)
-	if err != nil {
-		return store.ID{}, err
-	}
-	defer f.Close()
-	h := store.NewBlobHasher()
-	if _, err := io.Copy(h, f); err != nil {
-		return store.ID{}, err
-	}
-	return h.Sum(), nil
+	id, _, err := store.FileBlobID(path)
+	return id, err
 }

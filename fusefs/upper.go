@@ -2,7 +2,6 @@ package fusefs
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"syscall"
 	"time"
@@ -104,31 +103,18 @@ func (o *overlay) redirect(in *inode) {
 	in.readers = nil
 }
 
-// cloneOrCopy copies src into dst: FICLONE (reflink) first, then
-// copy_file_range, then a plain copy.
+// cloneOrCopy copies src into dst: FICLONE (reflink) first, else the
+// data regions by copy_file_range (or a plain copy), keeping src's holes:
+// a copy-up of a sparse file stays sparse.
 func cloneOrCopy(dst, src *os.File) error {
 	if err := unix.IoctlFileClone(int(dst.Fd()), int(src.Fd())); err == nil {
 		return nil
 	}
-	for {
-		n, err := unix.CopyFileRange(int(src.Fd()), nil, int(dst.Fd()), nil, 1<<30, 0)
-		if err != nil {
-			if _, serr := src.Seek(0, io.SeekStart); serr != nil {
-				return serr
-			}
-			if _, serr := dst.Seek(0, io.SeekStart); serr != nil {
-				return serr
-			}
-			if terr := dst.Truncate(0); terr != nil {
-				return terr
-			}
-			_, err = io.Copy(dst, src)
-			return err
-		}
-		if n == 0 {
-			return nil
-		}
+	fi, err := src.Stat()
+	if err != nil {
+		return err
 	}
+	return osfile.CopySparse(dst, src, fi.Size())
 }
 
 // createUpper makes an empty upper file for a new inode and keeps it open

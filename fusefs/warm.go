@@ -115,6 +115,12 @@ func (m *Mount) startWarm(limit int) {
 			defer wg.Done()
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
+			// Background work: the walker's thread runs only when a CPU
+			// is otherwise idle, so that the tools the warm-up is for
+			// (and the requests they make) are never slowed by it.
+			if idle := setIdlePriority(); idle {
+				defer restorePriority()
+			}
 			w.tids[i].Store(uint32(unix.Gettid()))
 			defer w.tids[i].Store(0)
 			started.Done()
@@ -471,4 +477,18 @@ func parseDirents(b []byte, ents []warmEntry) []warmEntry {
 		b = b[reclen:]
 	}
 	return ents
+}
+
+// setIdlePriority puts the calling (locked) thread in SCHED_IDLE; false
+// if the kernel refused.
+func setIdlePriority() bool {
+	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_IDLE}
+	return unix.SchedSetAttr(0, &attr, 0) == nil
+}
+
+// restorePriority puts the calling thread back in SCHED_OTHER before it
+// returns to the runtime's pool.
+func restorePriority() {
+	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_NORMAL}
+	_ = unix.SchedSetAttr(0, &attr, 0)
 }

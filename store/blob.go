@@ -107,7 +107,7 @@ func blobOpenError(id ID, err error) error {
 // Memory use is constant in the content size. The object is durable when
 // WriteBlob returns; if it already existed nothing is written.
 func (s *Store) WriteBlob(r io.Reader) (ID, int64, error) {
-	return s.writeBlob(func(f *os.File, h *BlobHasher) (int64, error) { return copyHashing(f, h, r) })
+	return s.writeBlob(func(f *os.File) (ID, int64, error) { return copyHashing(f, r) })
 }
 
 // WriteBlobBytes stores p.
@@ -119,50 +119,72 @@ func (s *Store) WriteBlobBytes(p []byte) (ID, error) {
 // WriteBlobFile stores the content of the regular file at path. On
 // filesystems that support it the data is cloned (FICLONE) rather than
 // copied; the clone is still hashed, so the ID always matches what was
-// stored even if the source changes meanwhile.
+// stored even if the source changes meanwhile. A file with holes (at least
+// sparseMinHoles bytes) is stored as a sparse blob: only its data is read,
+// hashed and written.
 func (s *Store) WriteBlobFile(path string) (ID, int64, error) {
 	return s.writeBlob(cloneOrCopy(path))
 }
 
-// fillFunc writes content into a fresh temp file, hashing exactly the bytes
-// that end up in it.
-type fillFunc func(f *os.File, h *BlobHasher) (int64, error)
+// fillFunc writes content into a fresh temp file and returns the ID of
+// exactly the bytes that end up in it, and their length.
+type fillFunc func(f *os.File) (ID, int64, error)
 
-func copyHashing(f *os.File, h *BlobHasher, r io.Reader) (int64, error) {
+func copyHashing(f *os.File, r io.Reader) (ID, int64, error) {
+	h := NewBlobHasher()
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	n, err := io.CopyBuffer(io.MultiWriter(f, h), struct{ io.Reader }{r}, *bp)
 	if err != nil {
-		return n, fmt.Errorf("write blob: %w", err)
+		return ID{}, n, fmt.Errorf("write blob: %w", err)
 	}
-	return n, nil
+	return h.Sum(), n, nil
 }
 
 func cloneOrCopy(path string) fillFunc {
-	return func(f *os.File, h *BlobHasher) (int64, error) {
+	return func(f *os.File) (ID, int64, error) {
 		src, err := osfile.Open(path, os.O_RDONLY, 0)
 		if err != nil {
-			return 0, fmt.Errorf("write blob from %s: %w", path, err)
+			return ID{}, 0, fmt.Errorf("write blob from %s: %w", path, err)
 		}
 		defer src.Close()
 		if unix.IoctlFileClone(int(f.Fd()), int(src.Fd())) == nil {
 			// Hash our private clone, not the source, which may change.
-			if _, err := f.Seek(0, io.SeekStart); err != nil {
-				return 0, fmt.Errorf("write blob from %s: %w", path, err)
-			}
-			bp := copyBufs.Get().(*[]byte)
-			defer copyBufs.Put(bp)
-			n, err := io.CopyBuffer(h, struct{ io.Reader }{f}, *bp)
+			id, n, err := hashOpenFile(f)
 			if err != nil {
-				return n, fmt.Errorf("write blob from %s: hash clone: %w", path, err)
+				return ID{}, n, fmt.Errorf("write blob from %s: hash clone: %w", path, err)
 			}
-			return n, nil
+			return id, n, nil
 		}
-		n, err := copyHashing(f, h, src)
+		fi, err := src.Stat()
 		if err != nil {
-			return n, fmt.Errorf("write blob from %s: %w", path, err)
+			return ID{}, 0, fmt.Errorf("write blob from %s: %w", path, err)
 		}
-		return n, nil
+		sparse, err := isSparse(src, fi.Size())
+		if err != nil {
+			return ID{}, 0, fmt.Errorf("write blob from %s: %w", path, err)
+		}
+		if sparse {
+			// Only the data is read, hashed and written; what was read is
+			// what is hashed, so a change meanwhile cannot mismatch.
+			h := newSparseHasher()
+			n, err := scanSparse(src, fi.Size(), h, func(p []byte, off int64) error {
+				_, err := f.WriteAt(p, off)
+				return err
+			})
+			if err == nil {
+				err = f.Truncate(n)
+			}
+			if err != nil {
+				return ID{}, n, fmt.Errorf("write blob from %s: %w", path, err)
+			}
+			return h.Sum(), n, nil
+		}
+		id, n, err := copyHashing(f, src)
+		if err != nil {
+			return ID{}, n, fmt.Errorf("write blob from %s: %w", path, err)
+		}
+		return id, n, nil
 	}
 }
 
@@ -183,8 +205,7 @@ func (s *Store) writeTemp(fill fillFunc, sync bool) (string, ID, int64, error) {
 		return "", ID{}, 0, fmt.Errorf("write blob: %w", err)
 	}
 	name := f.Name()
-	h := NewBlobHasher()
-	n, err := fill(f, h)
+	id, n, err := fill(f)
 	if err == nil {
 		err = fail("blob.before-fsync")
 	}
@@ -205,7 +226,7 @@ func (s *Store) writeTemp(fill fillFunc, sync bool) (string, ID, int64, error) {
 		os.Remove(name)
 		return "", ID{}, 0, err
 	}
-	return name, h.Sum(), n, nil
+	return name, id, n, nil
 }
 
 // tmpShards is how many subdirectories of STORE/tmp hold temp blob files.
@@ -329,13 +350,24 @@ func (s *Store) openBlobObject(id ID) (io.ReadCloser, error) {
 		f.Close()
 		return nil, blobOpenError(id, err)
 	}
-	return &verifyingReader{f: f, h: NewBlobHasher(), id: id, size: fi.Size()}, nil
+	sparse, err := isSparse(f, fi.Size())
+	if err != nil {
+		f.Close()
+		return nil, blobOpenError(id, err)
+	}
+	var h contentHasher = NewBlobHasher()
+	if sparse {
+		h = newSparseHasher()
+	}
+	return &verifyingReader{f: f, h: h, id: id, size: fi.Size()}, nil
 }
 
-// verifyingReader hashes what it reads and checks the ID at EOF.
+// verifyingReader hashes what it reads and checks the ID at EOF (in the
+// encoding the file's holes suggest; if that does not match, the whole
+// file is checked again by verifyObject, which tries the other).
 type verifyingReader struct {
 	f    *os.File
-	h    *BlobHasher
+	h    contentHasher
 	id   ID
 	size int64 // from stat at open; the file is immutable
 	n    int64
@@ -355,7 +387,11 @@ func (v *verifyingReader) Read(p []byte) (int, error) {
 		case v.n != v.size:
 			v.err = fmt.Errorf("%w: blob %s: read %d bytes, file has %d", ErrCorrupt, v.id.Short(), v.n, v.size)
 		case v.h.Sum() != v.id:
-			v.err = fmt.Errorf("%w: blob %s: content hashes to %s", ErrCorrupt, v.id.Short(), v.h.Sum().Short())
+			if verr := verifyObject(v.f, v.id); verr != nil {
+				v.err = verr
+			} else {
+				v.err = io.EOF
+			}
 		default:
 			v.err = io.EOF
 		}
@@ -395,7 +431,7 @@ func (s *Store) readBlobObject(id ID) ([]byte, error) {
 	if err != nil {
 		return nil, blobOpenError(id, err)
 	}
-	if got := BlobID(b); got != id {
+	if got := BlobID(b); got != id && SparseBlobID(b) != id {
 		return nil, fmt.Errorf("%w: blob %s: content hashes to %s", ErrCorrupt, id.Short(), got.Short())
 	}
 	return b, nil
@@ -422,7 +458,7 @@ func (s *Store) NewBlobBatch() *BlobBatch {
 
 // WriteBlob streams r into the batch.
 func (b *BlobBatch) WriteBlob(r io.Reader) (ID, int64, error) {
-	return b.write(func(f *os.File, h *BlobHasher) (int64, error) { return copyHashing(f, h, r) })
+	return b.write(func(f *os.File) (ID, int64, error) { return copyHashing(f, r) })
 }
 
 // WriteBlobFile adds the content of the file at path (cloned if possible).

@@ -3,7 +3,6 @@ package store
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 
 	"github.com/acyclicfs/acyclicfs/internal/osfile"
@@ -11,7 +10,7 @@ import (
 
 // OpenBlobFile opens blob id's file for reading by offset (the mount serves
 // and passes through such files). The first open of a blob in this process
-// reads it whole and checks its address; later opens trust that check, as
+// reads it whole (a sparse blob: its data) and checks its address; later opens trust that check, as
 // object files are immutable (0400, replaced only by rename). A blob that
 // does not match is an error wrapping ErrCorrupt, never served.
 //
@@ -51,17 +50,11 @@ func (s *Store) openBlobObjectFile(id ID) (*os.File, error) {
 	if _, ok := s.verified.Load(id); ok {
 		return f, nil
 	}
-	h := NewBlobHasher()
-	if _, err := io.Copy(h, f); err != nil {
+	if err := verifyObject(f, id); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("verify blob %s: %w", id.Short(), err)
-	}
-	if got := h.Sum(); got != id {
-		f.Close()
-		return nil, fmt.Errorf("%w: blob %s: content hashes to %s", ErrCorrupt, id.Short(), got.Short())
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		f.Close()
+		if errors.Is(err, ErrCorrupt) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("verify blob %s: %w", id.Short(), err)
 	}
 	s.verified.Store(id, struct{}{})

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -415,16 +414,7 @@ func verifyBlobFile(path string, id ID) error {
 		return err
 	}
 	defer f.Close()
-	h := NewBlobHasher()
-	bp := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(bp)
-	if _, err := io.CopyBuffer(h, struct{ io.Reader }{f}, *bp); err != nil {
-		return fmt.Errorf("read %s: %w", path, err)
-	}
-	if got := h.Sum(); got != id {
-		return fmt.Errorf("%w: content hashes to %s", ErrCorrupt, got)
-	}
-	return nil
+	return verifyObject(f, id)
 }
 
 // walkObjects calls fn for every file under objects/, with the ID its path

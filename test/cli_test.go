@@ -237,7 +237,7 @@ func TestImportOddTrees(t *testing.T) {
 		t.Fatal(r)
 	}
 	if strings.Contains(r.stderr, "warning") {
-		t.Fatalf("a FIFO and a hard link are imported without a warning, got stderr %q", r.stderr)
+		t.Fatalf("import warned: %q", r.stderr) // a FIFO is an entry like any other
 	}
 	out := filepath.Join(e.dir, "out")
 	e.ok("export", "w", out)
@@ -263,7 +263,7 @@ func TestImportOddTrees(t *testing.T) {
 		t.Error("empty dir lost")
 	}
 	if fi, err := os.Lstat(filepath.Join(out, "fifo")); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
-		t.Errorf("fifo not exported as a FIFO: %v", err)
+		t.Errorf("fifo not exported as a FIFO: %v %v", fi, err)
 	}
 	// diff --stat keeps one line per path: the odd names come quoted.
 	e.ok("create", "empty")

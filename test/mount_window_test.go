@@ -401,10 +401,11 @@ func TestWindowMountAndExecErrors(t *testing.T) {
 	e.fails(2, "exec", other, "--", "true")
 	// exec exits with CMD's status; a signal gives 128+N; a missing
 	// command 127. The lease still ends and prints its outcome.
+	missing := filepath.Join(e.dir, "no-such-file")
 	for _, c := range []struct {
 		argv []string
 		code int
-	}{{[]string{"sh", "-c", "exit 5"}, 5}, {[]string{"sh", "-c", "kill -TERM $$"}, 128 + 15}, {[]string{"/nonexistent"}, 127}, {[]string{"no-such-command-anywhere"}, 127}, {[]string{"./f"}, 126}} {
+	}{{[]string{"sh", "-c", "exit 5"}, 5}, {[]string{"sh", "-c", "kill -TERM $$"}, 128 + 15}, {[]string{missing}, 127}, {[]string{"no-such-command-anywhere"}, 127}, {[]string{"./f"}, 126}} {
 		r, err := runCmd(e.command(nil, append([]string{"exec", mp, "--"}, c.argv...)...))
 		if err != nil {
 			t.Fatal(err)

@@ -3,7 +3,6 @@ package workspace
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -410,11 +409,7 @@ func (m *Manager) writeFileAt(dfd int, name, p string, e store.Entry) error {
 		return fmt.Errorf("export %s: %w", p, err)
 	}
 	f := os.NewFile(uintptr(fd), p)
-	r, err := m.st.OpenBlob(e.ID)
-	if err == nil {
-		_, err = io.Copy(f, r)
-		r.Close()
-	}
+	_, err = m.st.CopyBlob(e.ID, f) // keeps a sparse blob's holes
 	if err == nil {
 		err = f.Chmod(os.FileMode(mode)) // umask may have narrowed it
 	}

@@ -3,7 +3,6 @@ package workspace
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -456,11 +455,7 @@ func (m *Manager) writeTemp(d *dirfd.Dir, p string, kind store.Kind, id store.ID
 		if err != nil {
 			return "", nil, fmt.Errorf("write %s: %w", p, err)
 		}
-		r, err := m.st.OpenBlob(id)
-		if err == nil {
-			_, err = io.Copy(f, r)
-			r.Close()
-		}
+		_, err = m.st.CopyBlob(id, f) // keeps a sparse blob's holes
 		if err == nil {
 			err = f.Chmod(fs.FileMode(mode)) // umask may have narrowed it
 		}

@@ -139,31 +139,15 @@ func (t *Tracker) fdsInside(base string) bool {
 // process is a shell waiting for its next command, provided no request
 // arrived meanwhile (as closeIdle does).
 func (t *Tracker) closeWaitingShells(cands []idleCandidate, procs []procRec) []*ownerState {
-	byID := make(map[int]int, len(cands))
-	for i, c := range cands {
-		byID[c.o.id] = i
-	}
-	for _, p := range procs {
-		if i, ok := byID[p.id]; ok {
-			cands[i].pids = append(cands[i].pids, p.pid)
-		}
-	}
+	withPIDs(cands, procs)
 	var ending []*ownerState
 	for _, c := range cands {
-		if len(c.pids) == 0 {
+		if len(c.pids) == 0 || slices.ContainsFunc(c.pids, func(pid int) bool { return !t.waitingShell(pid) }) {
 			continue
 		}
-		if slices.ContainsFunc(c.pids, func(pid int) bool { return !t.waitingShell(pid) }) {
-			continue
+		if t.markEndingIfQuiet(c.o) {
+			ending = append(ending, c.o)
 		}
-		t.mu.Lock()
-		o := c.o
-		if o.phase == phaseHeld && o.binds == 0 && t.owners[o.owner] == o && o.seenEpoch.Load() == o.sweptEpoch {
-			o.phase = phaseEnding
-			o.done = make(chan struct{})
-			ending = append(ending, o)
-		}
-		t.mu.Unlock()
 	}
 	return ending
 }

@@ -122,30 +122,43 @@ func (t *Tracker) Sweep() {
 // inside the mount (outside any lock: it reads the proc tree) and marks the
 // unused ones as ending, provided no request arrived meanwhile.
 func (t *Tracker) closeIdle(idle []idleCandidate, procs []procRec) []*ownerState {
-	byID := make(map[int]int, len(idle)) // owner id -> index in idle
-	for i, c := range idle {
-		byID[c.o.id] = i
-	}
-	for _, p := range procs {
-		if i, ok := byID[p.id]; ok {
-			idle[i].pids = append(idle[i].pids, p.pid)
-		}
-	}
+	withPIDs(idle, procs)
 	var ending []*ownerState
 	for _, c := range idle {
 		if slices.ContainsFunc(c.pids, t.usesMount) {
 			continue
 		}
-		t.mu.Lock()
-		o := c.o
-		if o.phase == phaseHeld && o.binds == 0 && t.owners[o.owner] == o && o.seenEpoch.Load() == o.sweptEpoch {
-			o.phase = phaseEnding
-			o.done = make(chan struct{})
-			ending = append(ending, o)
+		if t.markEndingIfQuiet(c.o) {
+			ending = append(ending, c.o)
 		}
-		t.mu.Unlock()
 	}
 	return ending
+}
+
+// withPIDs fills each candidate's pids from a scan.
+func withPIDs(cands []idleCandidate, procs []procRec) {
+	byID := make(map[int]int, len(cands)) // owner id -> index in cands
+	for i, c := range cands {
+		byID[c.o.id] = i
+	}
+	for _, p := range procs {
+		if i, ok := byID[p.id]; ok {
+			cands[i].pids = append(cands[i].pids, p.pid)
+		}
+	}
+}
+
+// markEndingIfQuiet marks o as ending, unless it changed since the sweep
+// chose it (a request arrived, it was bound, ended or replaced).
+func (t *Tracker) markEndingIfQuiet(o *ownerState) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if o.phase != phaseHeld || o.binds != 0 || t.owners[o.owner] != o || o.seenEpoch.Load() != o.sweptEpoch {
+		return false
+	}
+	o.phase = phaseEnding
+	o.done = make(chan struct{})
+	return true
 }
 
 // runEnds calls Handler.End for every owner already marked ending, in

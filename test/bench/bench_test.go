@@ -20,7 +20,7 @@ func TestSmoke(t *testing.T) {
 		t.Skip("needs root")
 	}
 	out := filepath.Join(t.TempDir(), "bench.md")
-	cfg, err := parseFlags([]string{"-quick", "-workloads", "seq-write", "-systems", "native,acyclicfs",
+	cfg, err := parseFlags([]string{"-quick", "-workloads", "seq-write,create-unlink", "-systems", "native,floor,acyclicfs",
 		"-no-forks", "-seq-mib", "8", "-out", out, "-png", ""})
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +34,7 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| sequential write |", "acyclicfs / native"} {
+	for _, want := range []string{"| sequential write |", "acyclicfs / native", "| acyclicfs / floor |", "## acyclicfs against the floor"} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("report lacks %q:\n%s", want, b)
 		}
@@ -86,8 +86,9 @@ func TestPeerRuns(t *testing.T) {
 		t.Errorf("run 1 systems = %v, want all", got)
 	}
 	for r := 1; r < 3; r++ {
-		if got := cfg.runSystems(r); strings.Join(got, ",") != sysNative+","+sysAcyclicfs {
-			t.Errorf("run %d systems = %v, want native and acyclicfs", r+1, got)
+		// The floor is no peer: acyclicfs / floor pairs by run.
+		if got := cfg.runSystems(r); strings.Join(got, ",") != sysNative+","+sysFloor+","+sysAcyclicfs {
+			t.Errorf("run %d systems = %v, want native, floor and acyclicfs", r+1, got)
 		}
 	}
 	if cfg, err := parseFlags([]string{"-runs", "2"}); err != nil || cfg.peerRuns != 2 {
@@ -154,5 +155,77 @@ func TestPeerFailureReported(t *testing.T) {
 	}
 	if got := tailLine(strings.Repeat("é", 400)); !strings.HasPrefix(got, "…é") || len(got) > 303+2 {
 		t.Errorf("tailLine cut a rune or kept too much: %q", got)
+	}
+}
+
+// TestFloorColumns: with the floor measured, the main table has
+// acyclicfs / floor per row with the floor goal, the floor section pairs
+// the two by run with their daemon CPU, requests and CPU per request, the
+// census lists every opcode per system, and the scaling table divides the
+// 1-worker time by the 2-worker time per system.
+func TestFloorColumns(t *testing.T) {
+	cfg, err := parseFlags([]string{"-runs", "2", "-systems", "native,floor,acyclicfs", "-workloads", "untar,grep,make-j1,make-j2", "-png", ""})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := time.Millisecond
+	r := &results{cfg: cfg, env: &benchEnv{cfg: cfg, work: t.TempDir()},
+		samples: map[string]map[string][]sample{
+			"untar": {
+				sysNative:    {{work: 300 * ms}, {work: 500 * ms}},
+				sysFloor:     {{work: 1000 * ms, cpu: 800 * ms}, {work: 2000 * ms, cpu: 1000 * ms}},
+				sysAcyclicfs: {{work: 1200 * ms, cpu: 1400 * ms}, {work: 2800 * ms, cpu: 1800 * ms}},
+			},
+			"grep": {
+				sysNative:    {{work: 100 * ms}, {work: 100 * ms}},
+				sysFloor:     {{work: 150 * ms}, {work: 150 * ms}},
+				sysAcyclicfs: {{work: 150 * ms}, {work: 180 * ms}},
+			},
+			"make-j1": {
+				sysNative:    {{work: 4000 * ms}, {work: 4000 * ms}},
+				sysFloor:     {{work: 6000 * ms}, {work: 6000 * ms}},
+				sysAcyclicfs: {{work: 6000 * ms}, {work: 6600 * ms}},
+			},
+			"make-j2": {
+				sysNative:    {{work: 2000 * ms}, {work: 2000 * ms}},
+				sysFloor:     {{work: 4000 * ms}, {work: 4000 * ms}},
+				sysAcyclicfs: {{work: 6000 * ms}, {work: 6000 * ms}},
+			},
+		},
+		failed: map[string]map[string]string{},
+		profile: map[string]map[string]*profileResult{
+			"untar": {
+				sysFloor:     {counts: map[string]int{"CREATE": 100, "WRITE": 50}, total: 150, daemonCPU: 5 * time.Second},
+				sysAcyclicfs: {counts: map[string]int{"CREATE": 100, "SETATTR": 100}, total: 200, daemonCPU: 9 * time.Second},
+			},
+		},
+	}
+	md := r.markdown()
+	for _, want := range []string{
+		// Ratios pair by run: 1.2 and 1.4, median 1.3; goal 1.25 not met.
+		"| floor | floor / native | acyclicfs | acyclicfs / native | acyclicfs / floor | floor goal | met |",
+		"| 1.30× (1.20–1.40) | ≤ 1.25× | **not met** |",
+		"## acyclicfs against the floor",
+		// Timed-run CPU medians (1.6 s, 0.9 s) over the census counts.
+		"| untar Go src (~11.5k files) | 2.00 s (1.20 s–2.80 s) | 1.50 s (1.00 s–2.00 s) | 1.30× (1.20–1.40) | ≤ 1.25× | **not met** | 1.60 s (1.40 s–1.80 s) | 900.0 ms (800.0 ms–1.00 s) | 200 | 150 | 8000.0 µs | 6000.0 µs |",
+		"| grep -r fixed string (warm) | 165.0 ms (150.0 ms–180.0 ms) | 150.0 ms (150.0 ms–150.0 ms) | 1.10× (1.00–1.20) | — | — |",
+		"| untar Go src (~11.5k files) | CREATE | 100 | 100 |",
+		"|  | SETATTR | 0 | 100 |",
+		"|  | WRITE | 50 | 0 |",
+		"## Parallel tools: scaling from 1 worker to 2",
+		"| make -j1 (200 C compiles, ~190 copies) → make -j2 (as make -j1, 2 workers) | 2.00× (2.00–2.00) | 1.50× (1.50–1.50) | 1.05× (1.00–1.10) |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+	// Without the floor, no floor columns or section.
+	cfg2, err := parseFlags([]string{"-runs", "1", "-systems", "native,acyclicfs", "-workloads", "untar", "-png", ""})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.cfg, r.env.cfg, r.profile = cfg2, cfg2, nil
+	if md := r.markdown(); strings.Contains(md, "| acyclicfs / floor |") || strings.Contains(md, "## acyclicfs against the floor") || strings.Contains(md, "## Parallel tools") {
+		t.Errorf("floor columns without the floor:\n%s", md)
 	}
 }

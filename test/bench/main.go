@@ -66,6 +66,7 @@ type config struct {
 	transport  string // every acyclicfs mount's --transport
 	acyclicfs  string
 	loopback   string
+	floor      string // floorfs binary ("": build ./test/bench/floorfs)
 	passHP     string // libfuse's passthrough_hp binary ("": bin/passthrough_hp)
 	repo       string
 	buildPkg   string
@@ -102,7 +103,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&forkSizes, "fork-sizes", "1000,100000", "tree sizes (files) for the acyclicfs-only fork and capture measurements")
 	fs.BoolVar(&cfg.noForks, "no-forks", false, "skip the acyclicfs-only fork and capture measurements")
 	fs.BoolVar(&cfg.noLand, "no-land", false, "skip the acyclicfs-only land of a git commit into a moved parent (the Go tree committed to git)")
-	fs.StringVar(&cfg.transport, "transport", "auto", "acyclicfs mount --transport: auto (io_uring where the fuse module's enable_uring is on), io_uring or dev-fuse")
+	fs.StringVar(&cfg.transport, "transport", "auto", "acyclicfs and floorfs mounts' --transport: auto (io_uring where the fuse module's enable_uring is on), io_uring or dev-fuse")
 	fs.BoolVar(&cfg.noFSMon, "no-fsmonitor", false, "skip the acyclicfs-only git status measurements with and without the fsmonitor hook (the Go tree committed to git)")
 	fs.BoolVar(&cfg.noInPlace, "no-inplace", false, "skip the acyclicfs-only in-place workspace measurements (1,000/10,000/100,000 files; -quick: up to 10,000)")
 	fs.StringVar(&cfg.dir, "dir", "", "work directory (default: a fresh directory under $TMPDIR)")
@@ -114,6 +115,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&profSys, "profile-systems", strings.Join(profiledSystems, ","), "comma-separated systems the -profile census covers (of "+strings.Join(profiledSystems, ", ")+")")
 	fs.StringVar(&cfg.acyclicfs, "acyclicfs", "", "acyclicfs binary (default: build ./cmd/acyclicfs)")
 	fs.StringVar(&cfg.loopback, "loopback", "", "go-fuse loopback binary (default: build github.com/hanwen/go-fuse/v2/example/loopback)")
+	fs.StringVar(&cfg.floor, "floorfs", "", "floorfs binary, the floor server (default: build ./test/bench/floorfs)")
 	fs.StringVar(&cfg.passHP, "passthrough-hp", "", "libfuse's passthrough_hp binary (default: bin/passthrough_hp, which `make bench-deps` builds with scripts/passthrough-hp.sh; the system is skipped without it)")
 	fs.StringVar(&cfg.buildPkg, "build-pkg", "cmd/gofmt", "package built by the go-build workload (with GOROOT inside the mount)")
 	if err := fs.Parse(args); err != nil {

@@ -24,9 +24,9 @@ type profileResult struct {
 
 // profiledSystems are the systems whose daemons log requests in go-fuse's
 // debug format.
-var profiledSystems = []string{sysLoopback, sysAcyclicfs}
+var profiledSystems = []string{sysLoopback, sysFloor, sysAcyclicfs}
 
-// runProfile mounts loopback and acyclicfs with request logging and runs
+// runProfile mounts loopback, the floor and acyclicfs with request logging and runs
 // every workload once, counting requests by opcode. The warm-up, when a
 // workload has one, runs in its own invocation before counting starts, so
 // the counts are those of the timed part plus (on acyclicfs) the lease end.

@@ -70,8 +70,11 @@ func durStat(ds []time.Duration) stat {
 }
 
 // ratioStat is the median and range of per-run ratios sys/native.
-func (r *results) ratioStat(w, sys string) stat {
-	nat, other := r.samples[w][sysNative], r.samples[w][sys]
+func (r *results) ratioStat(w, sys string) stat { return r.ratioTo(w, sys, sysNative) }
+
+// ratioTo is the median and range of per-run ratios sys/base.
+func (r *results) ratioTo(w, sys, base string) stat {
+	nat, other := r.samples[w][base], r.samples[w][sys]
 	var xs []float64
 	for i := 0; i < len(nat) && i < len(other); i++ {
 		if nat[i].work > 0 {
@@ -129,7 +132,7 @@ func (r *results) markdown() string {
 		fmt.Fprintf(&b, "- The peers (loopback, fuse-overlayfs, passthrough_hp) run in the first %d run(s) only (`-peer-runs`), to keep the whole harness short; their ratios pair with native's samples of those runs.\n", cfg.peerRuns)
 	}
 	b.WriteString("- `cp -a` and `git worktree add` in the fork table are reference points and run once (in the first run).\n")
-	b.WriteString("- Same tree everywhere: `$(go env GOROOT)/src` laid out as a GOROOT (`src/`, `VERSION`, `go.env`, `pkg` → the real toolchain). **native**: a fresh `cp -a` copy per run. **loopback**: go-fuse v2.12.1's `example/loopback` over a fresh copy. **fuse-overlayfs**: a fresh upper directory over the shared pristine tree. **passthrough_hp**: libfuse's own high-performance C passthrough example (`example/passthrough_hp.cc`, built from Debian's fuse3 source package by `scripts/passthrough-hp.sh`; kernel caching on, writeback cache, its default threads, /dev/fuse) over a fresh copy, mounted afresh before each workload (it holds a descriptor per inode the kernel knows, and a process here may hold 20,000, fewer than a run's workloads make together); the warm workloads warm it in their untimed pass like every system: how fast a FUSE server that does nothing but pass requests through gets on this machine. **acyclicfs**: `fork` of a workspace imported once from the tree, mounted; every workload runs as `acyclicfs exec MOUNTPOINT -- …` (one explicit lease per workload). Each mount starts the daemon's metadata warm-up (`--warm-entries`, default 50,000 names: the tree is listed through the mount in the background); the timed runs do not wait for it, the request census does.\n")
+	b.WriteString("- Same tree everywhere: `$(go env GOROOT)/src` laid out as a GOROOT (`src/`, `VERSION`, `go.env`, `pkg` → the real toolchain). **native**: a fresh `cp -a` copy per run. **loopback**: go-fuse v2.12.1's `example/loopback` over a fresh copy. **fuse-overlayfs**: a fresh upper directory over the shared pristine tree. **passthrough_hp**: libfuse's own high-performance C passthrough example (`example/passthrough_hp.cc`, built from Debian's fuse3 source package by `scripts/passthrough-hp.sh`; kernel caching on, writeback cache, its default threads, /dev/fuse) over a fresh copy, mounted afresh before each workload (it holds a descriptor per inode the kernel knows, and a process here may hold 20,000, fewer than a run's workloads make together); the warm workloads warm it in their untimed pass like every system: how fast a FUSE server that does nothing but pass requests through gets on this machine. **floor**: `floorfs` (`test/bench/floorfs`), an in-memory go-fuse server that copies the pristine tree into memory when mounted and then only answers requests, with acyclicfs's kernel options over the same transport (`-transport`); it runs in every run, so acyclicfs / floor pairs by run. **acyclicfs**: `fork` of a workspace imported once from the tree, mounted; every workload runs as `acyclicfs exec MOUNTPOINT -- …` (one explicit lease per workload). Each mount starts the daemon's metadata warm-up (`--warm-entries`, default 50,000 names: the tree is listed through the mount in the background); the timed runs do not wait for it, the request census does.\n")
 	b.WriteString("- The time is that of the workload process only (a wrapper inside the mount times `sh -c SCRIPT`). For acyclicfs, *lease overhead* is the rest of the `exec` wall time: binding the lease, and at its end capture, publish and reconcile. *daemon CPU* is the acyclicfs daemon's user+system CPU over the whole `exec` (workload and lease end), from /proc/PID/stat.\n")
 	fmt.Fprintf(&b, "- Sequential file: %d MiB. Work directory on `%s`.\n", cfg.seqMiB, r.env.fsDescription())
 	if cfg.freshFS != "" {
@@ -154,6 +157,10 @@ func (r *results) markdown() string {
 		}
 	}
 	hasAcy := contains(cfg.systems, sysAcyclicfs)
+	vsFloor := hasAcy && contains(cfg.systems, sysFloor)
+	if vsFloor {
+		hdr = append(hdr, "acyclicfs / floor", "floor goal", "met")
+	}
 	if hasAcy {
 		hdr = append(hdr, "acyclicfs lease overhead", "acyclicfs daemon CPU", "goal", "met")
 	}
@@ -170,6 +177,15 @@ func (r *results) markdown() string {
 			row = append(row, cell)
 			if s != sysNative {
 				row = append(row, fmtRatio(r.ratioStat(wn, s)))
+			}
+		}
+		if vsFloor {
+			rs := r.ratioTo(wn, sysAcyclicfs, sysFloor)
+			row = append(row, fmtRatio(rs))
+			if w.floorGoal > 0 {
+				row = append(row, fmt.Sprintf("≤ %.2f×", w.floorGoal), metStr(rs.n > 0 && rs.med <= w.floorGoal))
+			} else {
+				row = append(row, "—", "—")
 			}
 		}
 		if hasAcy {
@@ -209,6 +225,10 @@ func (r *results) markdown() string {
 		}
 	}
 
+	if vsFloor {
+		r.floorMarkdown(&b)
+	}
+	r.scalingMarkdown(&b)
 	if len(r.forks) > 0 {
 		r.forkMarkdown(&b)
 	}
@@ -290,16 +310,17 @@ func (r *results) forkMarkdown(b *strings.Builder) {
 
 func (r *results) profileMarkdown(b *strings.Builder) {
 	b.WriteString("\n## FUSE requests per workload (one run with request logging)\n\n")
-	b.WriteString("Counted from go-fuse's debug log (`rx N: OPCODE` lines): loopback with `-debug`, acyclicfs mounted with `--debug` (the log is `STORE/daemon.log`). Logging slows every request, so these runs are not timed for the table above. For acyclicfs the counts include the lease end after the workload. *daemon CPU* is the serving process's user+system CPU time during the workload.\n\n")
+	b.WriteString("Counted from go-fuse's debug log (`rx N: OPCODE` lines): loopback with `-debug`, the floor (floorfs) with `-debug`, acyclicfs mounted with `--debug` (the log is `STORE/daemon.log`). Logging slows every request, so these runs are not timed for the table above. For acyclicfs the counts include the lease end after the workload. *daemon CPU* is the serving process's user+system CPU time during the workload.\n\n")
 	var syss []string
 	for _, s := range profiledSystems {
 		if contains(r.cfg.systems, s) && contains(r.cfg.profSys, s) {
 			syss = append(syss, s)
 		}
 	}
+	b.WriteString("*CPU per request* is the daemon's CPU in the timed runs above (median) divided by the requests counted here, where the system ran in them; otherwise the logged run's CPU (logging included) divided by its count.\n\n")
 	hdr := []string{"workload"}
 	for _, s := range syss {
-		hdr = append(hdr, s+" requests", s+" daemon CPU", s+" top opcodes")
+		hdr = append(hdr, s+" requests", s+" daemon CPU", s+" CPU per request", s+" top opcodes")
 	}
 	writeRow(b, hdr)
 	writeSep(b, len(hdr))
@@ -308,10 +329,151 @@ func (r *results) profileMarkdown(b *strings.Builder) {
 		for _, s := range syss {
 			p := r.profile[wn][s]
 			if p == nil {
-				row = append(row, "—", "—", "—")
+				row = append(row, "—", "—", "—", "—")
 				continue
 			}
-			row = append(row, fmt.Sprintf("%d", p.total), fmtSec(p.daemonCPU.Seconds()), p.top(6))
+			row = append(row, fmt.Sprintf("%d", p.total), fmtSec(p.daemonCPU.Seconds()), fmtPerRequest(r.cpuPerRequest(wn, s)), p.top(6))
+		}
+		writeRow(b, row)
+	}
+	r.opcodeMarkdown(b, syss)
+}
+
+// cpuPerRequest is sys's daemon CPU per FUSE request on workload w: the
+// timed runs' median CPU over the census count, or the logged run's own
+// CPU where the timed runs have none; 0 if unknown.
+func (r *results) cpuPerRequest(w, sys string) time.Duration {
+	p := r.profile[w][sys]
+	if p == nil || p.total == 0 {
+		return 0
+	}
+	cpu := p.daemonCPU
+	if st := durStat(cpus(r.samples[w][sys])); st.n > 0 && st.med > 0 {
+		cpu = time.Duration(st.med * float64(time.Second))
+	}
+	return cpu / time.Duration(p.total)
+}
+
+func fmtPerRequest(d time.Duration) string {
+	if d <= 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.1f µs", float64(d)/float64(time.Microsecond))
+}
+
+// opcodeMarkdown is the census by opcode: per workload, a row per opcode
+// any counted system sent, with each system's count, so that the floor and
+// acyclicfs compare request by request.
+func (r *results) opcodeMarkdown(b *strings.Builder, syss []string) {
+	if len(syss) < 2 {
+		return
+	}
+	b.WriteString("\n### Requests by opcode\n\n")
+	hdr := []string{"workload", "opcode"}
+	hdr = append(hdr, syss...)
+	writeRow(b, hdr)
+	writeSep(b, len(hdr))
+	for _, wn := range r.cfg.workloads {
+		ops := map[string]int{}
+		for _, s := range syss {
+			if p := r.profile[wn][s]; p != nil {
+				for op, n := range p.counts {
+					ops[op] = max(ops[op], n)
+				}
+			}
+		}
+		names := slices.SortedFunc(maps.Keys(ops), func(a, c string) int {
+			if ops[a] != ops[c] {
+				return ops[c] - ops[a]
+			}
+			return strings.Compare(a, c)
+		})
+		for i, op := range names {
+			title := ""
+			if i == 0 {
+				title = findWorkload(wn).title
+			}
+			row := []string{title, op}
+			for _, s := range syss {
+				if p := r.profile[wn][s]; p != nil {
+					row = append(row, fmt.Sprintf("%d", p.counts[op]))
+				} else {
+					row = append(row, "—")
+				}
+			}
+			writeRow(b, row)
+		}
+	}
+}
+
+// floorMarkdown compares acyclicfs with the floor server workload by
+// workload: time, daemon CPU, and, with a census, requests and CPU per
+// request.
+func (r *results) floorMarkdown(b *strings.Builder) {
+	b.WriteString("\n## acyclicfs against the floor\n\n")
+	b.WriteString("The floor is `floorfs` (`test/bench/floorfs`): every file and directory in memory, nothing persisted, hashed or captured, mounted with acyclicfs's kernel options over the same transport, listings without OPENDIR and FLUSH answered with ENOSYS as acyclicfs does, and a file open for writing served by passthrough on an in-memory file (memfd) as acyclicfs serves its upper files: the same requests reach both (compare the counts), so the ratio is what acyclicfs's own work per request costs. *daemon CPU* is the serving process's user+system CPU over the invocation (for acyclicfs, the lease end included).\n\n")
+	census := len(r.profile) > 0
+	hdr := []string{"workload", "acyclicfs", "floor", "acyclicfs / floor", "floor goal", "met", "acyclicfs daemon CPU", "floor daemon CPU"}
+	if census {
+		hdr = append(hdr, "acyclicfs requests", "floor requests", "acyclicfs CPU per request", "floor CPU per request")
+	}
+	writeRow(b, hdr)
+	writeSep(b, len(hdr))
+	for _, wn := range r.cfg.workloads {
+		w := findWorkload(wn)
+		rs := r.ratioTo(wn, sysAcyclicfs, sysFloor)
+		goal, met := "—", "—"
+		if w.floorGoal > 0 {
+			goal, met = fmt.Sprintf("≤ %.2f×", w.floorGoal), metStr(rs.n > 0 && rs.med <= w.floorGoal)
+		}
+		row := []string{w.title,
+			fmtStat(durStat(works(r.samples[wn][sysAcyclicfs]))), fmtStat(durStat(works(r.samples[wn][sysFloor]))),
+			fmtRatio(rs), goal, met,
+			fmtStat(durStat(cpus(r.samples[wn][sysAcyclicfs]))), fmtStat(durStat(cpus(r.samples[wn][sysFloor])))}
+		if census {
+			for _, s := range []string{sysAcyclicfs, sysFloor} {
+				if p := r.profile[wn][s]; p != nil {
+					row = append(row, fmt.Sprintf("%d", p.total))
+				} else {
+					row = append(row, "—")
+				}
+			}
+			row = append(row, fmtPerRequest(r.cpuPerRequest(wn, sysAcyclicfs)), fmtPerRequest(r.cpuPerRequest(wn, sysFloor)))
+		}
+		writeRow(b, row)
+	}
+}
+
+// scalingMarkdown reports, for each pair of workloads that differ only in
+// the number of workers, each system's time with one worker over its time
+// with two (2.00× is perfect scaling on two cores).
+func (r *results) scalingMarkdown(b *strings.Builder) {
+	var pairs [][2]string
+	for _, pr := range scalingPairs {
+		if contains(r.cfg.workloads, pr[0]) && contains(r.cfg.workloads, pr[1]) {
+			pairs = append(pairs, pr)
+		}
+	}
+	if len(pairs) == 0 {
+		return
+	}
+	b.WriteString("\n## Parallel tools: scaling from 1 worker to 2\n\n")
+	b.WriteString("Per system, the time with 1 worker divided by the time with 2 (per run, then the median): 2.00× is perfect scaling on two cores, 1.00× none. A server that serialises requests stays near 1.00× where native scales.\n\n")
+	hdr := []string{"workloads"}
+	hdr = append(hdr, r.cfg.systems...)
+	writeRow(b, hdr)
+	writeSep(b, len(hdr))
+	for _, pr := range pairs {
+		row := []string{findWorkload(pr[0]).title + " → " + findWorkload(pr[1]).title}
+		for _, s := range r.cfg.systems {
+			one, two := r.samples[pr[0]][s], r.samples[pr[1]][s]
+			var xs []float64
+			for i := 0; i < len(one) && i < len(two); i++ {
+				if two[i].work > 0 {
+					xs = append(xs, float64(one[i].work)/float64(two[i].work))
+				}
+			}
+			row = append(row, fmtRatio(summarize(xs)))
 		}
 		writeRow(b, row)
 	}

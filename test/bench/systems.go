@@ -13,14 +13,19 @@ import (
 
 // The systems, in report column order.
 const (
-	sysNative    = "native"
-	sysLoopback  = "loopback"
-	sysOverlay   = "fuse-overlayfs"
-	sysPassHP    = "passthrough_hp"
+	sysNative   = "native"
+	sysLoopback = "loopback"
+	sysOverlay  = "fuse-overlayfs"
+	sysPassHP   = "passthrough_hp"
+	// sysFloor is floorfs (test/bench/floorfs): an in-memory FUSE server
+	// with acyclicfs's kernel options and transports, the floor a FUSE
+	// server reaches on this machine. Like acyclicfs, and unlike the
+	// peers, it runs in every run: acyclicfs / floor pairs by run.
+	sysFloor     = "floor"
 	sysAcyclicfs = "acyclicfs"
 )
 
-var allSystems = []string{sysNative, sysLoopback, sysOverlay, sysPassHP, sysAcyclicfs}
+var allSystems = []string{sysNative, sysLoopback, sysOverlay, sysPassHP, sysFloor, sysAcyclicfs}
 
 // benchEnv is everything prepared once per harness run.
 type benchEnv struct {
@@ -32,6 +37,7 @@ type benchEnv struct {
 	acy      string // acyclicfs binary
 	store    string // acyclicfs store
 	loopback string // go-fuse loopback binary
+	floor    string // floorfs binary
 	passHP   string // libfuse's passthrough_hp binary
 	goBin    string // the go command
 	notes    []string
@@ -75,6 +81,14 @@ func prepare(ctx context.Context, cfg *config, work string, cl *cleaner) (*bench
 		e.loopback = filepath.Join(work, "bin", "loopback")
 		logf("building %s", e.loopback)
 		if _, err := runCmd(ctx, cfg.repo, nil, e.goBin, "build", "-o", e.loopback, "github.com/hanwen/go-fuse/v2/example/loopback"); err != nil {
+			return nil, err
+		}
+	}
+	e.floor = cfg.floor
+	if e.floor == "" && contains(cfg.systems, sysFloor) {
+		e.floor = filepath.Join(work, "bin", "floorfs")
+		logf("building %s", e.floor)
+		if _, err := runCmd(ctx, cfg.repo, []string{"CGO_ENABLED=0"}, e.goBin, "build", "-o", e.floor, "./test/bench/floorfs"); err != nil {
 			return nil, err
 		}
 	}
@@ -184,6 +198,8 @@ func (e *benchEnv) open(ctx context.Context, sys string, n int, debug bool) (ins
 		return e.openOverlay(ctx, tag)
 	case sysPassHP:
 		return e.openPassHP(ctx, tag)
+	case sysFloor:
+		return e.openFloor(ctx, tag, debug)
 	case sysAcyclicfs:
 		return e.openAcyclicfs(ctx, tag, debug)
 	}
@@ -283,6 +299,23 @@ func (e *benchEnv) openLoopback(ctx context.Context, tag string, debug bool) (in
 	}
 	inst, err := e.openServer(ctx, tag, "loopback", debug, func(src, mp string) []string {
 		return append(append([]string{e.loopback}, args...), mp, src)
+	})
+	if err != nil {
+		return nil, err // not a nil *directInst in a non-nil instance
+	}
+	return inst, nil
+}
+
+// openFloor mounts floorfs, which copies the pristine lower tree into its
+// memory at start (no copy on disk: it never writes to it), over the
+// transport acyclicfs's mounts are asked for.
+func (e *benchEnv) openFloor(ctx context.Context, tag string, debug bool) (instance, error) {
+	inst, err := e.serve(ctx, tag, "floorfs", e.lower, debug, func(src, mp string) []string {
+		a := []string{e.floor, "-from", src, "-transport", e.cfg.transport}
+		if debug {
+			a = append(a, "-debug")
+		}
+		return append(a, mp)
 	})
 	if err != nil {
 		return nil, err // not a nil *directInst in a non-nil instance
