@@ -1,13 +1,16 @@
 package workspace
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"github.com/acyclicfs/acyclicfs/corestate"
+	"github.com/acyclicfs/acyclicfs/store"
 )
 
 // The reference design's git_compatibility_delete_is_revision_fenced_and_durable:
@@ -149,5 +152,51 @@ func TestRemoveDeletesGitBinding(t *testing.T) {
 	}
 	if _, _, found, err := m.GitBinding("ws"); err != nil || found {
 		t.Fatalf("binding after remove: found=%v err=%v", found, err)
+	}
+}
+
+// A second workspace of a repository reads no blob from it: the
+// object-name cache names them and the store holds them. A blob the store
+// lost (gc, a damaged store) is read again, whatever the cache says; a
+// new commit's blobs are read alone.
+func TestCreateFromGitReadsKnownBlobsOnce(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("no git")
+	}
+	m := openTest(t)
+	repo := filepath.Join(t.TempDir(), "repo")
+	os.MkdirAll(filepath.Join(repo, "d"), 0o755)
+	for p, c := range map[string]string{"a": "alpha\n", "d/b": "beta\n", "d/c": "gamma\n"} {
+		os.WriteFile(filepath.Join(repo, p), []byte(c), 0o644)
+	}
+	pubGit(t, repo, "init", "-q", "-b", "main")
+	pubGit(t, repo, "add", "-A")
+	pubGit(t, repo, "commit", "-q", "-m", "one")
+	ctx := context.Background()
+	first, err := m.CreateFromGit(ctx, "w1", repo, "")
+	if err != nil || first.Blobs != 3 || first.Bytes != int64(len("alpha\nbeta\ngamma\n")) {
+		t.Fatalf("first import: %+v, %v", first, err)
+	}
+	second, err := m.CreateFromGit(ctx, "w2", repo, "")
+	if err != nil || second.Bytes != 0 {
+		t.Fatalf("second import read %d bytes (%+v, %v), want none", second.Bytes, second, err)
+	}
+	os.WriteFile(filepath.Join(repo, "d", "c"), []byte("gamma, changed\n"), 0o644)
+	pubGit(t, repo, "commit", "-q", "-am", "two")
+	third, err := m.CreateFromGit(ctx, "w3", repo, "")
+	if err != nil || third.Bytes != int64(len("gamma, changed\n")) {
+		t.Fatalf("third import read %d bytes (%+v, %v), want the new blob's", third.Bytes, third, err)
+	}
+	// The store loses a blob the cache names: it is read again.
+	id := store.BlobID([]byte("alpha\n"))
+	if err := os.Remove(m.st.BlobPath(id)); err != nil {
+		t.Fatal(err)
+	}
+	fourth, err := m.CreateFromGit(ctx, "w4", repo, "")
+	if err != nil || fourth.Bytes != int64(len("alpha\n")) {
+		t.Fatalf("fourth import read %d bytes (%+v, %v), want the lost blob's", fourth.Bytes, fourth, err)
+	}
+	if have, err := m.st.HasBlob(id); err != nil || !have {
+		t.Fatalf("the lost blob is not back: %v %v", have, err)
 	}
 }

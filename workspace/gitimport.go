@@ -7,9 +7,11 @@ import (
 	"io"
 	"os"
 	"path"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -333,56 +335,79 @@ func (b *treeBuilder) put(st *store.Store) (store.ID, error) {
 // hands to a writer goroutine; larger ones stream straight into the batch.
 const inlineBlob = 1 << 20
 
-// storeGitBlobs reads blobs from repo (one cat-file stream) into batch and
-// returns their store IDs and the bytes read. Small blobs are hashed in
-// memory first and written only when the store lacks them (a second
-// workspace from the same repository writes nothing), by a few writer
-// goroutines, so that file creation in the store overlaps the stream.
+// catStreams is how many `git cat-file --batch` processes an import runs
+// at once: inflating objects is git's CPU work, and one process uses one
+// core.
+var catStreams = max(2, runtime.GOMAXPROCS(0))
+
+// storeGitBlobs makes sure every blob of blobs is in the store and returns
+// their store IDs and the bytes read from the repository. Blobs the
+// object-name cache names and the store holds (a second workspace of the
+// repository) are not read at all. The rest are read by catStreams
+// cat-file streams over contiguous runs of the list (pack locality); small
+// blobs are hashed in memory first and written only when the store lacks
+// them, by a few writer goroutines, so that file creation in the store
+// overlaps the streams.
 func (m *Manager) storeGitBlobs(ctx context.Context, repo *gitrepo.Repo, batch *store.BlobBatch, blobs []string) (map[string]store.ID, int64, error) {
-	ids := make(map[string]store.ID, len(blobs))
+	ids := m.knownGitBlobs(blobs)
+	var todo []string
+	for _, b := range blobs {
+		if _, ok := ids[b]; !ok {
+			todo = append(todo, b)
+		}
+	}
 	var (
 		mu    sync.Mutex // guards ids
-		total int64
+		total atomic.Int64
 	)
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(4)
-	err := repo.CatBlobs(gctx, blobs, func(i int, r io.Reader, size int64) error {
-		total += size
-		if size > inlineBlob {
-			id, _, err := batch.WriteBlob(r)
-			if err != nil {
-				return fmt.Errorf("store blob %s: %w", blobs[i], err)
-			}
-			mu.Lock()
-			ids[blobs[i]] = id
-			mu.Unlock()
-			return nil
-		}
-		buf := make([]byte, size)
-		if _, err := io.ReadFull(r, buf); err != nil {
-			return fmt.Errorf("read blob %s: %w", blobs[i], err)
-		}
-		g.Go(func() error {
-			h := store.NewBlobHasher()
-			h.Write(buf)
-			id := h.Sum()
-			if have, err := m.st.HasBlob(id); err != nil || !have {
-				if _, err := batch.WriteBlobBytes(buf); err != nil {
-					return fmt.Errorf("store blob %s: %w", blobs[i], err)
+	put := func(oid string, id store.ID) {
+		mu.Lock()
+		ids[oid] = id
+		mu.Unlock()
+	}
+	writers, wctx := errgroup.WithContext(ctx)
+	writers.SetLimit(4)
+	var streams errgroup.Group
+	per := (len(todo) + catStreams - 1) / max(catStreams, 1)
+	for lo := 0; lo < len(todo); lo += per {
+		part := todo[lo:min(lo+per, len(todo))]
+		streams.Go(func() error {
+			return repo.CatBlobs(wctx, part, func(i int, r io.Reader, size int64) error {
+				total.Add(size)
+				if size > inlineBlob {
+					id, _, err := batch.WriteBlob(r)
+					if err != nil {
+						return fmt.Errorf("store blob %s: %w", part[i], err)
+					}
+					put(part[i], id)
+					return nil
 				}
-			}
-			mu.Lock()
-			ids[blobs[i]] = id
-			mu.Unlock()
-			return nil
+				buf := make([]byte, size)
+				if _, err := io.ReadFull(r, buf); err != nil {
+					return fmt.Errorf("read blob %s: %w", part[i], err)
+				}
+				writers.Go(func() error {
+					h := store.NewBlobHasher()
+					h.Write(buf)
+					id := h.Sum()
+					if have, err := m.st.HasBlob(id); err != nil || !have {
+						if _, err := batch.WriteBlobBytes(buf); err != nil {
+							return fmt.Errorf("store blob %s: %w", part[i], err)
+						}
+					}
+					put(part[i], id)
+					return nil
+				})
+				return nil
+			})
 		})
-		return nil
-	})
-	if werr := g.Wait(); err == nil {
+	}
+	err := streams.Wait()
+	if werr := writers.Wait(); err == nil {
 		err = werr
 	}
 	if errors.Is(err, syscall.ENOSPC) {
 		err = fmt.Errorf("store is full: %w", err)
 	}
-	return ids, total, err
+	return ids, total.Load(), err
 }

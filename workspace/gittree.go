@@ -591,6 +591,38 @@ func (tb *pubTrees) missing(objs []pendingObj) ([]pendingObj, error) {
 // rememberGitBlobs fills the object-name cache with blobs an import read
 // from a repository (git name → store ID), so that publishing the
 // imported files hashes none of them.
+// knownGitBlobs returns the store IDs of the blobs in oids that the
+// object-name cache names and the store holds: an import need not read
+// them. The cache is a hint; the store's answer is what counts.
+func (m *Manager) knownGitBlobs(oids []string) map[string]store.ID {
+	known := make(map[string]store.ID, len(oids))
+	if len(oids) == 0 {
+		return known
+	}
+	format := "sha1"
+	if len(oids[0]) == 64 {
+		format = "sha256"
+	}
+	want := make(map[string]bool, len(oids))
+	for _, o := range oids {
+		want[o] = true
+	}
+	c := &m.oids
+	c.mu.Lock()
+	for k, slot := range m.oidTable(format) {
+		if want[slot.oid] {
+			known[slot.oid] = store.ID(k)
+		}
+	}
+	c.mu.Unlock()
+	for oid, id := range known {
+		if have, err := m.st.HasBlob(id); err != nil || !have {
+			delete(known, oid)
+		}
+	}
+	return known
+}
+
 func (m *Manager) rememberGitBlobs(_ string, ids map[string]store.ID) {
 	formats := map[string]bool{}
 	c := &m.oids
