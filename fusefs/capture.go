@@ -31,6 +31,13 @@ type planDir struct {
 // The mount keeps serving and the overlay is left as it is; changed
 // reports whether the root differs from the pinned one.
 func (m *Mount) Capture() (store.ID, bool, error) {
+	id, _, changed, err := m.ov.capture()
+	return id, changed, err
+}
+
+// CaptureLinks is Capture that also returns the view's hard-link groups
+// (store.Generation.Links).
+func (m *Mount) CaptureLinks() (store.ID, [][]string, bool, error) {
 	return m.ov.capture()
 }
 
@@ -41,6 +48,14 @@ func (m *Mount) Capture() (store.ID, bool, error) {
 // are). The blobs are durable when it returns. Without a Batcher the trees
 // are stored at once and none are returned.
 func (m *Mount) CaptureDeferred() (root store.ID, changed bool, trees []*store.Tree, done func(), err error) {
+	root, _, changed, trees, done, err = m.ov.captureDeferred()
+	return root, changed, trees, done, err
+}
+
+// CaptureDeferredLinks is CaptureDeferred that also returns the view's
+// hard-link groups (store.Generation.Links) as of the capture; changed
+// also reports groups that differ from the pinned generation's.
+func (m *Mount) CaptureDeferredLinks() (root store.ID, links [][]string, changed bool, trees []*store.Tree, done func(), err error) {
 	return m.ov.captureDeferred()
 }
 
@@ -48,25 +63,33 @@ func (m *Mount) CaptureDeferred() (root store.ID, changed bool, trees []*store.T
 // without mounting it: the overlay snapshot is replayed on root (or on the
 // root it records, if that differs) and captured.
 func RecoverCapture(stateDir string, objects Objects, root store.ID) (store.ID, bool, error) {
-	id, changed, _, err := RecoverCaptureReport(stateDir, objects, root)
+	id, _, changed, _, err := RecoverCaptureLinks(stateDir, objects, root, nil)
 	return id, changed, err
 }
 
 // RecoverCaptureReport is RecoverCapture that also says what the state
 // directory held that recovery could not keep (none: nil).
 func RecoverCaptureReport(stateDir string, objects Objects, root store.ID) (store.ID, bool, []string, error) {
+	id, _, changed, lost, err := RecoverCaptureLinks(stateDir, objects, root, nil)
+	return id, changed, lost, err
+}
+
+// RecoverCaptureLinks is RecoverCaptureReport of a pinned generation with
+// link groups (store.Generation.Links): it returns the captured groups
+// too, and changed also reports groups that differ from links.
+func RecoverCaptureLinks(stateDir string, objects Objects, root store.ID, links [][]string) (store.ID, [][]string, bool, []string, error) {
 	if objects == nil {
-		return store.ID{}, false, nil, ErrNoObjects
+		return store.ID{}, nil, false, nil, ErrNoObjects
 	}
-	ov, err := openOverlay(stateDir, objects, root)
+	ov, err := openOverlay(stateDir, objects, root, links)
 	if err != nil {
-		return store.ID{}, false, nil, fmt.Errorf("recover capture: %w", err)
+		return store.ID{}, nil, false, nil, fmt.Errorf("recover capture: %w", err)
 	}
-	id, _, err := ov.capture()
+	id, got, _, err := ov.capture()
 	if err != nil {
-		return store.ID{}, false, ov.recovery, fmt.Errorf("recover capture: %w", err)
+		return store.ID{}, nil, false, ov.recovery, fmt.Errorf("recover capture: %w", err)
 	}
-	return id, id != root, ov.recovery, nil
+	return id, got, id != root || !store.EqualLinks(got, links), ov.recovery, nil
 }
 
 // ResetState removes the overlay state (after its capture was published).
@@ -88,32 +111,33 @@ func ResetState(stateDir string) error {
 	return nil
 }
 
-func (o *overlay) capture() (store.ID, bool, error) {
-	id, changed, trees, done, err := o.captureDeferred()
+func (o *overlay) capture() (store.ID, [][]string, bool, error) {
+	id, links, changed, trees, done, err := o.captureDeferred()
 	if err != nil {
-		return store.ID{}, false, err
+		return store.ID{}, nil, false, err
 	}
 	if len(trees) > 0 {
 		if _, err := o.objects.(Batcher).PutTrees(trees); err != nil {
-			return store.ID{}, false, fmt.Errorf("capture: put trees: %w", err)
+			return store.ID{}, nil, false, fmt.Errorf("capture: put trees: %w", err)
 		}
 	}
 	done()
-	return id, changed, nil
+	return id, links, changed, nil
 }
 
 // captureDeferred builds the capture and makes its blobs durable; the
 // trees (batch mode) and the memo updates wait for the caller (done).
-func (o *overlay) captureDeferred() (store.ID, bool, []*store.Tree, func(), error) {
+func (o *overlay) captureDeferred() (store.ID, [][]string, bool, []*store.Tree, func(), error) {
 	o.mu.Lock()
 	seq := o.seq
 	if o.root.subSeq == 0 {
-		id := o.rootID
+		id, links := o.rootID, o.lowerLinks
 		o.mu.Unlock()
-		return id, false, nil, o.captured(seq, nil), nil
+		return id, links, false, nil, o.captured(seq, nil), nil
 	}
 	plan := o.planDir(o.root)
-	old := o.rootID
+	old, oldLinks := o.rootID, o.lowerLinks
+	links := o.linkGroups()
 	o.mu.Unlock()
 
 	o.capturing.Add(1)
@@ -126,9 +150,9 @@ func (o *overlay) captureDeferred() (store.ID, bool, []*store.Tree, func(), erro
 		err = cw.finishBlobs()
 	}
 	if err != nil {
-		return store.ID{}, false, nil, nil, err
+		return store.ID{}, nil, false, nil, nil, err
 	}
-	return id, id != old, cw.trees, o.captured(seq, cw.memos), nil
+	return id, links, id != old || !store.EqualLinks(links, oldLinks), cw.trees, o.captured(seq, cw.memos), nil
 }
 
 // captured returns the completion of a capture of the overlay at seq: its

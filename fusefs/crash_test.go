@@ -155,7 +155,7 @@ func testCrashRecovery(t *testing.T, pt bool) {
 	}
 	// The killed mount's upper-file pool (files named by reserved inode
 	// numbers) is gone: every upper file left belongs to an inode.
-	ov, err := openOverlay(state, objs2, root)
+	ov, err := openOverlay(state, objs2, root, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

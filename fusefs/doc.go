@@ -86,7 +86,10 @@
 //     no hard links and no xattrs. Within a mount they all work; a capture
 //     writes the exec bit as KindExec, hard links as separate entries with
 //     the same content, and drops owners and xattrs (they persist in the
-//     overlay snapshot until the state is reset).
+//     overlay snapshot until the state is reset). Hard links are kept
+//     beside the tree instead: CaptureLinks returns the link groups
+//     (store.Generation.Links) and Config.Links and SwitchViewLinks show a
+//     generation's groups as one inode each (links.go).
 //   - FIFOs, sockets and device nodes are names with attributes only
 //     (Mknod): the kernel serves their opens (pipe, bound socket, driver),
 //     and a capture stores kind and device number (store.KindFIFO …).

@@ -234,6 +234,11 @@ func (s *snapshot) build(objects Objects, stateDir string) (*overlay, error) {
 		return nil, fmt.Errorf("%w: unreachable directories", ErrBadSnapshot)
 	}
 	o.numberTree(o.root)
+	for _, in := range byNum {
+		if len(in.links) > 1 {
+			o.noteMulti(in)
+		}
+	}
 	o.uppers = map[uint64]bool{}
 	for num, in := range byNum {
 		if in.upper {

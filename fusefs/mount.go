@@ -54,6 +54,9 @@ type Config struct {
 	Objects Objects
 	// Root is the root tree of the pinned generation; zero = empty tree.
 	Root store.ID
+	// Links are the pinned generation's hard-link groups
+	// (store.Generation.Links): each group shows as one inode.
+	Links [][]string
 	// StateDir is private and persistent: upper files and the overlay
 	// snapshot. If it holds a snapshot (a crashed or cleanly unmounted
 	// mount), Mount replays it.
@@ -207,7 +210,7 @@ func mountAt(mountpoint string, cfg Config) (*Mount, error) {
 	if cfg.RetainUpperBytes == 0 {
 		cfg.RetainUpperBytes = 4 << 30
 	}
-	ov, err := openOverlay(cfg.StateDir, cfg.Objects, cfg.Root)
+	ov, err := openOverlay(cfg.StateDir, cfg.Objects, cfg.Root, cfg.Links)
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
@@ -448,7 +451,7 @@ func killprivCaps(allowOther bool, euid int) uint64 {
 }
 
 // openOverlay prepares stateDir and replays its snapshot if there is one.
-func openOverlay(stateDir string, objects Objects, root store.ID) (*overlay, error) {
+func openOverlay(stateDir string, objects Objects, root store.ID, links [][]string) (*overlay, error) {
 	for _, d := range []string{"/upper", "/upper-trash"} {
 		if err := os.MkdirAll(stateDir+d, 0o700); err != nil {
 			return nil, fmt.Errorf("state dir: %w", err)
@@ -479,9 +482,16 @@ func openOverlay(stateDir string, objects Objects, root store.ID) (*overlay, err
 		// unknown here, so every overlay change is kept on top of it:
 		// nothing recorded can be lost.
 		ov.capSeq = 0
-		if _, err := ov.switchView(root, nil); err != nil {
+		if _, err := ov.switchView(root, links, nil); err != nil {
 			return nil, err
 		}
+		return ov, nil
+	}
+	ov.mu.Lock()
+	err = ov.applyLinks(links, nil)
+	ov.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("link groups: %w", err)
 	}
 	return ov, nil
 }

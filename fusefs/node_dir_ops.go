@@ -460,6 +460,13 @@ func (o *overlay) moveLink(sd *inode, name string, dd *inode, newName string, c 
 		o.dirChanged(dd)
 	}
 	c.linkSeq = o.seq
+	if len(c.links) > 1 {
+		// The directories of its other names are recorded too, so that a
+		// replay finds them naming this inode (links.go).
+		o.propagate(c, o.seq)
+	} else if c.isDir() && len(o.multi) > 0 {
+		o.markLinksBelow(c)
+	}
 	if c.isDir() {
 		o.fsmMovedDir()
 	} else {

@@ -201,6 +201,11 @@ type overlay struct {
 	// capturing counts captures storing contents now; captureFiles and
 	// captureBytes count the files and bytes the latest one has hashed
 	// (CaptureProgress).
+	// lowerLinks are the link groups of the pinned generation; multi
+	// holds inodes that may have several names (links.go). Guarded by mu.
+	lowerLinks [][]string
+	multi      map[*inode]struct{}
+
 	capturing                  atomic.Int32
 	captureFiles, captureBytes atomic.Int64
 
@@ -418,6 +423,9 @@ func (o *overlay) dirChanged(d *inode) {
 func (o *overlay) addLink(d *inode, name string, c *inode) {
 	d.children[name] = c
 	c.links = append(c.links, link{dir: d, name: name})
+	if len(c.links) > 1 {
+		o.noteMulti(c)
+	}
 	o.nameInode(d, name, c)
 	if c.isDir() {
 		d.nlinkExtra++

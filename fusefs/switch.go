@@ -34,7 +34,13 @@ type note struct {
 // must not be called from inside a request handler, nor while holding a
 // lock that request admission waits for (use SwitchViewQueued there).
 func (m *Mount) SwitchView(root store.ID) error {
-	done, err := m.SwitchViewQueued(root)
+	return m.SwitchViewLinks(root, nil)
+}
+
+// SwitchViewLinks is SwitchView to a generation with hard-link groups
+// (store.Generation.Links), shown as one inode each.
+func (m *Mount) SwitchViewLinks(root store.ID, links [][]string) error {
+	done, err := m.SwitchViewQueuedLinks(root, links)
 	if done != nil {
 		select {
 		case <-done:
@@ -70,7 +76,9 @@ var _ = (*fs.Inode).NotifyEntry
 
 // switchView re-bases the table on newRoot. It holds the lock throughout
 // (tree loads included): a switch is rare and must look atomic to requests.
-func (o *overlay) switchView(newRoot store.ID, notes *[]note) (bool, error) {
+// links are the new generation's link groups: files they name that show
+// the new tree's entry become one inode (applyLinks).
+func (o *overlay) switchView(newRoot store.ID, links [][]string, notes *[]note) (bool, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.fsmSwitching(newRoot)
@@ -78,6 +86,9 @@ func (o *overlay) switchView(newRoot store.ID, notes *[]note) (bool, error) {
 	keep, err := o.reconcileDir(o.root, store.Entry{Kind: store.KindDir, ID: newRoot, Mtime: o.root.mtime}, nil, notes)
 	if err != nil {
 		return false, fmt.Errorf("switch view to %s: %w", newRoot.Short(), err)
+	}
+	if err := o.applyLinks(links, notes); err != nil {
+		return false, fmt.Errorf("switch view to %s: link groups: %w", newRoot.Short(), err)
 	}
 	o.rootID = newRoot
 	o.unsnapped = true

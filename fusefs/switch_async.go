@@ -19,10 +19,16 @@ import (
 // The snapshot is rewritten at once because the switch dropped upper files
 // of inodes the new view now contains: an older snapshot would name them.
 func (m *Mount) SwitchViewQueued(root store.ID) (<-chan struct{}, error) {
+	return m.SwitchViewQueuedLinks(root, nil)
+}
+
+// SwitchViewQueuedLinks is SwitchViewQueued to a generation with hard-link
+// groups (store.Generation.Links).
+func (m *Mount) SwitchViewQueuedLinks(root store.ID, links [][]string) (<-chan struct{}, error) {
 	var notes []note
 	seq := m.switchStarted.Add(1)
 	failpoint.Hit("switch.before")
-	if _, err := m.ov.switchView(root, &notes); err != nil {
+	if _, err := m.ov.switchView(root, links, &notes); err != nil {
 		m.queueNotify([]func(){func() { m.switchNotified.Store(seq) }}) // in order behind earlier switches' notes
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -30,6 +31,7 @@ const (
 	ProblemBadIndex          = "bad-index"
 	ProblemBadFormat         = "bad-format"
 	ProblemCorruptBaseRef    = "corrupt-baseref" // a base ref, resolution or base record that does not decode
+	ProblemBadLinks          = "bad-links"       // a generation's link group that does not name one file's content
 	ProblemMissingBase       = "missing-base"    // an unresolved reachable base ref whose base record is gone
 )
 
@@ -117,6 +119,9 @@ func (r *reach) markGen(tx *bolt.Tx, id ID, from string, missingKind string) {
 		return
 	}
 	r.markTree(tx, g.Root, "generation "+id.String())
+	if len(g.Links) > 0 {
+		r.checkLinks(tx, id, g)
+	}
 	for _, c := range g.Conflicts {
 		for _, sd := range c.Sides() {
 			switch {
@@ -128,6 +133,34 @@ func (r *reach) markGen(tx *bolt.Tx, id ID, from string, missingKind string) {
 				r.blobFrom[sd.ID] = id
 			}
 		}
+	}
+}
+
+// checkLinks reports a link group of g whose paths are not all one
+// regular file's content in g's root.
+func (r *reach) checkLinks(tx *bolt.Tx, id ID, g *Generation) {
+	entryAt := func(p string) (Entry, bool, error) {
+		cur := g.Root
+		names := strings.Split(p, "/")
+		for i, name := range names {
+			t, err := getTreeTx(tx, cur)
+			if err != nil {
+				return Entry{}, false, nil // reported by markTree
+			}
+			e, ok := t.Lookup(name)
+			if !ok || i == len(names)-1 {
+				return e, ok, nil
+			}
+			if e.Kind != KindDir {
+				return Entry{}, false, nil
+			}
+			cur = e.ID
+		}
+		return Entry{}, false, nil
+	}
+	fit, _ := FitLinks(g.Links, entryAt)
+	if !EqualLinks(fit, g.Links) {
+		r.problem(ProblemBadLinks, id.String(), "link groups %q do not name one file each in its root (holding: %q)", g.Links, fit)
 	}
 }
 

@@ -61,6 +61,7 @@ func FuzzDecodeGeneration(f *testing.F) {
 	for _, g := range []*store.Generation{
 		{Root: store.EmptyTreeID(), Workspace: "main", Kind: store.GenCreate, Time: 1},
 		{Root: store.EmptyTreeID(), Parents: []store.ID{store.BlobID(nil), store.EmptyTreeID()}, Workspace: "c.1", Kind: store.GenLand, Operation: "op-1", Time: -5},
+		{Root: store.EmptyTreeID(), Workspace: "w", Kind: store.GenCapture, Time: 3, Links: [][]string{{"a", "d/b"}, {"x", "y"}}},
 	} {
 		enc, err := g.Encode()
 		if err != nil {

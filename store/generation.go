@@ -50,6 +50,14 @@ type Generation struct {
 	// cannot land. Sorted by path, paths unique. Omitted when empty, so
 	// generations without conflicts encode as before.
 	Conflicts []Conflict `json:"conflicts,omitempty"`
+	// Links are the hard-link groups of Root: each group is the sorted
+	// paths (slash-separated, relative to the root) of one file that has
+	// several names; every path names a non-directory entry of Root, all
+	// with the same kind, ID and size (content, symlink target or device
+	// number). Groups are sorted by their first path and no
+	// path is in two groups. Omitted when empty, so generations without
+	// hard links encode exactly as before the field existed.
+	Links [][]string `json:"links,omitempty"`
 }
 
 // Conflict is one unsettled path of a generation. Kind names why
@@ -123,6 +131,9 @@ func (g *Generation) Encode() ([]byte, error) {
 		return nil, fmt.Errorf("%w: generation without root", ErrCorrupt)
 	}
 	if err := validConflicts(g.Conflicts); err != nil {
+		return nil, err
+	}
+	if err := ValidLinks(g.Links); err != nil {
 		return nil, err
 	}
 	return json.Marshal(g)

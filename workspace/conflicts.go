@@ -343,9 +343,13 @@ func (m *Manager) Resolve(name string, paths []string, opt ResolveOptions) (Reso
 			return res, fmt.Errorf("resolve %s: %w", name, err)
 		}
 	}
+	links, err := m.fitLinks(root, g.Links)
+	if err != nil {
+		return res, fmt.Errorf("resolve %s: %w", name, err)
+	}
 	op := "resolve " + newOperationID()
 	failpoint.Hit("resolve.before-publish")
-	gen, _, err := m.st.PublishGeneration(&store.Generation{Root: root, Parents: []store.ID{w.Head}, Workspace: name, Kind: store.GenResolve, Operation: op, Time: m.now(), Conflicts: remaining},
+	gen, _, err := m.st.PublishGeneration(&store.Generation{Root: root, Parents: []store.ID{w.Head}, Workspace: name, Kind: store.GenResolve, Operation: op, Time: m.now(), Conflicts: remaining, Links: links},
 		name, w.Head, store.HeadEntry{Base: w.Base, Kind: store.GenResolve, Operation: op, Time: m.now()}, nil)
 	if err != nil {
 		return res, fmt.Errorf("resolve %s: %w", name, err)
@@ -553,8 +557,12 @@ func (m *Manager) markConflicts(w store.Workspace, permit *store.Permit) (store.
 	if err != nil {
 		return w.Head, nil, err
 	}
+	links, err := m.fitLinks(root, g.Links)
+	if err != nil {
+		return w.Head, nil, err
+	}
 	op := "markers " + newOperationID()
-	gen, _, err := m.st.PublishGeneration(&store.Generation{Root: root, Parents: []store.ID{w.Head}, Workspace: w.Name, Kind: store.GenRebase, Operation: op, Time: m.now(), Conflicts: g.Conflicts},
+	gen, _, err := m.st.PublishGeneration(&store.Generation{Root: root, Parents: []store.ID{w.Head}, Workspace: w.Name, Kind: store.GenRebase, Operation: op, Time: m.now(), Conflicts: g.Conflicts, Links: links},
 		w.Name, w.Head, store.HeadEntry{Base: w.Base, Kind: store.GenRebase, Operation: op, Time: m.now()}, permit)
 	if err != nil {
 		return w.Head, nil, fmt.Errorf("write conflict markers into %s: %w", w.Name, err)

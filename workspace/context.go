@@ -425,7 +425,11 @@ func (m *Manager) planRoot(pub *Publication, r *PublicationRoot) (rootPlan, []Co
 		if err != nil {
 			return plan, nil, err
 		}
-		newGen, err = m.st.PutGeneration(&store.Generation{Root: mr.Tree, Parents: []store.ID{w.Head, p.Head}, Workspace: w.Name, Kind: store.GenRebase, Operation: "context-land " + pub.Operation, Time: m.now(), Conflicts: shared})
+		links, err := m.mergedLinks(w.Base, w.Head, p.Head, mr.Tree)
+		if err != nil {
+			return plan, nil, fmt.Errorf("merge %s onto %s: %w", w.Name, p.Name, err)
+		}
+		newGen, err = m.st.PutGeneration(&store.Generation{Root: mr.Tree, Parents: []store.ID{w.Head, p.Head}, Workspace: w.Name, Kind: store.GenRebase, Operation: "context-land " + pub.Operation, Time: m.now(), Conflicts: shared, Links: links})
 		if err != nil {
 			return plan, nil, fmt.Errorf("store generation: %w", err)
 		}

@@ -99,7 +99,7 @@ func publishEdits(t testing.TB, m *Manager, ws string, edits map[string]string) 
 		}
 		return nid
 	}
-	if _, _, err := m.PublishCapture(ws, w.Head, rewrite("", root), nil); err != nil {
+	if _, _, err := m.PublishCapture(ws, w.Head, rewrite("", root), nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.SyncInPlace(ws); err != nil {

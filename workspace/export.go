@@ -99,6 +99,13 @@ func (m *Manager) Export(gen store.ID, dir string, force bool) (int, error) {
 	if err != nil {
 		return 0, m.abortExport(&j, err)
 	}
+	links, err := m.linksOf(gen)
+	if err != nil {
+		return 0, m.abortExport(&j, err)
+	}
+	if err := relink(newDir, target, links); err != nil {
+		return 0, m.abortExport(&j, err)
+	}
 	if err := syncFS(newDir); err != nil {
 		return 0, m.abortExport(&j, err)
 	}
@@ -117,6 +124,38 @@ func (m *Manager) Export(gen store.ID, dir string, force bool) (int, error) {
 		return 0, err
 	}
 	return count, nil
+}
+
+// relink makes each link group's paths below dir one file again: every
+// path after the first written one is replaced by a hard link to it
+// (link(2), which links a symlink itself). A path the export left out (a
+// device node without CAP_MKNOD) stays out. shown is dir's path for
+// messages.
+func relink(dir, shown string, groups [][]string) error {
+	for _, g := range groups {
+		var first, firstRel string
+		for _, p := range g {
+			at := filepath.Join(dir, filepath.FromSlash(p))
+			if _, err := os.Lstat(at); errors.Is(err, fs.ErrNotExist) {
+				continue
+			} else if err != nil {
+				return fmt.Errorf("export %s: %w", filepath.Join(shown, p), err)
+			}
+			if first == "" {
+				first, firstRel = at, p
+				continue
+			}
+			tmp := at + stagingPrefix + "link"
+			if err := os.Link(first, tmp); err != nil {
+				return fmt.Errorf("export %s: link to %s: %w", filepath.Join(shown, p), firstRel, err)
+			}
+			if err := os.Rename(tmp, at); err != nil {
+				_ = os.Remove(tmp)
+				return fmt.Errorf("export %s: %w", filepath.Join(shown, p), err)
+			}
+		}
+	}
+	return nil
 }
 
 func (m *Manager) saveExport(j *exportJournal) error {

@@ -98,7 +98,7 @@ func edit(b *testing.B, m *Manager, ws string, files []string, n int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := m.publish(w, nr, store.GenCommit, newOperationID(), nil); err != nil {
+	if _, err := m.publish(w, nr, nil, store.GenCommit, newOperationID(), nil); err != nil {
 		b.Fatal(err)
 	}
 }

@@ -91,9 +91,18 @@ func (m *Manager) GitPull(ctx context.Context, ws string, env []string) (PullRes
 	if root.IsZero() {
 		root = store.EmptyTreeID()
 	}
+	// git has no hard links: the workspace's groups stay where the merge
+	// kept one content.
+	links, err := m.linksOf(w.Head)
+	if err != nil {
+		return res, err
+	}
+	if links, err = m.fitLinks(root, links); err != nil {
+		return res, fmt.Errorf("pull %s: %w", ws, err)
+	}
 	key := "git pull " + short40(cur) + " " + newOperationID()
 	gen, err := m.st.PutGeneration(&store.Generation{Root: root, Parents: []store.ID{w.Head}, Workspace: ws, Kind: store.GenRebase,
-		Operation: key, Time: m.now(), Conflicts: unionConflicts(storeConflicts(mr.Conflicts), ours)})
+		Operation: key, Time: m.now(), Conflicts: unionConflicts(storeConflicts(mr.Conflicts), ours), Links: links})
 	if err != nil {
 		return res, fmt.Errorf("store generation: %w", err)
 	}

@@ -31,6 +31,39 @@ type importNode struct {
 	entries []store.Entry
 	subdirs []*importNode
 	subIdx  []int // index into entries for each subdir
+	hl      *linkScan
+}
+
+// linkScan collects the names of files (any kind but a directory) with
+// several links, by device and inode, as paths relative to the imported
+// directory.
+type linkScan struct {
+	top   string
+	names map[[2]uint64][]string
+	order [][2]uint64
+}
+
+func (l *linkScan) add(p string, st *syscall.Stat_t) {
+	if st == nil || st.Nlink < 2 {
+		return
+	}
+	rel, err := filepath.Rel(l.top, p)
+	if err != nil {
+		return
+	}
+	k := [2]uint64{st.Dev, st.Ino}
+	if _, ok := l.names[k]; !ok {
+		l.order = append(l.order, k)
+	}
+	l.names[k] = append(l.names[k], filepath.ToSlash(rel))
+}
+
+func (l *linkScan) groups() [][]string {
+	var out [][]string
+	for _, k := range l.order {
+		out = append(out, l.names[k])
+	}
+	return store.NormalizeLinks(out)
 }
 
 type fileJob struct {
@@ -41,31 +74,41 @@ type fileJob struct {
 // importDir snapshots the real directory dir as a tree. prevRoot, if not
 // zero, is the previous tree of the same directory: a file whose kind, size
 // and mtime match its previous entry keeps that entry's content ID without
-// being read (a stat scan, like git's index).
-func (m *Manager) importDir(dir string, prevRoot store.ID) (store.ID, ImportStats, error) {
+// being read (a stat scan, like git's index). Files with several names
+// inside dir are returned as link groups (store.Generation.Links).
+func (m *Manager) importDir(dir string, prevRoot store.ID) (store.ID, [][]string, ImportStats, error) {
 	var stats ImportStats
 	fi, err := os.Stat(dir)
 	if err != nil {
-		return store.ID{}, stats, fmt.Errorf("%w: %s: %w", ErrInvalidInput, dir, err)
+		return store.ID{}, nil, stats, fmt.Errorf("%w: %s: %w", ErrInvalidInput, dir, err)
 	}
 	if !fi.IsDir() {
-		return store.ID{}, stats, fmt.Errorf("%w: %s is not a directory", ErrInvalidInput, dir)
+		return store.ID{}, nil, stats, fmt.Errorf("%w: %s is not a directory", ErrInvalidInput, dir)
 	}
-	root := &importNode{path: dir, prev: prevRoot}
+	root := &importNode{path: dir, prev: prevRoot, hl: &linkScan{top: dir, names: map[[2]uint64][]string{}}}
 	var jobs []fileJob
 	if err := m.scanDir(root, &jobs, &stats); err != nil {
-		return store.ID{}, stats, err
+		return store.ID{}, nil, stats, err
 	}
 	batch := m.st.NewBlobBatch()
 	progress := func(done int) { m.opt.Progress("import", done, len(jobs)) }
 	if err := hashFiles(batch, jobs, &stats, progress); err != nil {
-		return store.ID{}, stats, err
+		return store.ID{}, nil, stats, err
 	}
 	if err := batch.Commit(); err != nil {
-		return store.ID{}, stats, fmt.Errorf("sync imported blobs: %w", err)
+		return store.ID{}, nil, stats, fmt.Errorf("sync imported blobs: %w", err)
 	}
 	id, err := m.putImportedTrees(root)
-	return id, stats, err
+	if err != nil {
+		return store.ID{}, nil, stats, err
+	}
+	// A file rewritten between the scan and the hash may differ from its
+	// other names now: fitting splits such a group by content.
+	links, err := m.fitLinks(id, root.hl.groups())
+	if err != nil {
+		return store.ID{}, nil, stats, fmt.Errorf("link groups of %s: %w", dir, err)
+	}
+	return id, links, stats, nil
 }
 
 func (m *Manager) scanDir(n *importNode, jobs *[]fileJob, stats *ImportStats) error {
@@ -106,7 +149,7 @@ func (m *Manager) scanDir(n *importNode, jobs *[]fileJob, stats *ImportStats) er
 		switch {
 		case mode.IsDir():
 			e.Kind = store.KindDir
-			child := &importNode{path: p}
+			child := &importNode{path: p, hl: n.hl}
 			if prev != nil {
 				if pe, ok := prev.Lookup(name); ok && pe.Kind == store.KindDir {
 					child.prev = pe.ID
@@ -122,9 +165,13 @@ func (m *Manager) scanDir(n *importNode, jobs *[]fileJob, stats *ImportStats) er
 				e.Kind = store.KindExec
 			}
 			e.Size = li.Size()
+			st, _ := li.Sys().(*syscall.Stat_t)
+			n.hl.add(p, st)
 		case mode&fs.ModeSymlink != 0:
 			e.Kind = store.KindSymlink
 			e.Size = li.Size()
+			st, _ := li.Sys().(*syscall.Stat_t)
+			n.hl.add(p, st)
 		default:
 			st, _ := li.Sys().(*syscall.Stat_t)
 			k, ok := store.Kind(0), false
@@ -137,6 +184,7 @@ func (m *Manager) scanDir(n *importNode, jobs *[]fileJob, stats *ImportStats) er
 				continue
 			}
 			// A FIFO, socket or device: the entry is all there is.
+			n.hl.add(p, st)
 			stats.Files++
 			n.entries = append(n.entries, store.SpecialEntry(name, k, st.Rdev, e.Mtime))
 			continue

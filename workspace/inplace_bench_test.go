@@ -155,7 +155,7 @@ func commitTen(b *testing.B, m *Manager, ws string, paths []string, tag string) 
 	if err := m.preserveReplaced(root, nroot); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := m.publish(w, nroot, store.GenCommit, newOperationID(), nil, nil); err != nil {
+	if _, err := m.publish(w, nroot, nil, store.GenCommit, newOperationID(), nil, nil); err != nil {
 		b.Fatal(err)
 	}
 	return files

@@ -60,8 +60,15 @@ func (m *Manager) dropLostContent(name string) ([]ConflictInfo, error) {
 	} else if err := m.st.WriteResolve(pr); err != nil {
 		return nil, err
 	}
+	links, err := m.linksOf(w.Head)
+	if err != nil {
+		return nil, err
+	}
+	if links, err = m.fitLinks(root, links); err != nil {
+		return nil, err
+	}
 	op := "external " + newOperationID()
-	gen, err := m.st.PutGeneration(&store.Generation{Root: root, Parents: []store.ID{w.Head}, Workspace: name, Kind: store.GenExternal, Operation: op, Time: m.now()})
+	gen, err := m.st.PutGeneration(&store.Generation{Root: root, Parents: []store.ID{w.Head}, Workspace: name, Kind: store.GenExternal, Operation: op, Time: m.now(), Links: links})
 	if err != nil {
 		return nil, fmt.Errorf("store generation: %w", err)
 	}

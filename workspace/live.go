@@ -56,8 +56,9 @@ func (m *Manager) HoldGC() (release func()) { return m.st.HoldGC() }
 // mount's content stands in (nothing the tools wrote is lost) and the path
 // is recorded as a conflict with the head's version as theirs; those
 // conflicts are returned. trees are the capture's trees not stored yet
-// (Mount.CaptureDeferred): they are stored with the generation.
-func (m *Manager) PublishCapture(ws string, pinned, root store.ID, permit *store.Permit, trees ...*store.Tree) (store.ID, []ConflictInfo, error) {
+// (Mount.CaptureDeferred): they are stored with the generation. links are
+// the capture's hard-link groups (store.Generation.Links).
+func (m *Manager) PublishCapture(ws string, pinned, root store.ID, links [][]string, permit *store.Permit, trees ...*store.Tree) (store.ID, []ConflictInfo, error) {
 	release := m.st.HoldGC()
 	defer release()
 	w, err := m.Get(ws)
@@ -82,7 +83,7 @@ func (m *Manager) PublishCapture(ws string, pinned, root store.ID, permit *store
 	if w.Head == pinned {
 		// The trees and the preservation go into the generation's
 		// transaction.
-		gen, err := m.publish(w, root, store.GenCapture, op, permit, pt, pr)
+		gen, err := m.publish(w, root, links, store.GenCapture, op, permit, pt, pr)
 		return gen, nil, err
 	}
 	if err := m.st.WriteResolve(pt); err != nil {
@@ -99,7 +100,11 @@ func (m *Manager) PublishCapture(ws string, pinned, root store.ID, permit *store
 	if err != nil {
 		return store.ID{}, nil, err
 	}
-	if root == baseRoot {
+	pinnedLinks, err := m.linksOf(pinned)
+	if err != nil {
+		return store.ID{}, nil, err
+	}
+	if root == baseRoot && store.EqualLinks(links, pinnedLinks) {
 		return w.Head, nil, nil // the mount changed nothing: the moved head stands
 	}
 	mr, err := m.merge3(baseRoot, root, headRoot, rebase.Options{KeepConflicts: true})
@@ -126,7 +131,15 @@ func (m *Manager) PublishCapture(ws string, pinned, root store.ID, permit *store
 	if merged.IsZero() {
 		merged = store.EmptyTreeID()
 	}
-	gen, _, err := m.st.PublishGeneration(&store.Generation{Root: merged, Parents: []store.ID{w.Head, pinned}, Workspace: ws, Kind: store.GenCapture, Operation: op, Time: m.now(), Conflicts: conflicts},
+	headLinks, err := m.linksOf(w.Head)
+	if err != nil {
+		return store.ID{}, nil, err
+	}
+	mergedLinks, err := m.fitLinks(merged, store.MergeLinks(pinnedLinks, links, headLinks))
+	if err != nil {
+		return store.ID{}, nil, fmt.Errorf("merge capture of %s with its moved head: %w", ws, err)
+	}
+	gen, _, err := m.st.PublishGeneration(&store.Generation{Root: merged, Parents: []store.ID{w.Head, pinned}, Workspace: ws, Kind: store.GenCapture, Operation: op, Time: m.now(), Conflicts: conflicts, Links: mergedLinks},
 		ws, w.Head, store.HeadEntry{Base: w.Base, Kind: store.GenCapture, Operation: op, Time: m.now()}, permit)
 	if err != nil {
 		return store.ID{}, nil, fmt.Errorf("publish capture of %s: %w", ws, err)

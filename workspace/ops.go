@@ -22,9 +22,10 @@ func (m *Manager) Create(name, fromDir string) (store.ID, ImportStats, error) {
 	release := m.st.HoldGC()
 	defer release()
 	root := store.EmptyTreeID()
+	var links [][]string
 	if fromDir != "" {
 		var err error
-		root, stats, err = m.importDir(fromDir, store.ID{})
+		root, links, stats, err = m.importDir(fromDir, store.ID{})
 		if err != nil {
 			return store.ID{}, stats, err
 		}
@@ -32,7 +33,7 @@ func (m *Manager) Create(name, fromDir string) (store.ID, ImportStats, error) {
 		return store.ID{}, stats, fmt.Errorf("store empty tree: %w", err)
 	}
 	op := newOperationID()
-	gen, err := m.st.PutGeneration(&store.Generation{Root: root, Workspace: name, Kind: store.GenCreate, Operation: op, Time: m.now()})
+	gen, err := m.st.PutGeneration(&store.Generation{Root: root, Workspace: name, Kind: store.GenCreate, Operation: op, Time: m.now(), Links: links})
 	if err != nil {
 		return store.ID{}, stats, fmt.Errorf("store generation: %w", err)
 	}
@@ -99,7 +100,7 @@ func (m *Manager) Commit(name, dir string) (store.ID, ImportStats, error) {
 	}
 	release := m.st.HoldGC()
 	defer release()
-	root, stats, err := m.importDir(dir, prevRoot)
+	root, links, stats, err := m.importDir(dir, prevRoot)
 	if err != nil {
 		return store.ID{}, stats, err
 	}
@@ -109,25 +110,28 @@ func (m *Manager) Commit(name, dir string) (store.ID, ImportStats, error) {
 			return store.ID{}, stats, fmt.Errorf("preserve the base of %s's commit: %w", name, err)
 		}
 	}
-	gen, err := m.publish(w, root, store.GenCommit, newOperationID(), nil, pr)
+	gen, err := m.publish(w, root, links, store.GenCommit, newOperationID(), nil, pr)
 	return gen, stats, err
 }
 
-// publish appends a generation with the given root on top of w's head.
-// When root equals the head's root nothing new is appended.
+// publish appends a generation with the given root and link groups on top
+// of w's head. When both equal the head's nothing new is appended.
 //
 // with are prepared writes (a capture's trees, a preservation of what root
 // replaces: preparePreserve; nil ones are skipped); they are written in the
 // generation's transaction, or alone when nothing is appended.
-func (m *Manager) publish(w store.Workspace, root store.ID, kind store.GenKind, op string, permit *store.Permit, with ...*store.PreparedResolve) (store.ID, error) {
+func (m *Manager) publish(w store.Workspace, root store.ID, links [][]string, kind store.GenKind, op string, permit *store.Permit, with ...*store.PreparedResolve) (store.ID, error) {
 	if permit != nil && !window.PermitMatchesWorkspace(*permit, w.Name) {
 		return store.ID{}, fmt.Errorf("publish %s: %w: the permit belongs to another workspace", w.Name, store.ErrFenced)
 	}
-	headRoot, err := m.rootOf(w.Head)
-	if err != nil {
-		return store.ID{}, err
+	head := &store.Generation{Root: store.EmptyTreeID()}
+	if !w.Head.IsZero() {
+		var err error
+		if head, err = m.st.GetGeneration(w.Head); err != nil {
+			return store.ID{}, fmt.Errorf("generation %s: %w", w.Head.Short(), err)
+		}
 	}
-	if headRoot == root {
+	if head.Root == root && store.EqualLinks(head.Links, links) {
 		for _, pr := range with {
 			if err := m.st.WriteResolve(pr); err != nil {
 				return store.ID{}, fmt.Errorf("publish %s: %w", w.Name, err)
@@ -137,11 +141,8 @@ func (m *Manager) publish(w store.Workspace, root store.ID, kind store.GenKind, 
 	}
 	// Recorded conflicts stay with the workspace's new content until a
 	// resolve settles them.
-	carried, err := m.conflictsOf(w.Head)
-	if err != nil {
-		return store.ID{}, err
-	}
-	gen, _, err := m.st.PublishGeneration(&store.Generation{Root: root, Parents: []store.ID{w.Head}, Workspace: w.Name, Kind: kind, Operation: op, Time: m.now(), Conflicts: carried},
+	carried := head.Conflicts
+	gen, _, err := m.st.PublishGeneration(&store.Generation{Root: root, Parents: []store.ID{w.Head}, Workspace: w.Name, Kind: kind, Operation: op, Time: m.now(), Conflicts: carried, Links: links},
 		w.Name, w.Head, store.HeadEntry{Base: w.Base, Kind: kind, Operation: op, Time: m.now()}, permit, with...)
 	if err != nil {
 		return store.ID{}, fmt.Errorf("publish %s: %w", w.Name, err)

@@ -229,8 +229,12 @@ func (m *Manager) mergeOnto(w, p store.Workspace, key string, opt RebaseOptions)
 	if root.IsZero() {
 		root = store.EmptyTreeID()
 	}
+	links, err := m.mergedLinks(w.Base, w.Head, p.Head, root)
+	if err != nil {
+		return gen, nil, fmt.Errorf("merge %s onto %s: %w", w.Name, w.Parent, err)
+	}
 	gen, err = m.st.PutGeneration(&store.Generation{Root: root, Parents: []store.ID{w.Head, p.Head}, Workspace: w.Name, Kind: store.GenRebase, Operation: key, Time: m.now(),
-		Conflicts: unionConflicts(fresh, ours, theirs)})
+		Conflicts: unionConflicts(fresh, ours, theirs), Links: links})
 	if err != nil {
 		return gen, nil, fmt.Errorf("store generation: %w", err)
 	}

@@ -242,6 +242,10 @@ func (d *daemon) mountWorkspace(ws, mp string, opt mountOptions) (*served, []str
 	if err != nil {
 		return nil, notes, err
 	}
+	links, err := m.LinksOf(w.Head)
+	if err != nil {
+		return nil, notes, err
+	}
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, notes, fmt.Errorf("mount state %s: %w", stateDir, err)
 	}
@@ -283,7 +287,7 @@ func (d *daemon) mountWorkspace(ws, mp string, opt mountOptions) (*served, []str
 	if !isInPlace && !s.readOnly.Load() && !opt.noFSMonitor && hasGitDir(m.Store(), root) {
 		walkers = fsmonitorWarmWalkers
 	}
-	mnt, err := fusefs.MountAt(mp, fusefs.Config{Objects: storeObjects{m.Store()}, Root: root, StateDir: stateDir, WarmWalkers: walkers,
+	mnt, err := fusefs.MountAt(mp, fusefs.Config{Objects: storeObjects{m.Store()}, Root: root, Links: links, StateDir: stateDir, WarmWalkers: walkers,
 		Admitter: tr, AllowOther: opt.allowOther, BaseInodes: m.DerivesFromInPlace(ws), Debug: opt.debug, FsName: "acyclicfs:" + ws, Passthrough: true, EnableXattrs: opt.xattrs,
 		WarmEntries: opt.warmEntries, Uring: opt.transport == transportUring, PreferUring: opt.transport == transportAuto,
 		ReadOnly: s.readOnly.Load()})
@@ -409,7 +413,11 @@ func (d *daemon) recoverMount(rec workspace.MountRecord) ([]string, error) {
 	if err != nil {
 		return notes, err
 	}
-	newRoot, changed, lost, err := fusefs.RecoverCaptureReport(rec.StateDir, storeObjects{m.Store()}, pinnedRoot)
+	pinnedLinks, err := m.LinksOf(pinned)
+	if err != nil {
+		return notes, err
+	}
+	newRoot, newLinks, changed, lost, err := fusefs.RecoverCaptureLinks(rec.StateDir, storeObjects{m.Store()}, pinnedRoot, pinnedLinks)
 	for _, l := range lost {
 		d.logger.Printf("%s: recovery: %s", rec.Workspace, l)
 		notes = append(notes, rec.Workspace+": "+l)
@@ -421,7 +429,7 @@ func (d *daemon) recoverMount(rec workspace.MountRecord) ([]string, error) {
 		return notes, fmt.Errorf("replay overlay %s: %w", rec.StateDir, err)
 	}
 	if changed {
-		gen, conflicts, err := m.PublishCapture(rec.Workspace, pinned, newRoot, nil)
+		gen, conflicts, err := m.PublishCapture(rec.Workspace, pinned, newRoot, newLinks, nil)
 		if err != nil {
 			return notes, err
 		}
@@ -727,7 +735,7 @@ func (s *served) captureAndPublishOnce(permit *store.Permit) error {
 	defer release()
 	// The capture's trees are stored in the transaction that publishes
 	// them (its blobs are durable already).
-	root, changed, trees, done, err := s.mnt.CaptureDeferred()
+	root, links, changed, trees, done, err := s.mnt.CaptureDeferredLinks()
 	if err != nil {
 		return fmt.Errorf("capture %s: %w", s.ws, err)
 	}
@@ -736,7 +744,7 @@ func (s *served) captureAndPublishOnce(permit *store.Permit) error {
 		return nil
 	}
 	failpoint.Hit("reconcile.after-capture")
-	if _, _, err := s.d.m.PublishCapture(s.ws, s.pinned, root, permit, trees...); err != nil {
+	if _, _, err := s.d.m.PublishCapture(s.ws, s.pinned, root, links, permit, trees...); err != nil {
 		return err
 	}
 	done()
@@ -759,9 +767,13 @@ func (s *served) switchToHead() error {
 	if err != nil {
 		return err
 	}
+	links, err := s.d.m.LinksOf(w.Head)
+	if err != nil {
+		return err
+	}
 	// Not waiting for the kernel invalidations: we hold s.lock, which
 	// requests waiting for admission need (see SwitchViewQueued).
-	if _, err := s.mnt.SwitchViewQueued(root); err != nil {
+	if _, err := s.mnt.SwitchViewQueuedLinks(root, links); err != nil {
 		return fmt.Errorf("switch view of %s: %w", s.ws, err)
 	}
 	s.pinned = w.Head
