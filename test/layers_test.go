@@ -31,6 +31,7 @@ var layers = map[string]int{
 	"internal/dirwatch":  -1,
 	"internal/fusectl":   -1,
 	"internal/osfile":    -1,
+	"internal/lockfile":  -1,
 	"internal/pathino":   -1,
 	"internal/fsmtoken":  -1,
 	"internal/gitrepo":   -1,
