@@ -1,10 +1,9 @@
-package fusefs
+package uring
 
 import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -17,80 +16,57 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// FUSE over io_uring (Linux 6.14+, fuse module parameter enable_uring):
-// the kernel hands each request to a ring entry of the queue of the CPU
-// the tool issued it on, and the reply and the fetch of the next request
-// are one submission. go-fuse has no such transport; its ProtocolServer
-// parses a request held in memory and writes the reply into memory, so
-// the rings here feed it. go-fuse's Server still owns /dev/fuse: it
-// answers INIT, FORGET and INTERRUPT (which the kernel keeps on the
-// device) and sends the notifications.
-//
-// One thread per CPU queue, pinned to that CPU, owns a ring with
-// uringEntries entries registered for the queue and answers requests
-// inline: the tool on that CPU blocks, its request wakes this thread on
-// the same CPU, the reply wakes the tool. A request that may block for
-// long — a lock wait (SETLKW), the first request of a session not yet
-// admitted (its lease may wait for a reconciliation) — is answered on its
-// own goroutine and handed back to the thread, which alone submits to its
-// ring, through an eventfd read the ring keeps armed.
-//
-// Measured on this project's 2-CPU PVM guest (docs/benchmarks.md): a
-// stat through a trivial go-fuse file system, two requests, took 28 µs
-// over io_uring against 54 µs over /dev/fuse (client and queue on one
-// CPU).
+// paramPath is the fuse module's switch for io_uring.
+const paramPath = "/sys/module/fuse/parameters/enable_uring"
 
-// uringParamPath is the fuse module's switch for io_uring.
-const uringParamPath = "/sys/module/fuse/parameters/enable_uring"
-
-// ErrUringUnavailable means the kernel does not serve FUSE over io_uring
+// ErrUnavailable means the kernel does not serve FUSE over io_uring
 // (module parameter off or missing, io_uring disabled).
-var ErrUringUnavailable = errors.New("fusefs: FUSE over io_uring is not available")
+var ErrUnavailable = errors.New("fusefs: FUSE over io_uring is not available")
 
-// UringAvailable reports whether this kernel serves FUSE over io_uring.
-func UringAvailable() error {
-	b, err := os.ReadFile(uringParamPath)
+// Available reports whether this kernel serves FUSE over io_uring.
+func Available() error {
+	b, err := os.ReadFile(paramPath)
 	if err != nil {
-		return fmt.Errorf("%w: %s: %v (needs Linux 6.14 or later)", ErrUringUnavailable, uringParamPath, err)
+		return fmt.Errorf("%w: %s: %v (needs Linux 6.14 or later)", ErrUnavailable, paramPath, err)
 	}
 	if v := strings.TrimSpace(string(b)); v != "Y" && v != "1" {
-		return fmt.Errorf("%w: %s is %s (as root: echo 1 > %s)", ErrUringUnavailable, uringParamPath, v, uringParamPath)
+		return fmt.Errorf("%w: %s is %s (as root: echo 1 > %s)", ErrUnavailable, paramPath, v, paramPath)
 	}
 	return nil
 }
 
-// TurnOnUring turns the fuse module's enable_uring on where it exists and
-// the caller may write it (root), then reports UringAvailable. The switch
+// TurnOn turns the fuse module's enable_uring on where it exists and
+// the caller may write it (root), then reports Available. The switch
 // only lets FUSE servers that ask for io_uring have it.
-// A process that turns it on should call RestoreUring before it exits:
+// A process that turns it on should call Restore before it exits:
 // the parameter is the whole machine's.
-func TurnOnUring() error {
-	if UringAvailable() == nil {
+func TurnOn() error {
+	if Available() == nil {
 		return nil
 	}
-	if os.WriteFile(uringParamPath, []byte("1"), 0o644) == nil {
-		uringTurnedOn.Store(true)
+	if os.WriteFile(paramPath, []byte("1"), 0o644) == nil {
+		turnedOn.Store(true)
 	}
-	return UringAvailable()
+	return Available()
 }
 
-// uringTurnedOn records that TurnOnUring changed the parameter.
-var uringTurnedOn atomic.Bool
+// turnedOn records that TurnOn changed the parameter.
+var turnedOn atomic.Bool
 
-// RestoreUring turns enable_uring off again if TurnOnUring of this process
+// Restore turns enable_uring off again if TurnOn of this process
 // turned it on (a machine where it was on stays so).
-func RestoreUring() error {
-	if !uringTurnedOn.Swap(false) {
+func Restore() error {
+	if !turnedOn.Swap(false) {
 		return nil
 	}
-	if err := os.WriteFile(uringParamPath, []byte("0"), 0o644); err != nil {
-		return fmt.Errorf("restore %s: %w", uringParamPath, err)
+	if err := os.WriteFile(paramPath, []byte("0"), 0o644); err != nil {
+		return fmt.Errorf("restore %s: %w", paramPath, err)
 	}
 	return nil
 }
 
 const (
-	uringEntries   = 4       // ring entries registered per CPU queue
+	ringEntries    = 4       // ring entries registered per CPU queue
 	uringHdrSize   = 288     // struct fuse_uring_req_header
 	uringOpInOff   = 128     // its op_in
 	uringEntOff    = 256     // its ring_ent_in_out
@@ -107,24 +83,24 @@ const (
 	offSQEs        = 0x10000000
 )
 
-// uringTransport serves one mount's requests from its rings.
-type uringTransport struct {
+// Transport serves one mount's requests from its rings.
+type Transport struct {
 	ps     *fuse.ProtocolServer
 	fuseFD int
 	// admitsNow, when set, tells whether a pid's requests are admitted
-	// without waiting (see nowAdmitter).
+	// without waiting (Start).
 	admitsNow func(pid uint32) bool
-	queues    []*uringQueue
+	queues    []*queue
 	wg        sync.WaitGroup
 	answered  atomic.Int64 // requests answered through the rings
 	offThread atomic.Int64 // of those, answered off their queue's thread
 }
 
-type uringQueue struct {
-	t     *uringTransport
+type queue struct {
+	t     *Transport
 	qid   int
-	ring  *uring
-	ents  []uringEnt
+	ring  *ring
+	ents  []entry
 	mem   []byte // the entries' buffers (anonymous mapping)
 	evfd  int
 	evbuf [8]byte
@@ -136,16 +112,38 @@ type uringQueue struct {
 	stop     atomic.Bool
 }
 
-type uringEnt struct {
+type entry struct {
 	hdr     []byte
 	payload []byte
 	iov     [2]unix.Iovec
 	scratch [16]byte // the reply's fuse_out_header
 }
 
-// startUring registers rings for every CPU queue of the connection on
+// Start serves the requests of server's connection over io_uring: server
+// was made by NewServer with wantFD, fuseFD is the descriptor it returned,
+// fsys and opts are server's, and the kernel must have taken
+// fuse.CAP_OVER_IO_URING up at INIT (else ErrUnavailable); opts.MaxWrite
+// sizes each ring entry's payload buffer. admitsNow, if not nil, tells
+// whether a pid's requests are answered without waiting (its lease is
+// held): the others are answered off the queue's thread. Until every
+// queue has its ring the kernel holds all requests back.
+func Start(server *fuse.Server, fsys fuse.RawFileSystem, opts *fuse.MountOptions, fuseFD int, admitsNow func(pid uint32) bool) (*Transport, error) {
+	if fuseFD < 0 {
+		return nil, fmt.Errorf("%w: the mount's /dev/fuse descriptor could not be told apart", ErrUnavailable)
+	}
+	if opts.MaxWrite <= 0 {
+		return nil, fmt.Errorf("io_uring: MountOptions.MaxWrite must be set: it sizes the rings' payload buffers")
+	}
+	kernel := server.KernelSettings()
+	if kernel.Flags64()&fuse.CAP_OVER_IO_URING == 0 {
+		return nil, fmt.Errorf("%w: the kernel did not offer it at INIT", ErrUnavailable)
+	}
+	return start(fuse.NewProtocolServer(fsys, opts), fuseFD, kernel, opts.MaxWrite, admitsNow)
+}
+
+// start registers rings for every CPU queue of the connection on
 // fuseFD and serves them. kernel is the INIT request the Server answered.
-func startUring(ps *fuse.ProtocolServer, fuseFD int, kernel *fuse.InitIn, maxPayload int, admitsNow func(uint32) bool) (*uringTransport, error) {
+func start(ps *fuse.ProtocolServer, fuseFD int, kernel *fuse.InitIn, maxPayload int, admitsNow func(uint32) bool) (*Transport, error) {
 	// The ProtocolServer learns the negotiated protocol from the same INIT.
 	init := *kernel
 	init.InHeader.Length = uint32(unsafe.Sizeof(init))
@@ -158,14 +156,14 @@ func startUring(ps *fuse.ProtocolServer, fuseFD int, kernel *fuse.InitIn, maxPay
 	if err != nil {
 		return nil, err
 	}
-	t := &uringTransport{ps: ps, fuseFD: fuseFD, admitsNow: admitsNow}
+	t := &Transport{ps: ps, fuseFD: fuseFD, admitsNow: admitsNow}
 	for q := 0; q < n; q++ {
 		ready := make(chan error, 1)
-		uq := &uringQueue{t: t, qid: q, evfd: -1}
+		uq := &queue{t: t, qid: q, evfd: -1}
 		t.wg.Add(1)
 		go uq.serve(maxPayload, ready)
 		if err := <-ready; err != nil {
-			t.stop()
+			t.Stop()
 			return nil, fmt.Errorf("io_uring queue %d: %w", q, err)
 		}
 		t.queues = append(t.queues, uq)
@@ -173,15 +171,22 @@ func startUring(ps *fuse.ProtocolServer, fuseFD int, kernel *fuse.InitIn, maxPay
 	return t, nil
 }
 
-// stop ends the queue threads; the connection must be gone or going (the
+// Stop ends the queue threads; the connection must be gone or going (the
 // kernel completes registered entries with an error then).
-func (t *uringTransport) stop() {
+func (t *Transport) Stop() {
 	for _, q := range t.queues {
 		q.stop.Store(true)
 		q.wake()
 	}
 	t.wg.Wait()
 }
+
+// Answered is the number of requests answered through the rings.
+func (t *Transport) Answered() int64 { return t.answered.Load() }
+
+// OffThread is the number of requests answered off their queue's thread
+// (lock waits, sessions not yet admitted).
+func (t *Transport) OffThread() int64 { return t.offThread.Load() }
 
 // possibleCPUs is the number of queues the kernel makes: one per
 // possible CPU.
@@ -190,8 +195,14 @@ func possibleCPUs() (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("io_uring: %w", err)
 	}
+	return parseCPUCount(string(b))
+}
+
+// parseCPUCount is one more than the highest CPU of a kernel CPU list
+// ("0-3", "0,2-5\n").
+func parseCPUCount(list string) (int, error) {
 	n := 0
-	for _, part := range strings.Split(strings.TrimSpace(string(b)), ",") {
+	for _, part := range strings.Split(strings.TrimSpace(list), ",") {
 		lo, hi, found := strings.Cut(part, "-")
 		a, err1 := strconv.Atoi(lo)
 		z := a
@@ -200,12 +211,12 @@ func possibleCPUs() (int, error) {
 			z, err2 = strconv.Atoi(hi)
 		}
 		if err1 != nil || err2 != nil || z < a {
-			return 0, fmt.Errorf("io_uring: cannot parse possible CPUs %q", b)
+			return 0, fmt.Errorf("io_uring: cannot parse possible CPUs %q", list)
 		}
 		n = max(n, z+1)
 	}
 	if n == 0 {
-		return 0, fmt.Errorf("io_uring: no possible CPUs in %q", b)
+		return 0, fmt.Errorf("io_uring: no possible CPUs in %q", list)
 	}
 	return n, nil
 }
@@ -213,14 +224,14 @@ func possibleCPUs() (int, error) {
 // wake makes the queue's thread look at q.done and q.stop. Called from
 // any goroutine, also after the thread ended (then it does nothing: the
 // descriptor number may belong to another file by then).
-func (q *uringQueue) wake() {
+func (q *queue) wake() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.signalLocked()
 }
 
 // signalLocked completes the ring's eventfd read; q.mu is held.
-func (q *uringQueue) signalLocked() {
+func (q *queue) signalLocked() {
 	if q.evfd >= 0 {
 		var one [8]byte
 		one[0] = 1
@@ -229,7 +240,7 @@ func (q *uringQueue) signalLocked() {
 }
 
 // serve owns the queue's ring on a thread pinned to the queue's CPU.
-func (q *uringQueue) serve(maxPayload int, ready chan<- error) {
+func (q *queue) serve(maxPayload int, ready chan<- error) {
 	defer q.t.wg.Done()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -252,7 +263,7 @@ func (q *uringQueue) serve(maxPayload int, ready chan<- error) {
 	}
 	// A refused registration completes at once; a request may also have
 	// arrived already.
-	var first []uringCQE
+	var first []cqe
 	for {
 		c, ok := q.ring.nextCQE()
 		if !ok {
@@ -268,8 +279,8 @@ func (q *uringQueue) serve(maxPayload int, ready chan<- error) {
 	q.loop(first)
 }
 
-func (q *uringQueue) setup(maxPayload int) error {
-	r, err := newURing(2*uringEntries + 2)
+func (q *queue) setup(maxPayload int) error {
+	r, err := newRing(2*ringEntries + 2)
 	if err != nil {
 		return err
 	}
@@ -282,11 +293,11 @@ func (q *uringQueue) setup(maxPayload int) error {
 	page := os.Getpagesize()
 	payload := (maxPayload + page - 1) / page * page
 	per := page + payload
-	q.mem, err = unix.Mmap(-1, 0, per*uringEntries, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	q.mem, err = unix.Mmap(-1, 0, per*ringEntries, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
 		return fmt.Errorf("io_uring buffers: %w", err)
 	}
-	q.ents = make([]uringEnt, uringEntries)
+	q.ents = make([]entry, ringEntries)
 	for i := range q.ents {
 		e := &q.ents[i]
 		base := q.mem[i*per:]
@@ -300,7 +311,7 @@ func (q *uringQueue) setup(maxPayload int) error {
 	return nil
 }
 
-func (q *uringQueue) release() {
+func (q *queue) release() {
 	if q.ring != nil {
 		q.ring.close()
 	}
@@ -320,17 +331,17 @@ func (q *uringQueue) release() {
 }
 
 // armEvent queues a read of the eventfd: its completion wakes the thread.
-func (q *uringQueue) armEvent() {
+func (q *queue) armEvent() {
 	q.ring.queueRead(q.evfd, q.evbuf[:], uringEventData)
 }
 
 // loop waits for requests and answers them until the connection ends.
 // first are completions already taken off the ring.
-func (q *uringQueue) loop(first []uringCQE) {
+func (q *queue) loop(first []cqe) {
 	live := len(q.ents)
 	for live > 0 {
 		for {
-			var c uringCQE
+			var c cqe
 			if len(first) > 0 {
 				c, first = first[0], first[1:]
 			} else if c2, ok := q.ring.nextCQE(); ok {
@@ -378,7 +389,7 @@ func (q *uringQueue) loop(first []uringCQE) {
 }
 
 // answerOff answers entry i off the queue's thread and hands it back.
-func (q *uringQueue) answerOff(i int) {
+func (q *queue) answerOff(i int) {
 	q.answer(i)
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -396,7 +407,7 @@ func (q *uringQueue) answerOff(i int) {
 
 // mayBlock reports whether answering the entry's request may wait for
 // long: it then runs off the queue's thread.
-func (q *uringQueue) mayBlock(e *uringEnt) bool {
+func (q *queue) mayBlock(e *entry) bool {
 	h := (*fuse.InHeader)(unsafe.Pointer(&e.hdr[0]))
 	if h.Opcode == opSetlkw {
 		return true
@@ -406,7 +417,7 @@ func (q *uringQueue) mayBlock(e *uringEnt) bool {
 
 // answer runs the entry's request through the protocol server and leaves
 // the reply in the entry.
-func (q *uringQueue) answer(i int) {
+func (q *queue) answer(i int) {
 	e := &q.ents[i]
 	inLen := int(*(*uint32)(unsafe.Pointer(&e.hdr[0])))
 	psz := int(*(*uint32)(unsafe.Pointer(&e.hdr[uringEntOff+16])))
@@ -429,159 +440,8 @@ func (q *uringQueue) answer(i int) {
 
 // commit queues the entry's reply together with the fetch of its next
 // request.
-func (q *uringQueue) commit(i int) {
+func (q *queue) commit(i int) {
 	e := &q.ents[i]
 	commitID := *(*uint64)(unsafe.Pointer(&e.hdr[uringEntOff+8]))
 	q.ring.queueCmd(q.t.fuseFD, uringCmdCommit, &e.iov, uint64(i), commitID, uint16(q.qid))
-}
-
-// uring is a minimal io_uring: 128-byte SQEs, one submitting thread.
-type uring struct {
-	fd                     int
-	sqHead, sqTail, sqMask *uint32
-	sqArray                unsafe.Pointer
-	sqes                   []byte
-	cqHead, cqTail, cqMask *uint32
-	cqes                   unsafe.Pointer
-	rings                  []byte
-}
-
-type uringParams struct {
-	SqEntries, CqEntries, Flags, SqThreadCPU, SqThreadIdle, Features, WqFd uint32
-	Resv                                                                   [3]uint32
-	Sq                                                                     struct {
-		Head, Tail, RingMask, RingEntries, Flags, Dropped, Array, Resv1 uint32
-		UserAddr                                                        uint64
-	}
-	Cq struct {
-		Head, Tail, RingMask, RingEntries, Overflow, Cqes, Flags, Resv1 uint32
-		UserAddr                                                        uint64
-	}
-}
-
-type uringCQE struct {
-	UserData uint64
-	Res      int32
-	Flags    uint32
-}
-
-func newURing(entries uint32) (*uring, error) {
-	var p uringParams
-	p.Flags = sqe128 | singleIssuer | deferTaskrun
-	fd, _, e := syscall.Syscall(unix.SYS_IO_URING_SETUP, uintptr(entries), uintptr(unsafe.Pointer(&p)), 0)
-	if e != 0 {
-		return nil, fmt.Errorf("io_uring_setup: %w", e)
-	}
-	r := &uring{fd: int(fd)}
-	size := max(int(p.Sq.Array+p.SqEntries*4), int(p.Cq.Cqes+p.CqEntries*uint32(unsafe.Sizeof(uringCQE{}))))
-	var err error
-	if r.rings, err = unix.Mmap(r.fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE); err != nil {
-		unix.Close(r.fd)
-		return nil, fmt.Errorf("io_uring rings: %w", err)
-	}
-	if r.sqes, err = unix.Mmap(r.fd, offSQEs, int(p.SqEntries)*128, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE); err != nil {
-		_ = unix.Munmap(r.rings)
-		unix.Close(r.fd)
-		return nil, fmt.Errorf("io_uring sqes: %w", err)
-	}
-	base := unsafe.Pointer(&r.rings[0])
-	r.sqHead = (*uint32)(unsafe.Add(base, p.Sq.Head))
-	r.sqTail = (*uint32)(unsafe.Add(base, p.Sq.Tail))
-	r.sqMask = (*uint32)(unsafe.Add(base, p.Sq.RingMask))
-	r.sqArray = unsafe.Add(base, p.Sq.Array)
-	r.cqHead = (*uint32)(unsafe.Add(base, p.Cq.Head))
-	r.cqTail = (*uint32)(unsafe.Add(base, p.Cq.Tail))
-	r.cqMask = (*uint32)(unsafe.Add(base, p.Cq.RingMask))
-	r.cqes = unsafe.Add(base, p.Cq.Cqes)
-	return r, nil
-}
-
-func (r *uring) close() {
-	_ = unix.Munmap(r.sqes)
-	_ = unix.Munmap(r.rings)
-	unix.Close(r.fd)
-}
-
-// next returns the next free SQE, zeroed, and publishes it on return of
-// the caller's fill through push.
-func (r *uring) next() (sqe []byte, idx uint32) {
-	tail := atomic.LoadUint32(r.sqTail)
-	idx = tail & *r.sqMask
-	sqe = r.sqes[idx*128 : idx*128+128]
-	clear(sqe)
-	return sqe, idx
-}
-
-func (r *uring) push(idx uint32) {
-	*(*uint32)(unsafe.Add(r.sqArray, 4*idx)) = idx
-	atomic.StoreUint32(r.sqTail, atomic.LoadUint32(r.sqTail)+1)
-}
-
-// queueCmd queues a FUSE uring command for an entry's buffers.
-func (r *uring) queueCmd(fuseFD int, cmdOp uint32, iov *[2]unix.Iovec, userData, commitID uint64, qid uint16) {
-	sqe, idx := r.next()
-	sqe[0] = opURingCmd
-	*(*int32)(unsafe.Pointer(&sqe[4])) = int32(fuseFD)
-	*(*uint32)(unsafe.Pointer(&sqe[8])) = cmdOp
-	*(*uint64)(unsafe.Pointer(&sqe[16])) = uint64(uintptr(unsafe.Pointer(iov)))
-	*(*uint32)(unsafe.Pointer(&sqe[24])) = 2
-	*(*uint64)(unsafe.Pointer(&sqe[32])) = userData
-	// struct fuse_uring_cmd_req in the command area (offset 48): flags,
-	// commit_id, qid.
-	*(*uint64)(unsafe.Pointer(&sqe[56])) = commitID
-	*(*uint16)(unsafe.Pointer(&sqe[64])) = qid
-	r.push(idx)
-}
-
-// queueRead queues a read of fd into buf.
-func (r *uring) queueRead(fd int, buf []byte, userData uint64) {
-	sqe, idx := r.next()
-	sqe[0] = opRead
-	*(*int32)(unsafe.Pointer(&sqe[4])) = int32(fd)
-	*(*uint64)(unsafe.Pointer(&sqe[16])) = uint64(uintptr(unsafe.Pointer(&buf[0])))
-	*(*uint32)(unsafe.Pointer(&sqe[24])) = uint32(len(buf))
-	*(*uint64)(unsafe.Pointer(&sqe[32])) = userData
-	r.push(idx)
-}
-
-// enter submits every queued SQE and waits for at least min completions.
-func (r *uring) enter(min uint32) error {
-	for {
-		n := atomic.LoadUint32(r.sqTail) - atomic.LoadUint32(r.sqHead)
-		_, _, e := syscall.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), uintptr(n), uintptr(min), enterGetEvents, 0, 0)
-		if e == syscall.EINTR {
-			continue // what was submitted moved the head
-		}
-		if e != 0 {
-			return fmt.Errorf("io_uring_enter: %w", e)
-		}
-		return nil
-	}
-}
-
-// nextCQE pops a completion.
-func (r *uring) nextCQE() (uringCQE, bool) {
-	head := atomic.LoadUint32(r.cqHead)
-	if head == atomic.LoadUint32(r.cqTail) {
-		return uringCQE{}, false
-	}
-	c := *(*uringCQE)(unsafe.Add(r.cqes, uintptr(head&*r.cqMask)*unsafe.Sizeof(uringCQE{})))
-	atomic.StoreUint32(r.cqHead, head+1)
-	return c, true
-}
-
-// fuseFDs lists the process's open /dev/fuse descriptors.
-func fuseFDs() map[int]bool {
-	m := map[int]bool{}
-	ds, _ := os.ReadDir("/proc/self/fd")
-	for _, d := range ds {
-		n, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		if l, err := os.Readlink(filepath.Join("/proc/self/fd", d.Name())); err == nil && l == "/dev/fuse" {
-			m[n] = true
-		}
-	}
-	return m
 }
