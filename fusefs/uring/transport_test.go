@@ -146,3 +146,16 @@ func TestStartWithoutDescriptor(t *testing.T) {
 		t.Fatalf("Start without the /dev/fuse descriptor = %v, want ErrUnavailable", err)
 	}
 }
+
+// parseCPUCount reads kernel text: whatever it holds, an answer is a
+// positive count and nothing panics.
+func FuzzParseCPUCount(f *testing.F) {
+	for _, s := range []string{"0\n", "0-1\n", "0-3,8-11", "3-1", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, list string) {
+		if n, err := parseCPUCount(list); err == nil && n <= 0 {
+			t.Fatalf("parseCPUCount(%q) = %d without an error", list, n)
+		}
+	})
+}
