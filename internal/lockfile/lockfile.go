@@ -87,38 +87,36 @@ func (l *Lock) TryLock(mode Mode) (bool, error) {
 }
 
 // Wait takes the lock in mode: it tries at once and, while another owner
-// holds it, again every retry until it has waited timeout (timeout <= 0:
-// it tries once) or ctx ends. It returns an error wrapping ErrHeld (and,
-// when ctx ended, ctx's cause) naming the file if the lock stayed held,
-// and TryLock's errors.
+// holds it, again every retry (and once more when the timeout is up) until
+// it has waited timeout (timeout <= 0: it tries once) or ctx ends. It
+// returns an error wrapping ErrHeld (and, when ctx ended, ctx's cause)
+// naming the file if the lock stayed held, and TryLock's errors.
 func (l *Lock) Wait(ctx context.Context, mode Mode, timeout, retry time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrHeld, l.path, context.Cause(ctx))
 	}
-	ok, err := l.TryLock(mode)
-	if ok || err != nil || timeout <= 0 {
-		if !ok && err == nil {
-			err = fmt.Errorf("%w: %s", ErrHeld, l.path)
-		}
-		return err
-	}
 	deadline := time.Now().Add(timeout)
-	t := time.NewTimer(retry)
-	defer t.Stop()
+	var t *time.Timer
 	for {
+		ok, err := l.TryLock(mode)
+		if ok || err != nil {
+			return err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return fmt.Errorf("%w: %s (%s, waited %v)", ErrHeld, l.path, mode, max(timeout, 0))
+		}
+		if t == nil {
+			t = time.NewTimer(min(retry, left))
+			defer t.Stop()
+		} else {
+			t.Reset(min(retry, left))
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w: %s: %w", ErrHeld, l.path, context.Cause(ctx))
 		case <-t.C:
 		}
-		ok, err := l.TryLock(mode)
-		if ok || err != nil {
-			return err
-		}
-		if !time.Now().Before(deadline) {
-			return fmt.Errorf("%w: %s (%s, waited %v)", ErrHeld, l.path, mode, timeout)
-		}
-		t.Reset(retry)
 	}
 }
 

@@ -181,6 +181,10 @@ func TestWaitTimesOut(t *testing.T) {
 	if err := l.Wait(context.Background(), Shared, 0, time.Hour); !errors.Is(err, ErrHeld) {
 		t.Fatalf("Wait without a timeout on a held lock = %v, want ErrHeld at once", err)
 	}
+	// A retry longer than the timeout does not stretch the wait past it.
+	if err := l.Wait(context.Background(), Exclusive, timeout, time.Hour); !errors.Is(err, ErrHeld) {
+		t.Fatalf("Wait with a retry past its timeout = %v, want ErrHeld", err)
+	}
 }
 
 // Wait ends when its context does, with ErrHeld and the context's cause.
