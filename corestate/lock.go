@@ -1,21 +1,23 @@
 package corestate
 
 import (
+	// Aliased: the package's tests declare a type named context.
+	stdcontext "context"
 	"errors"
 	"fmt"
 	"os"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/acyclicfs/acyclicfs/internal/lockfile"
 )
 
-// fileLock is an exclusive flock(2) on one lock file. flock locks belong to
-// the open file description, so two handles in one process exclude each
-// other exactly like two processes do, and the kernel drops the lock when a
-// process dies.
+// fileLock is an exclusive flock(2) on one lock file (internal/lockfile).
+// flock locks belong to the open file description, so two handles in one
+// process exclude each other exactly like two processes do, and the kernel
+// drops the lock when a process dies.
 type fileLock struct {
 	path string
-	f    *os.File
+	l    *lockfile.Lock
 }
 
 // acquireLock takes an exclusive lock on path, retrying every retry until
@@ -26,48 +28,33 @@ type fileLock struct {
 func acquireLock(path string, timeout, retry time.Duration) (*fileLock, error) {
 	deadline := time.Now().Add(timeout)
 	for {
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-		if err != nil {
-			return nil, fmt.Errorf("corestate: open lock %s: %w", path, err)
-		}
-		for {
-			err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-			if err == nil {
-				break
-			}
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
-			if !errors.Is(err, unix.EWOULDBLOCK) {
-				f.Close()
-				return nil, fmt.Errorf("corestate: lock %s: %w", path, err)
-			}
-			if !time.Now().Before(deadline) {
-				f.Close()
+		l := lockfile.New(path, os.O_RDWR|os.O_CREATE)
+		if err := l.Wait(stdcontext.Background(), lockfile.Exclusive, time.Until(deadline), retry); err != nil {
+			if errors.Is(err, lockfile.ErrHeld) {
 				return nil, fmt.Errorf("%w: %s", ErrLockTimeout, path)
 			}
-			time.Sleep(retry)
+			return nil, fmt.Errorf("corestate: %w", err)
 		}
-		same, err := sameFile(f, path)
+		same, err := sameFile(l, path)
 		if err != nil {
-			f.Close()
+			_ = l.Unlock()
 			return nil, err
 		}
 		if same {
-			return &fileLock{path: path, f: f}, nil
+			return &fileLock{path: path, l: l}, nil
 		}
 		// Locked an unlinked inode; closing drops that lock.
-		f.Close()
+		_ = l.Unlock()
 		if !time.Now().Before(deadline) {
 			return nil, fmt.Errorf("%w: %s", ErrLockTimeout, path)
 		}
 	}
 }
 
-func sameFile(f *os.File, path string) (bool, error) {
-	held, err := f.Stat()
+func sameFile(l *lockfile.Lock, path string) (bool, error) {
+	held, err := l.Stat()
 	if err != nil {
-		return false, fmt.Errorf("corestate: stat lock %s: %w", path, err)
+		return false, fmt.Errorf("corestate: %w", err)
 	}
 	named, err := os.Stat(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -85,6 +72,5 @@ func (l *fileLock) release(unlink bool) {
 	if unlink {
 		_ = os.Remove(l.path)
 	}
-	// Closing the last descriptor releases the flock.
-	_ = l.f.Close()
+	_ = l.l.Unlock()
 }

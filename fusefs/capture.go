@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/acyclicfs/acyclicfs/store"
 )
 
@@ -248,30 +250,18 @@ func (o *overlay) build(p *planDir, cw *captureWriter) (store.ID, error) {
 
 // storeFiles hashes p's dirty files (in parallel: BLAKE3 and the store's
 // writes are the cost), skipping any whose upper file is unchanged since
-// it was last captured.
+// it was last captured. Every file is tried; the first error is returned.
 func (o *overlay) storeFiles(p *planDir, cw *captureWriter) error {
-	var wg sync.WaitGroup
-	var errMu sync.Mutex // protects firstErr
-	var firstErr error
-	sem := make(chan struct{}, 4)
+	var g errgroup.Group
+	g.SetLimit(captureWorkers)
 	for i, c := range p.files {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if err := o.storeFile(c, &p.entries[i], cw); err != nil {
-				errMu.Lock()
-				if firstErr == nil {
-					firstErr = err
-				}
-				errMu.Unlock()
-			}
-		}()
+		g.Go(func() error { return o.storeFile(c, &p.entries[i], cw) })
 	}
-	wg.Wait()
-	return firstErr
+	return g.Wait()
 }
+
+// captureWorkers is how many files a capture hashes and stores at once.
+const captureWorkers = 4
 
 // racyWindow bounds the file system's timestamp granularity (kernel
 // timestamps are clock-tick coarse).

@@ -13,6 +13,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
+	"github.com/acyclicfs/acyclicfs/fusefs/uring"
 	"github.com/acyclicfs/acyclicfs/internal/fusectl"
 	"github.com/acyclicfs/acyclicfs/store"
 )
@@ -107,7 +108,7 @@ type Config struct {
 	// ReadOnly mounts the view read-only from the start (see
 	// Mount.SetReadOnly): every change fails with EROFS.
 	ReadOnly bool
-	// Uring serves the mount's requests over io_uring (uring.go) instead
+	// Uring serves the mount's requests over io_uring (fusefs/uring) instead
 	// of read(2) and write(2) on /dev/fuse. Mount fails with
 	// ErrUringUnavailable where the kernel does not offer it.
 	Uring bool
@@ -152,7 +153,7 @@ type Mount struct {
 
 	readOnly atomic.Bool // changes fail with EROFS (readonly.go)
 
-	uring *uringTransport // Config.Uring: the rings serving requests
+	uring *uring.Transport // Config.Uring: the rings serving requests
 
 	lockWaits atomic.Int64 // lock requests (SETLKW) being waited on
 
@@ -268,7 +269,7 @@ func mountAt(mountpoint string, cfg Config) (*Mount, error) {
 	m.dirs = newDirsFS(fs.NewNodeFS(m.rootNode, opts))
 	m.dirs.flush = func(before uint64) { _ = m.ov.walFlush(&m.snapMu, before) }
 	m.dirs.marked = m.ov.walMarks.Load
-	server, fuseFD, err := newServer(m.dirs, mountpoint, &opts.MountOptions, cfg.Uring)
+	server, fuseFD, err := uring.NewServer(m.dirs, mountpoint, &opts.MountOptions, cfg.Uring)
 	if err != nil {
 		ov.pool.close()
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
@@ -301,7 +302,7 @@ func mountAt(mountpoint string, cfg Config) (*Mount, error) {
 	go func() {
 		server.Wait()
 		if m.uring != nil {
-			m.uring.stop()
+			m.uring.Stop()
 		}
 		ov.pool.close()
 		close(m.doneC)
@@ -311,39 +312,6 @@ func mountAt(mountpoint string, cfg Config) (*Mount, error) {
 		m.startWarm(cfg.WarmEntries, cfg.WarmWalkers)
 	}
 	return m, nil
-}
-
-// serverMu makes newServer's descriptor census exact: every mount of
-// this package opens /dev/fuse under it, and nothing else in the process
-// opens it.
-var serverMu sync.Mutex
-
-// newServer is fuse.NewServer, which mounts and answers INIT; with
-// wantFD it also returns the connection's /dev/fuse descriptor, which
-// go-fuse keeps to itself (the io_uring transport submits on it), or -1
-// when the census cannot tell it (the caller then aborts the mount).
-func newServer(fsys fuse.RawFileSystem, mountpoint string, opts *fuse.MountOptions, wantFD bool) (*fuse.Server, int, error) {
-	serverMu.Lock()
-	defer serverMu.Unlock()
-	if !wantFD {
-		s, err := fuse.NewServer(fsys, mountpoint, opts)
-		return s, -1, err
-	}
-	before := fuseFDs()
-	s, err := fuse.NewServer(fsys, mountpoint, opts)
-	if err != nil {
-		return nil, -1, err
-	}
-	fd := -1
-	for n := range fuseFDs() {
-		if !before[n] {
-			if fd >= 0 {
-				return s, -1, nil // more than one: cannot tell
-			}
-			fd = n
-		}
-	}
-	return s, fd, nil
 }
 
 // Transport names how the mount's requests reach the daemon: "io_uring"
@@ -361,7 +329,7 @@ func (m *Mount) UringRequests() int64 {
 	if m.uring == nil {
 		return 0
 	}
-	return m.uring.answered.Load()
+	return m.uring.Answered()
 }
 
 // uringOffThread is the number of io_uring requests answered off their
@@ -370,7 +338,7 @@ func (m *Mount) uringOffThread() int64 {
 	if m.uring == nil {
 		return 0
 	}
-	return m.uring.offThread.Load()
+	return m.uring.OffThread()
 }
 
 // uringSetupFault, set by tests, fails the rings' setup after INIT as a
@@ -379,13 +347,6 @@ var uringSetupFault func() error
 
 // startUring serves the mount over io_uring, when the kernel took it up.
 func (m *Mount) startUring(server *fuse.Server, fuseFD int, opts *fuse.MountOptions) error {
-	if fuseFD < 0 {
-		return fmt.Errorf("%w: the mount's /dev/fuse descriptor could not be told apart", ErrUringUnavailable)
-	}
-	kernel := server.KernelSettings()
-	if kernel.Flags64()&fuse.CAP_OVER_IO_URING == 0 {
-		return fmt.Errorf("%w: the kernel did not offer it at INIT", ErrUringUnavailable)
-	}
 	var admitsNow func(uint32) bool
 	if na, ok := m.cfg.Admitter.(nowAdmitter); ok {
 		// The warm-up's walkers are admitted without a lease (admit): their
@@ -398,7 +359,7 @@ func (m *Mount) startUring(server *fuse.Server, fuseFD int, opts *fuse.MountOpti
 			return err
 		}
 	}
-	t, err := startUring(fuse.NewProtocolServer(m.dirs, opts), fuseFD, kernel, opts.MaxWrite, admitsNow)
+	t, err := uring.Start(server, m.dirs, opts, fuseFD, admitsNow)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/acyclicfs/acyclicfs/fusefs/uring"
 	"github.com/acyclicfs/acyclicfs/internal/fusectl"
 )
 
@@ -15,30 +16,31 @@ import (
 // acyclicfs differ in what answers requests, not in how they arrive.
 type RawMount struct {
 	Server *fuse.Server
-	uring  *uringTransport
+	uring  *uring.Transport
 	done   chan struct{}
 }
 
 // MountRaw mounts fsys at mountpoint with opts and serves it, over
-// io_uring when uring is set (ErrUringUnavailable where the kernel does
+// io_uring when useRings is set (ErrUringUnavailable where the kernel does
 // not offer it) and through /dev/fuse otherwise. It returns once the
 // kernel serves the mount; Wait returns after it is unmounted.
-func MountRaw(fsys fuse.RawFileSystem, mountpoint string, opts *fuse.MountOptions, uring bool) (*RawMount, error) {
+func MountRaw(fsys fuse.RawFileSystem, mountpoint string, opts *fuse.MountOptions, useRings bool) (*RawMount, error) {
 	o := *opts
-	if uring {
+	if useRings {
 		if err := UringAvailable(); err != nil {
 			return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 		}
 		o.ExtraCapabilities |= fuse.CAP_OVER_IO_URING
 	}
-	server, fuseFD, err := newServer(fsys, mountpoint, &o, uring)
+	server, fuseFD, err := uring.NewServer(fsys, mountpoint, &o, useRings)
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
 	go server.Serve()
 	m := &RawMount{Server: server, done: make(chan struct{})}
-	if uring {
-		if err := m.startUring(fsys, fuseFD, &o); err != nil {
+	if useRings {
+		t, err := uring.Start(server, fsys, &o, fuseFD, nil)
+		if err != nil {
 			_ = fusectl.AbortAt(mountpoint)
 			_ = server.Unmount()
 			server.Wait()
@@ -47,6 +49,7 @@ func MountRaw(fsys fuse.RawFileSystem, mountpoint string, opts *fuse.MountOption
 			}
 			return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 		}
+		m.uring = t
 	}
 	if err := server.WaitMount(); err != nil {
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
@@ -54,27 +57,11 @@ func MountRaw(fsys fuse.RawFileSystem, mountpoint string, opts *fuse.MountOption
 	go func() {
 		server.Wait()
 		if m.uring != nil {
-			m.uring.stop()
+			m.uring.Stop()
 		}
 		close(m.done)
 	}()
 	return m, nil
-}
-
-func (m *RawMount) startUring(fsys fuse.RawFileSystem, fuseFD int, opts *fuse.MountOptions) error {
-	if fuseFD < 0 {
-		return fmt.Errorf("%w: the mount's /dev/fuse descriptor could not be told apart", ErrUringUnavailable)
-	}
-	kernel := m.Server.KernelSettings()
-	if kernel.Flags64()&fuse.CAP_OVER_IO_URING == 0 {
-		return fmt.Errorf("%w: the kernel did not offer it at INIT", ErrUringUnavailable)
-	}
-	t, err := startUring(fuse.NewProtocolServer(fsys, opts), fuseFD, kernel, opts.MaxWrite, nil)
-	if err != nil {
-		return err
-	}
-	m.uring = t
-	return nil
 }
 
 // Transport is "io_uring" or "dev-fuse".

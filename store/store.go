@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 	"golang.org/x/sys/unix"
+
+	"github.com/acyclicfs/acyclicfs/internal/lockfile"
 )
 
 // FormatVersion is the on-disk format version written into a new store.
@@ -197,26 +200,14 @@ func Open(dir string, opt Options) (*Store, error) {
 // once. It only shortens the wait: whoever takes the lock in between
 // makes bbolt wait as before, and any error leaves the wait to bbolt.
 func waitLockFree(path string, shared bool, timeout time.Duration) {
-	f, err := os.Open(path)
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	how := syscall.LOCK_EX
+	mode := lockfile.Exclusive
 	if shared {
-		how = syscall.LOCK_SH
+		mode = lockfile.Shared
 	}
-	deadline := time.Now().Add(timeout)
-	for {
-		err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
-		if err == nil {
-			_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-			return
-		}
-		if err != syscall.EWOULDBLOCK || !time.Now().Before(deadline) {
-			return
-		}
-		time.Sleep(2 * time.Millisecond) // a lock held by another process has no event to wait on
+	l := lockfile.New(path, os.O_RDONLY)
+	// A lock held by another process has no event to wait on: Wait polls.
+	if l.Wait(context.Background(), mode, timeout, 2*time.Millisecond) == nil {
+		_ = l.Unlock()
 	}
 }
 

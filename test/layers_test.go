@@ -24,6 +24,7 @@ var layers = map[string]int{
 	"workspace":          3,
 	"fusefs":             4,
 	"fusefs/sessions":    0,
+	"fusefs/uring":       3,
 	"daemon":             4,
 	"cmd/acyclicfs":      5,
 	"internal/failpoint": 0,
@@ -31,6 +32,7 @@ var layers = map[string]int{
 	"internal/dirwatch":  -1,
 	"internal/fusectl":   -1,
 	"internal/osfile":    -1,
+	"internal/lockfile":  -1,
 	"internal/pathino":   -1,
 	"internal/fsmtoken":  -1,
 	"internal/gitrepo":   -1,
@@ -38,7 +40,7 @@ var layers = map[string]int{
 }
 
 // goFuseOwners are the only packages allowed to import go-fuse.
-var goFuseOwners = map[string]bool{"fusefs": true}
+var goFuseOwners = map[string]bool{"fusefs": true, "fusefs/uring": true}
 
 func TestImportDirection(t *testing.T) {
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, module+"/...").CombinedOutput()
@@ -60,7 +62,7 @@ func TestImportDirection(t *testing.T) {
 		seen++
 		for _, imp := range fields[1:] {
 			if strings.HasPrefix(imp, "github.com/hanwen/go-fuse") && !goFuseOwners[pkg] {
-				t.Errorf("%s imports go-fuse; only fusefs may", pkg)
+				t.Errorf("%s imports go-fuse; only fusefs and fusefs/uring may", pkg)
 			}
 			if !strings.HasPrefix(imp, module+"/") {
 				continue

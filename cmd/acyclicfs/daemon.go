@@ -22,9 +22,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gofrs/flock"
 	"golang.org/x/sys/unix"
 
+	"github.com/acyclicfs/acyclicfs/internal/lockfile"
 	"github.com/acyclicfs/acyclicfs/store"
 	"github.com/acyclicfs/acyclicfs/workspace"
 )
@@ -139,11 +139,8 @@ func runDaemon(storeDir string, ready io.WriteCloser, exitWhenIdle bool) error {
 	if err := os.MkdirAll(storeDir, 0o700); err != nil {
 		return fail(err)
 	}
-	lock := flock.New(filepath.Join(storeDir, lockName))
-	lctx, lcancel := context.WithTimeout(context.Background(), daemonLockWait)
-	got, err := lock.TryLockContext(lctx, 20*time.Millisecond)
-	lcancel()
-	if err != nil || !got {
+	lock := lockfile.New(filepath.Join(storeDir, lockName), os.O_RDONLY|os.O_CREATE)
+	if err := lock.Wait(context.Background(), lockfile.Exclusive, daemonLockWait, 20*time.Millisecond); err != nil {
 		return fail(fmt.Errorf("another daemon already serves %s", storeDir))
 	}
 	defer lock.Unlock()
