@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/acyclicfs/acyclicfs/daemon"
 )
 
 // The CLI talks to the per-store daemon over STORE/daemon.sock with
@@ -22,32 +24,6 @@ import (
 // the daemon runs the same command tree against its open store and returns
 // what it printed and its exit code. Commands therefore behave identically
 // with or without a daemon.
-
-const (
-	socketName = "daemon.sock"
-	pidName    = "daemon.pid"
-	logName    = "daemon.log"
-	lockName   = "daemon.lock"
-)
-
-// runRequest is a forwarded invocation.
-type runRequest struct {
-	Args      []string `json:"args"`
-	Cwd       string   `json:"cwd"`
-	StderrTTY bool     `json:"stderr_tty"`
-	ClientPID int      `json:"client_pid"`
-	// GitEnv is the client's git identity and configuration variables
-	// (gitEnvVars): git commands run by the daemon use them, so that a
-	// publish's commit has the client's author.
-	GitEnv []string `json:"git_env,omitempty"`
-}
-
-// runResponse is what the daemon printed and the exit code.
-type runResponse struct {
-	Stdout []byte `json:"stdout"`
-	Stderr []byte `json:"stderr"`
-	Code   int    `json:"code"`
-}
 
 // localOnly commands never forward.
 var localOnly = map[string]bool{"daemon": true, "exec": true, "help": true, "completion": true, "mcp": true, "fsmonitor": true}
@@ -93,7 +69,7 @@ func (a *app) forward(args []string) (int, bool) {
 			return 0, false
 		}
 	}
-	req := runRequest{Args: args, Cwd: a.cwd, StderrTTY: a.stderrTTY, ClientPID: os.Getpid(), GitEnv: clientGitEnv()}
+	req := daemon.RunRequest{Args: args, Cwd: a.cwd, StderrTTY: a.stderrTTY, ClientPID: os.Getpid(), GitEnv: clientGitEnv()}
 	resp, err := c.run(req)
 	if err != nil && (isGone(err) || errors.Is(err, errDaemonExiting) || (isReset(err) && c.socketGone())) {
 		// The daemon exited, or is exiting, between the ping and the call
@@ -138,7 +114,7 @@ type client struct {
 }
 
 func newClient(storeDir string) *client {
-	sock := filepath.Join(storeDir, socketName)
+	sock := filepath.Join(storeDir, daemon.SocketName)
 	return &client{dir: storeDir, http: &http.Client{Transport: &http.Transport{
 		// A fresh connection per call: a daemon that is exiting refuses it
 		// (and the CLI runs the command itself) instead of resetting a
@@ -153,7 +129,7 @@ func newClient(storeDir string) *client {
 
 // alive reports whether a daemon answers on the socket.
 func (c *client) alive() bool {
-	if _, err := os.Stat(filepath.Join(c.dir, socketName)); err != nil {
+	if _, err := os.Stat(filepath.Join(c.dir, daemon.SocketName)); err != nil {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -167,8 +143,8 @@ func (c *client) alive() bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-func (c *client) run(r runRequest) (runResponse, error) {
-	var out runResponse
+func (c *client) run(r daemon.RunRequest) (daemon.RunResponse, error) {
+	var out daemon.RunResponse
 	err := c.call("/run", r, &out)
 	return out, err
 }
@@ -206,7 +182,7 @@ func startDaemon(storeDir string) error {
 	if err != nil {
 		return err
 	}
-	logf, err := os.OpenFile(filepath.Join(storeDir, logName), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	logf, err := os.OpenFile(filepath.Join(storeDir, daemon.LogName), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("daemon log: %w", err)
 	}
@@ -240,13 +216,13 @@ func startDaemon(storeDir string) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("daemon did not become ready: %w (see %s)", err, filepath.Join(storeDir, logName))
+		return fmt.Errorf("daemon did not become ready: %w (see %s)", err, filepath.Join(storeDir, daemon.LogName))
 	}
 	msg := string(bytes.TrimSpace(buf))
 	if msg == "" {
 		msg = "it exited"
 	}
-	return fmt.Errorf("daemon failed to start: %s (see %s)", msg, filepath.Join(storeDir, logName))
+	return fmt.Errorf("daemon failed to start: %s (see %s)", msg, filepath.Join(storeDir, daemon.LogName))
 }
 
 // noResponseError: a call failed before any response arrived (connect,
@@ -268,7 +244,7 @@ func isReset(err error) bool {
 // not run, and running it again is safe. A daemon killed mid-command
 // leaves its socket behind: that error is reported.
 func (c *client) socketGone() bool {
-	_, err := os.Stat(filepath.Join(c.dir, socketName))
+	_, err := os.Stat(filepath.Join(c.dir, daemon.SocketName))
 	return errors.Is(err, fs.ErrNotExist)
 }
 
