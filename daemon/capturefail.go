@@ -112,7 +112,7 @@ func (s *Mount) noteCaptureFailure(err error) error {
 	f.attempts++
 	f.last = time.Now()
 	f.free = freeBytes(s.d.dir)
-	f.needed = s.mnt.PendingBytes()
+	f.needed = s.view.PendingBytes()
 	st := &CaptureStatus{State: "failed", Since: f.since.UTC().Format(time.RFC3339), Error: err.Error(),
 		NoSpace: f.noSpace, Store: s.d.dir, Attempts: f.attempts}
 	if f.noSpace {

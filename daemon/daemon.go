@@ -500,4 +500,3 @@ func (d *Daemon) UnmountAll() ([]string, int) {
 	}
 	return outs, failed
 }
-

@@ -38,6 +38,8 @@ type Mount struct {
 	ttl      time.Duration
 	by       sessions.By
 	mnt      *fusefs.Mount
+	// view is mnt as the final close uses it (a fake in unit tests).
+	view view
 	// dev is the mount's device ("major:minor", as mountinfo shows it),
 	// by which the fsmonitor hook names the mount it runs in.
 	dev     string
@@ -78,6 +80,20 @@ type Mount struct {
 	gone     chan struct{}
 	goneOnce sync.Once
 }
+
+// view is what the final close, a refresh and a capture retry need of
+// the mount's FUSE side: capture its overlay, switch it to a new head,
+// hold off the warm-up. *fusefs.Mount is the one implementation outside
+// tests.
+type view interface {
+	HoldWarm() (release func())
+	CaptureDeferredLinks() (root store.ID, links [][]string, changed bool, trees []*store.Tree, done func(), err error)
+	FreeScratch() (int64, error)
+	PendingBytes() int64
+	SwitchViewQueuedLinks(root store.ID, links [][]string) (<-chan struct{}, error)
+}
+
+var _ view = (*fusefs.Mount)(nil)
 
 // ReconcileTiming is where the last final close spent its time: status
 // --json's last_reconcile, in milliseconds. Capture covers capturing the
@@ -302,7 +318,7 @@ func (d *Daemon) MountWorkspace(ws, mp string, opt MountOptions) (*Mount, []stri
 		_ = m.ClearMountRecord(ws)
 		return nil, notes, fmt.Errorf("mount %s at %s: %w", ws, mp, err)
 	}
-	s.mnt = mnt
+	s.mnt, s.view = mnt, mnt
 	var st unix.Stat_t
 	if err := unix.Stat(mp, &st); err == nil {
 		s.dev = fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
@@ -606,7 +622,7 @@ func (s *Mount) Outcome(o workspace.Outcome) workspace.Result {
 // ticket), rebase onto the pending parent, switch the view, complete.
 // Called with s.lock held.
 func (s *Mount) reconcileLast(lease window.Lease) (_ workspace.Result, err error) {
-	defer s.mnt.HoldWarm()() // the warm-up waits: it would compete for the CPU and the overlay
+	defer s.view.HoldWarm()() // the warm-up waits: it would compete for the CPU and the overlay
 	defer s.doing("final close")()
 	if s.failed == nil {
 		s.captureState.Store(nil) // a retry's success was shown until now
@@ -721,7 +737,7 @@ func (s *Mount) closeBase() {
 func (s *Mount) captureAndPublish(permit *store.Permit) error {
 	err := s.captureAndPublishOnce(permit)
 	if err != nil && isNoSpace(err) {
-		if freed, ferr := s.mnt.FreeScratch(); ferr == nil && freed > 0 {
+		if freed, ferr := s.view.FreeScratch(); ferr == nil && freed > 0 {
 			s.d.logger.Printf("%s: freed %d bytes of deleted files' scratch for the capture", s.ws, freed)
 			err = s.captureAndPublishOnce(permit)
 		}
@@ -740,7 +756,7 @@ func (s *Mount) captureAndPublishOnce(permit *store.Permit) error {
 	defer release()
 	// The capture's trees are stored in the transaction that publishes
 	// them (its blobs are durable already).
-	root, links, changed, trees, done, err := s.mnt.CaptureDeferredLinks()
+	root, links, changed, trees, done, err := s.view.CaptureDeferredLinks()
 	if err != nil {
 		return fmt.Errorf("capture %s: %w", s.ws, err)
 	}
@@ -778,7 +794,7 @@ func (s *Mount) switchToHead() error {
 	}
 	// Not waiting for the kernel invalidations: we hold s.lock, which
 	// requests waiting for admission need (see SwitchViewQueued).
-	if _, err := s.mnt.SwitchViewQueuedLinks(root, links); err != nil {
+	if _, err := s.view.SwitchViewQueuedLinks(root, links); err != nil {
 		return fmt.Errorf("switch view of %s: %w", s.ws, err)
 	}
 	s.pinned = w.Head
@@ -806,7 +822,7 @@ func (s *Mount) parentAdvanced(parentHead store.ID) {
 	if s.closing {
 		return
 	}
-	defer s.mnt.HoldWarm()()
+	defer s.view.HoldWarm()()
 	defer s.doing("rebase onto its parent")()
 	if err := s.captureAndPublish(nil); err != nil {
 		s.d.logger.Printf("%s: capture before rebase: %v", s.ws, err)
@@ -836,7 +852,7 @@ func (s *Mount) refresh() {
 	if err != nil || w.Head == s.pinned {
 		return
 	}
-	defer s.mnt.HoldWarm()()
+	defer s.view.HoldWarm()()
 	defer s.doing("refresh onto the moved head")()
 	if err := s.captureAndPublish(nil); err != nil {
 		s.d.logger.Printf("%s: capture before refresh: %v", s.ws, err)
