@@ -178,7 +178,7 @@ func (a *app) daemonConfig(exitWhenIdle bool) daemon.Config {
 
 // commandKind is how the daemon treats the command line args.
 func commandKind(args []string) daemon.Kind {
-	switch firstCommand(args) {
+	switch scanArgs(args).command() {
 	case "gc":
 		return daemon.KindGC
 	case "mount", "unmount", "context":

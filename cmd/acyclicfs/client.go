@@ -28,39 +28,21 @@ import (
 // localOnly commands never forward.
 var localOnly = map[string]bool{"daemon": true, "exec": true, "help": true, "completion": true, "mcp": true, "fsmonitor": true}
 
-func firstCommand(args []string) string {
-	skipNext := false
-	for _, s := range args {
-		if skipNext {
-			skipNext = false
-			continue
-		}
-		if s == "--store" {
-			skipNext = true
-			continue
-		}
-		if len(s) > 0 && s[0] == '-' {
-			continue
-		}
-		return s
-	}
-	return ""
-}
-
 // forward runs args in the daemon if one serves the store.
 func (a *app) forward(args []string) (int, bool) {
-	cmd := firstCommand(args)
+	line := scanArgs(args)
+	cmd := line.command()
 	if cmd == "" || localOnly[cmd] {
 		return 0, false
 	}
-	a.storeFlag = preScanStore(args)
+	a.storeFlag = line.store
 	dir, err := a.storeDir()
 	if err != nil {
 		return 0, false
 	}
 	c := newClient(dir)
 	if !c.alive() {
-		if startsDaemon(args) {
+		if startsDaemon(line) {
 			if err := startDaemon(dir); err != nil {
 				reportError(a.stderr, fmt.Errorf("%s: start daemon: %w", cmd, err))
 				return exitError, true
@@ -75,7 +57,7 @@ func (a *app) forward(args []string) (int, bool) {
 		// The daemon exited, or is exiting, between the ping and the call
 		// (it stops after its last unmount): the store is ours again, or
 		// the next daemon's.
-		if !startsDaemon(args) {
+		if !startsDaemon(line) {
 			return 0, false
 		}
 		if err := startDaemon(dir); err != nil {
@@ -91,18 +73,6 @@ func (a *app) forward(args []string) (int, bool) {
 	a.stdout.Write(resp.Stdout)
 	a.stderr.Write(resp.Stderr)
 	return resp.Code, true
-}
-
-func hasFlag(args []string, flag string) bool {
-	for _, s := range args {
-		if s == "--" {
-			return false
-		}
-		if s == flag {
-			return true
-		}
-	}
-	return false
 }
 
 // errDaemonExiting: the daemon refused the command because it is exiting.

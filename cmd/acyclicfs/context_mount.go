@@ -39,36 +39,16 @@ func (a *app) notice(format string, args ...any) {
 	}
 }
 
-// startsDaemon reports whether args is a command that starts the store's
+// startsDaemon reports whether c is a command that starts the store's
 // daemon when none runs: mount (without --foreground) and context mount.
-func startsDaemon(args []string) bool {
-	switch firstCommand(args) {
+func startsDaemon(c commandLine) bool {
+	switch c.command() {
 	case "mount":
-		return !hasFlag(args, "--foreground")
+		return !c.flags["--foreground"]
 	case "context":
-		return contextSubcommand(args) == "mount"
+		return c.word(1) == "mount"
 	}
 	return false
-}
-
-// contextSubcommand is the word after "context" in args ("" if the
-// command is not context).
-func contextSubcommand(args []string) string {
-	skip := false
-	for i, s := range args {
-		switch {
-		case skip:
-			skip = false
-		case s == "--store":
-			skip = true
-		case strings.HasPrefix(s, "-"):
-		case s == "context":
-			return firstCommand(args[i+1:])
-		default:
-			return ""
-		}
-	}
-	return ""
 }
 
 // contextMountRoot is one line of `context mount`.

@@ -61,18 +61,29 @@ func TestReportErrorIsOneLineWithHint(t *testing.T) {
 	}
 }
 
-func TestFirstCommandSkipsGlobalFlags(t *testing.T) {
+func TestScanArgs(t *testing.T) {
 	for args, want := range map[string]string{
 		"--store /x list":        "list",
 		"--json -q status a":     "status",
 		"--store=/x exec m -- l": "exec",
+		"--store mount context":  "context",
 		"":                       "",
 	} {
-		if got := firstCommand(strings.Fields(args)); got != want {
-			t.Errorf("firstCommand(%q) = %q, want %q", args, got, want)
+		if got := scanArgs(strings.Fields(args)).command(); got != want {
+			t.Errorf("scanArgs(%q).command() = %q, want %q", args, got, want)
 		}
 	}
-	if got := preScanStore(strings.Fields("-q --store /s mount a b")); got != "/s" {
-		t.Errorf("preScanStore = %q", got)
+	for args, want := range map[string]string{
+		"-q --store /s mount a b":          "/s",
+		"--store /a --store=/b list":       "/b",
+		"exec /m -- sh --store /elsewhere": "",
+		"list --store":                     "",
+	} {
+		if got := scanArgs(strings.Fields(args)).store; got != want {
+			t.Errorf("scanArgs(%q).store = %q, want %q", args, got, want)
+		}
+	}
+	if c := scanArgs(strings.Fields("mount ws /mp --foreground -- --x")); !c.flags["--foreground"] || c.flags["--x"] || len(c.words) != 3 {
+		t.Errorf("flags %v words %q", c.flags, c.words)
 	}
 }

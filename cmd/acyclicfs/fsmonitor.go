@@ -55,18 +55,12 @@ func (a *app) fsmonitorCommand() *cobra.Command {
 // fsmonitorHook runs `[--store S] fsmonitor 2 TOKEN` straight away; other
 // forms (help, a bad version) go through the command tree.
 func (a *app) fsmonitorHook(args []string) (int, bool) {
-	if firstCommand(args) != "fsmonitor" {
+	line := scanArgs(args)
+	if line.command() != "fsmonitor" || len(line.words) != 3 || line.words[1] != "2" {
 		return 0, false
 	}
-	i := 0
-	for args[i] != "fsmonitor" {
-		i++
-	}
-	rest := args[i+1:]
-	if len(rest) != 2 || rest[0] != "2" {
-		return 0, false
-	}
-	a.storeFlag = preScanStore(args[:i])
+	rest := line.words[1:]
+	a.storeFlag = line.store
 	if err := a.printFSMonitor(rest[1]); err != nil {
 		reportError(a.stderr, fmt.Errorf("fsmonitor: %w", err))
 		return exitError, true
