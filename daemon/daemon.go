@@ -133,7 +133,8 @@ type Config struct {
 	ExitWhenIdle bool
 	// Exec runs a forwarded command line in the daemon against its open
 	// store (Manager) and returns what it printed and its exit code.
-	Exec func(d *Daemon, req RunRequest) RunResponse
+	// ctx is canceled when the client goes (the user interrupted it).
+	Exec func(ctx context.Context, d *Daemon, req RunRequest) RunResponse
 	// Kind classifies a forwarded command line.
 	Kind func(args []string) Kind
 }
@@ -391,7 +392,7 @@ func (d *Daemon) handleRun(w http.ResponseWriter, r *http.Request) {
 	} else {
 		d.gcMu.RLock()
 	}
-	resp := d.cfg.Exec(d, req)
+	resp := d.cfg.Exec(r.Context(), d, req)
 	if kind == KindGC {
 		d.gcMu.Unlock()
 	} else {

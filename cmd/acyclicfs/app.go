@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -164,14 +165,15 @@ var errDaemonGone = fmt.Errorf("%w: the daemon that served this mount is gone", 
 var errNotAMount = errors.New("not an acyclicfs mount of this store")
 
 // daemonConfig is how the daemon runs forwarded commands: each in an app
-// of its own on the daemon's open store.
+// of its own on the daemon's open store, canceled when its client goes
+// (the user interrupted it).
 func (a *app) daemonConfig(exitWhenIdle bool) daemon.Config {
 	return daemon.Config{ExitWhenIdle: exitWhenIdle, Kind: commandKind,
-		Exec: func(d *daemon.Daemon, req daemon.RunRequest) daemon.RunResponse {
+		Exec: func(ctx context.Context, d *daemon.Daemon, req daemon.RunRequest) daemon.RunResponse {
 			var out, errb bytes.Buffer
 			fa := &app{stdout: &out, stderr: &errb, stdin: bytes.NewReader(nil), cwd: req.Cwd,
 				mgr: d.Manager(), inDaemon: true, d: d, gitEnv: req.GitEnv}
-			code := fa.execute(req.Args)
+			code := fa.execute(ctx, req.Args)
 			return daemon.RunResponse{Stdout: out.Bytes(), Stderr: errb.Bytes(), Code: code}
 		}}
 }

@@ -29,7 +29,7 @@ import (
 var localOnly = map[string]bool{"daemon": true, "exec": true, "help": true, "completion": true, "mcp": true, "fsmonitor": true}
 
 // forward runs args in the daemon if one serves the store.
-func (a *app) forward(args []string) (int, bool) {
+func (a *app) forward(ctx context.Context, args []string) (int, bool) {
 	line := scanArgs(args)
 	cmd := line.command()
 	if cmd == "" || localOnly[cmd] {
@@ -52,7 +52,7 @@ func (a *app) forward(args []string) (int, bool) {
 		}
 	}
 	req := daemon.RunRequest{Args: args, Cwd: a.cwd, StderrTTY: a.stderrTTY, ClientPID: os.Getpid(), GitEnv: clientGitEnv()}
-	resp, err := c.run(req)
+	resp, err := c.run(ctx, req)
 	if err != nil && (isGone(err) || errors.Is(err, errDaemonExiting) || (isReset(err) && c.socketGone())) {
 		// The daemon exited, or is exiting, between the ping and the call
 		// (it stops after its last unmount): the store is ours again, or
@@ -64,7 +64,13 @@ func (a *app) forward(args []string) (int, bool) {
 			reportError(a.stderr, fmt.Errorf("%s: start daemon: %w", cmd, err))
 			return exitError, true
 		}
-		resp, err = c.run(req)
+		resp, err = c.run(ctx, req)
+	}
+	if err != nil && ctx.Err() != nil {
+		// Interrupted: the connection closed, which cancels the command
+		// in the daemon.
+		reportError(a.stderr, fmt.Errorf("%s: interrupted: %w", cmd, context.Cause(ctx)))
+		return exitError, true
 	}
 	if err != nil {
 		reportError(a.stderr, fmt.Errorf("%s: daemon unreachable: %w", cmd, err))
@@ -113,18 +119,25 @@ func (c *client) alive() bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-func (c *client) run(r daemon.RunRequest) (daemon.RunResponse, error) {
+// run forwards r; canceling ctx closes the connection, which cancels the
+// command in the daemon.
+func (c *client) run(ctx context.Context, r daemon.RunRequest) (daemon.RunResponse, error) {
 	var out daemon.RunResponse
-	err := c.call("/run", r, &out)
+	err := c.call(ctx, "/run", r, &out)
 	return out, err
 }
 
-func (c *client) call(path string, in, out any) error {
+func (c *client) call(ctx context.Context, path string, in, out any) error {
 	body, err := json.Marshal(in)
 	if err != nil {
 		return err
 	}
-	resp, err := c.http.Post("http://acyclicfs"+path, "application/json", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://acyclicfs"+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(req)
 	if err != nil {
 		return &noResponseError{err}
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -34,7 +35,7 @@ func TestUnansweredCallAfterSocketGone(t *testing.T) {
 		}
 	}()
 	c := newClient(dir)
-	_, err = c.run(daemon.RunRequest{Args: []string{"status"}})
+	_, err = c.run(context.Background(), daemon.RunRequest{Args: []string{"status"}})
 	if err == nil || !isReset(err) {
 		t.Fatalf("run on a closing connection: %v, want a reset", err)
 	}

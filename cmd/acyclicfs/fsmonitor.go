@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -111,7 +112,7 @@ func (a *app) fsmonitorAnswer(token string) fusefs.FSMonitorAnswer {
 	c := newClient(dir)
 	c.http.Timeout = 10 * time.Second
 	var ans fusefs.FSMonitorAnswer
-	if err := c.call("/fsmonitor", daemon.FSMonitorRequest{Mountpoint: mp, Dev: dev, Prefix: filepath.ToSlash(prefix), Token: token}, &ans); err != nil || ans.Token == "" {
+	if err := c.call(context.Background(), "/fsmonitor", daemon.FSMonitorRequest{Mountpoint: mp, Dev: dev, Prefix: filepath.ToSlash(prefix), Token: token}, &ans); err != nil || ans.Token == "" {
 		return fsmonitorUnknown()
 	}
 	return ans

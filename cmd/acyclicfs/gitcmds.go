@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -244,7 +243,7 @@ func (a *app) cmdGitPull() *cobra.Command {
 					})
 				}
 			}
-			res, err := m.GitPull(context.Background(), args[0], a.gitEnv)
+			res, err := m.GitPull(cmd.Context(), args[0], a.gitEnv)
 			if err != nil {
 				return fmt.Errorf("git pull %s: %w", args[0], err)
 			}

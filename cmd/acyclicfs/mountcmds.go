@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -198,14 +199,14 @@ func (a *app) mountForeground(ws, mp string, opt mountFlags) error {
 	if opt.NoFSMonitor {
 		args = append(args, "--no-fsmonitor")
 	}
-	resp, err := c.run(daemon.RunRequest{Args: args, Cwd: a.cwd})
+	resp, err := c.run(context.Background(), daemon.RunRequest{Args: args, Cwd: a.cwd})
 	if err != nil {
 		return err
 	}
 	a.stdout.Write(resp.Stdout)
 	a.stderr.Write(resp.Stderr)
 	if resp.Code != 0 {
-		c.run(daemon.RunRequest{Args: []string{"--store", dir, "shutdown"}})
+		c.run(context.Background(), daemon.RunRequest{Args: []string{"--store", dir, "shutdown"}})
 		<-errc
 		return exitWith(resp.Code)
 	}
@@ -565,7 +566,7 @@ func (a *app) runExec(mp string, argv []string) error {
 		return fmt.Errorf("exec %s: %w", argv[0], err)
 	}
 	pr.Close()
-	resp, err := c.run(daemon.RunRequest{Args: []string{"--store", dir, "lease", "bind", mp, "--pid", strconv.Itoa(child.Process.Pid)}, Cwd: a.cwd})
+	resp, err := c.run(context.Background(), daemon.RunRequest{Args: []string{"--store", dir, "lease", "bind", mp, "--pid", strconv.Itoa(child.Process.Pid)}, Cwd: a.cwd})
 	if err != nil || resp.Code != 0 {
 		pw.Close() // the child sees EOF without "go" and exits 127
 		child.Wait()
@@ -579,7 +580,7 @@ func (a *app) runExec(mp string, argv []string) error {
 	pw.Write([]byte("go"))
 	pw.Close()
 	werr := child.Wait()
-	end, err := c.run(daemon.RunRequest{Args: []string{"--store", dir, "lease", "end", mp, leaseID}, Cwd: a.cwd})
+	end, err := c.run(context.Background(), daemon.RunRequest{Args: []string{"--store", dir, "lease", "end", mp, leaseID}, Cwd: a.cwd})
 	if err != nil {
 		fmt.Fprintf(a.stderr, "acyclicfs: exec: end lease: %v\n", err)
 	} else {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -12,7 +13,8 @@ import (
 )
 
 // run executes one CLI invocation and returns the exit code.
-func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+// ctx is canceled when the user interrupts the command.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	cwd, _ := os.Getwd()
 	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, cwd: cwd}
 	if f, ok := stderr.(*os.File); ok {
@@ -26,21 +28,26 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	// Route through the per-store daemon when one runs: it alone holds the
 	// store open.
-	if code, forwarded := a.forward(args); forwarded {
+	if code, forwarded := a.forward(ctx, args); forwarded {
 		return code
 	}
-	return a.execute(args)
+	return a.execute(ctx, args)
 }
 
 // execute parses and runs args in this process.
-func (a *app) execute(args []string) int {
+func (a *app) execute(ctx context.Context, args []string) int {
 	root := a.rootCommand()
 	root.SetArgs(args)
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
 	root.SetIn(a.stdin)
-	err := root.Execute()
+	err := root.ExecuteContext(ctx)
 	a.close()
+	if err != nil && ctx.Err() != nil && !errors.Is(err, context.Canceled) {
+		// A step the interrupt stopped fails in its own words (a pipe
+		// closed early): say why.
+		err = fmt.Errorf("%w (interrupted: %w)", err, context.Cause(ctx))
+	}
 	if err != nil {
 		reportError(a.stderr, err)
 		return exitCode(err)
