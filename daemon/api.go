@@ -56,8 +56,18 @@ func (s *Mount) Bind(owner sessions.Owner) { s.tracker.Bind(owner) }
 // the sweep ends it (sessions.Tracker.Release).
 func (s *Mount) Release(owner sessions.Owner) bool { return s.tracker.Release(owner) }
 
-// OwnerOfLease is the owner of the mount's open lease id.
-func (s *Mount) OwnerOfLease(id window.LeaseID) (sessions.Owner, bool) {
+// OwnerOfLease is the owner of the mount's open lease with the id as
+// printed (an error wrapping ErrBadLeaseID if it is not an id).
+func (s *Mount) OwnerOfLease(leaseID string) (sessions.Owner, bool, error) {
+	id, err := window.ParseLeaseID(leaseID)
+	if err != nil {
+		return "", false, fmt.Errorf("%q: %w", leaseID, ErrBadLeaseID)
+	}
+	o, ok := s.ownerOfLease(id)
+	return o, ok, nil
+}
+
+func (s *Mount) ownerOfLease(id window.LeaseID) (sessions.Owner, bool) {
 	s.acquire(0)
 	defer s.release()
 	for o, hl := range s.leases {

@@ -1,14 +1,17 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/acyclicfs/acyclicfs/fusefs/sessions"
+	"github.com/acyclicfs/acyclicfs/store"
 	"github.com/acyclicfs/acyclicfs/workspace"
 )
 
@@ -106,4 +109,31 @@ func mountUse(pid int, dev uint64, mp string) (cwdInside bool, open int) {
 		}
 	}
 	return cwdInside, open
+}
+
+// WindowLease is one open lease of a workspace's window, for status.
+type WindowLease struct {
+	ID, Owner string
+	Expires   time.Time
+}
+
+// Window is what status shows of a workspace's operation window.
+type Window struct {
+	Phase         string // idle, active or reconciling
+	PendingParent store.ID
+	Leases        []WindowLease // by id
+}
+
+// InspectWindow reads ws's window (served or not: it reads the store).
+func InspectWindow(ctx context.Context, m *workspace.Manager, ws string) (Window, error) {
+	snap, err := m.Windows().Inspect(ctx, ws)
+	if err != nil {
+		return Window{}, err
+	}
+	w := Window{Phase: string(snap.Phase.Kind), PendingParent: snap.Phase.PendingParent}
+	for _, l := range snap.Phase.Leases {
+		w.Leases = append(w.Leases, WindowLease{ID: l.ID.String(), Owner: l.Owner, Expires: time.UnixMilli(l.ExpiresAtMillis)})
+	}
+	sort.Slice(w.Leases, func(i, j int) bool { return w.Leases[i].ID < w.Leases[j].ID })
+	return w, nil
 }

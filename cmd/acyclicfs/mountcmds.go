@@ -17,7 +17,6 @@ import (
 
 	"github.com/acyclicfs/acyclicfs/daemon"
 	"github.com/acyclicfs/acyclicfs/fusefs/sessions"
-	"github.com/acyclicfs/acyclicfs/window"
 	"github.com/acyclicfs/acyclicfs/workspace"
 )
 
@@ -434,11 +433,10 @@ func (a *app) cmdLease() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			id, err := window.ParseLeaseID(args[1])
+			o, ok, err := s.OwnerOfLease(args[1])
 			if err != nil {
 				return usageError{fmt.Errorf("lease end: %q is not a lease id", args[1])}
 			}
-			o, ok := s.OwnerOfLease(id)
 			if !ok {
 				return usageError{fmt.Errorf("lease end %s: no open lease %s", args[0], args[1])}
 			}

@@ -13,7 +13,6 @@ import (
 	"github.com/acyclicfs/acyclicfs/daemon"
 	"github.com/acyclicfs/acyclicfs/fusefs/sessions"
 	"github.com/acyclicfs/acyclicfs/store"
-	"github.com/acyclicfs/acyclicfs/window"
 	"github.com/acyclicfs/acyclicfs/workspace"
 )
 
@@ -118,7 +117,7 @@ func (a *app) cmdStatus() *cobra.Command {
 			}
 			rep := statusReport{Workspaces: []statusRow{}, Recovery: []string{}}
 			for _, w := range ws {
-				row, err := a.statusOf(m, w)
+				row, err := a.statusOf(cmd.Context(), m, w)
 				if err != nil {
 					return fmt.Errorf("status %s: %w", w.Name, err)
 				}
@@ -148,7 +147,7 @@ func (a *app) cmdStatus() *cobra.Command {
 	}
 }
 
-func (a *app) statusOf(m *workspace.Manager, w store.Workspace) (statusRow, error) {
+func (a *app) statusOf(ctx context.Context, m *workspace.Manager, w store.Workspace) (statusRow, error) {
 	state, mp := a.workspaceState(m, w)
 	row := statusRow{Workspace: w.Name, State: state, Mountpoint: mp}
 	var srv *daemon.Mount
@@ -159,14 +158,14 @@ func (a *app) statusOf(m *workspace.Manager, w store.Workspace) (statusRow, erro
 	if srv != nil {
 		ms = srv.Status(100 * time.Millisecond)
 	}
-	snap, err := m.Windows().Inspect(context.Background(), w.Name)
+	win, err := daemon.InspectWindow(ctx, m, w.Name)
 	if err != nil {
 		row.Window = "unreadable: " + err.Error()
 	} else {
-		row.Window = string(snap.Phase.Kind)
-		row.PendingParent = snap.Phase.PendingParent
-		for _, l := range sortedLeases(snap.Phase.Leases) {
-			sl := statusLease{ID: l.ID.String(), Owner: l.Owner, Expires: time.UnixMilli(l.ExpiresAtMillis).UTC().Format(time.RFC3339)}
+		row.Window = win.Phase
+		row.PendingParent = win.PendingParent
+		for _, l := range win.Leases {
+			sl := statusLease{ID: l.ID, Owner: l.Owner, Expires: l.Expires.UTC().Format(time.RFC3339)}
 			if srv != nil {
 				sl.Processes = srv.LeaseHolders(l.Owner)
 				if o, ok := ms.Owners[sessions.Owner(strings.TrimPrefix(l.Owner, "exec "))]; ok && !o.LastRequest.IsZero() {
@@ -206,19 +205,6 @@ func (a *app) statusOf(m *workspace.Manager, w store.Workspace) (statusRow, erro
 		row.LastReconcile = ms.LastReconcile
 	}
 	return row, nil
-}
-
-func sortedLeases(m map[window.LeaseID]window.LeaseRecord) []window.LeaseRecord {
-	out := make([]window.LeaseRecord, 0, len(m))
-	for _, l := range m {
-		out = append(out, l)
-	}
-	for i := 1; i < len(out); i++ {
-		for j := i; j > 0 && out[j].ID.String() < out[j-1].ID.String(); j-- {
-			out[j], out[j-1] = out[j-1], out[j]
-		}
-	}
-	return out
 }
 
 func printStatus(out io.Writer, rep statusReport) {
