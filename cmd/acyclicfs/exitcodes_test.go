@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -85,5 +86,24 @@ func TestScanArgs(t *testing.T) {
 	}
 	if c := scanArgs(strings.Fields("mount ws /mp --foreground -- --x")); !c.flags["--foreground"] || c.flags["--x"] || len(c.words) != 3 {
 		t.Errorf("flags %v words %q", c.flags, c.words)
+	}
+}
+
+// TestCommandLineErrorsAreUsage: what cobra and pflag refuse (a word that
+// is no command, a flag a command lacks, a value that does not parse)
+// exits 2 by the errors' types, not their text; bare acyclicfs prints
+// help.
+func TestCommandLineErrorsAreUsage(t *testing.T) {
+	for _, args := range [][]string{{"bogus"}, {"lsit"}, {"--bogus"}, {"list", "--bogus"}, {"log", "-n", "abc", "x"}, {"status", "--store"}} {
+		var out, errb bytes.Buffer
+		a := &app{stdout: &out, stderr: &errb, stdin: strings.NewReader(""), cwd: t.TempDir()}
+		if code := a.execute(context.Background(), args); code != exitUsage || !strings.HasPrefix(errb.String(), "acyclicfs: ") {
+			t.Errorf("%q: exit %d, stderr %q; want exit %d", args, code, errb.String(), exitUsage)
+		}
+	}
+	var out, errb bytes.Buffer
+	a := &app{stdout: &out, stderr: &errb, stdin: strings.NewReader(""), cwd: t.TempDir()}
+	if code := a.execute(context.Background(), nil); code != exitOK || !strings.Contains(out.String(), "Usage:") {
+		t.Errorf("bare: exit %d, stdout %q", code, out.String())
 	}
 }
