@@ -71,8 +71,15 @@ func (v *fakeView) SwitchViewQueuedLinks(root store.ID, _ [][]string) (<-chan st
 	return ch, nil
 }
 
+// tb is what the fixture needs of *testing.T and *rapid.T.
+type tb interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+}
+
 type fixture struct {
-	t    *testing.T
+	t    tb
 	dir  string
 	m    *workspace.Manager
 	d    *Daemon
@@ -87,7 +94,19 @@ const testTTL = 300 * time.Millisecond
 // fake view. edit is a tree c's session "writes".
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	dir := t.TempDir()
+	f := newFixtureIn(t, t.TempDir())
+	t.Cleanup(f.close)
+	return f
+}
+
+// close stops what the fixture started.
+func (f *fixture) close() {
+	f.s.goneOnce.Do(func() { close(f.s.gone) })
+	f.m.Close()
+}
+
+func newFixtureIn(t tb, dir string) *fixture {
+	t.Helper()
 	m, err := workspace.Open(filepath.Join(dir, "store"), workspace.Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
@@ -111,10 +130,6 @@ func newFixture(t *testing.T) *fixture {
 	}
 	f := &fixture{t: t, dir: dir, m: m, edit: edit}
 	f.serve()
-	t.Cleanup(func() {
-		f.s.goneOnce.Do(func() { close(f.s.gone) })
-		f.m.Close()
-	})
 	return f
 }
 
@@ -141,7 +156,7 @@ func (f *fixture) serve() {
 	f.d.mounts["c"] = f.s
 }
 
-func write(t *testing.T, dir, name, content string) {
+func write(t tb, dir, name, content string) {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
