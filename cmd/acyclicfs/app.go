@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/acyclicfs/acyclicfs/daemon"
 	"github.com/acyclicfs/acyclicfs/workspace"
 )
 
@@ -37,7 +40,7 @@ type app struct {
 	// owned is a manager this invocation opened and must close.
 	owned *workspace.Manager
 	// daemon hooks (nil outside the daemon)
-	d *daemon
+	d *daemon.Daemon
 	// bar shows import/export progress on a terminal (nil otherwise).
 	bar *progressBar
 }
@@ -160,3 +163,30 @@ var errDaemonGone = fmt.Errorf("%w: the daemon that served this mount is gone", 
 
 // errNotAMount: a MOUNTPOINT argument names no mount of this store.
 var errNotAMount = errors.New("not an acyclicfs mount of this store")
+
+// daemonConfig is how the daemon runs forwarded commands: each in an app
+// of its own on the daemon's open store, canceled when its client goes
+// (the user interrupted it).
+func (a *app) daemonConfig(exitWhenIdle bool) daemon.Config {
+	return daemon.Config{ExitWhenIdle: exitWhenIdle, Kind: commandKind,
+		Exec: func(ctx context.Context, d *daemon.Daemon, req daemon.RunRequest) daemon.RunResponse {
+			var out, errb bytes.Buffer
+			fa := &app{stdout: &out, stderr: &errb, stdin: bytes.NewReader(nil), cwd: req.Cwd,
+				mgr: d.Manager(), inDaemon: true, d: d, gitEnv: req.GitEnv}
+			code := fa.execute(ctx, req.Args)
+			return daemon.RunResponse{Stdout: out.Bytes(), Stderr: errb.Bytes(), Code: code}
+		}}
+}
+
+// commandKind is how the daemon treats the command line args.
+func commandKind(args []string) daemon.Kind {
+	switch scanArgs(args).command() {
+	case "gc":
+		return daemon.KindGC
+	case "mount", "unmount", "context":
+		return daemon.KindMountChange
+	case "shutdown":
+		return daemon.KindShutdown
+	}
+	return daemon.KindOther
+}

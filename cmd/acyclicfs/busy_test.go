@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"fmt"
 	"testing"
+
+	"github.com/acyclicfs/acyclicfs/daemon"
 )
 
 // TestOpenLeasesErrorIsBusyWithHint: the refusal of land/rebase exits 4,
 // names every lease on the error's one line and adds a hint.
 func TestOpenLeasesErrorIsBusyWithHint(t *testing.T) {
-	err := fmt.Errorf("land a: %w", &openLeasesError{ws: "a", holders: []string{"explicit:x (lease 01)", "sid:12 (pid 12 sleep)"}})
+	err := fmt.Errorf("land a: %w", &daemon.OpenLeasesError{Workspace: "a", Holders: []string{"explicit:x (lease 01)", "sid:12 (pid 12 sleep)"}})
 	if got := exitCode(err); got != exitBusy {
 		t.Fatalf("exitCode = %d, want %d", got, exitBusy)
 	}

@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/acyclicfs/acyclicfs/daemon"
 )
 
 // The CLI talks to the per-store daemon over STORE/daemon.sock with
@@ -23,68 +25,24 @@ import (
 // what it printed and its exit code. Commands therefore behave identically
 // with or without a daemon.
 
-const (
-	socketName = "daemon.sock"
-	pidName    = "daemon.pid"
-	logName    = "daemon.log"
-	lockName   = "daemon.lock"
-)
-
-// runRequest is a forwarded invocation.
-type runRequest struct {
-	Args      []string `json:"args"`
-	Cwd       string   `json:"cwd"`
-	StderrTTY bool     `json:"stderr_tty"`
-	ClientPID int      `json:"client_pid"`
-	// GitEnv is the client's git identity and configuration variables
-	// (gitEnvVars): git commands run by the daemon use them, so that a
-	// publish's commit has the client's author.
-	GitEnv []string `json:"git_env,omitempty"`
-}
-
-// runResponse is what the daemon printed and the exit code.
-type runResponse struct {
-	Stdout []byte `json:"stdout"`
-	Stderr []byte `json:"stderr"`
-	Code   int    `json:"code"`
-}
-
 // localOnly commands never forward.
 var localOnly = map[string]bool{"daemon": true, "exec": true, "help": true, "completion": true, "mcp": true, "fsmonitor": true}
 
-func firstCommand(args []string) string {
-	skipNext := false
-	for _, s := range args {
-		if skipNext {
-			skipNext = false
-			continue
-		}
-		if s == "--store" {
-			skipNext = true
-			continue
-		}
-		if len(s) > 0 && s[0] == '-' {
-			continue
-		}
-		return s
-	}
-	return ""
-}
-
 // forward runs args in the daemon if one serves the store.
-func (a *app) forward(args []string) (int, bool) {
-	cmd := firstCommand(args)
+func (a *app) forward(ctx context.Context, args []string) (int, bool) {
+	line := scanArgs(args)
+	cmd := line.command()
 	if cmd == "" || localOnly[cmd] {
 		return 0, false
 	}
-	a.storeFlag = preScanStore(args)
+	a.storeFlag = line.store
 	dir, err := a.storeDir()
 	if err != nil {
 		return 0, false
 	}
 	c := newClient(dir)
 	if !c.alive() {
-		if startsDaemon(args) {
+		if startsDaemon(line) {
 			if err := startDaemon(dir); err != nil {
 				reportError(a.stderr, fmt.Errorf("%s: start daemon: %w", cmd, err))
 				return exitError, true
@@ -93,20 +51,26 @@ func (a *app) forward(args []string) (int, bool) {
 			return 0, false
 		}
 	}
-	req := runRequest{Args: args, Cwd: a.cwd, StderrTTY: a.stderrTTY, ClientPID: os.Getpid(), GitEnv: clientGitEnv()}
-	resp, err := c.run(req)
+	req := daemon.RunRequest{Args: args, Cwd: a.cwd, StderrTTY: a.stderrTTY, ClientPID: os.Getpid(), GitEnv: clientGitEnv()}
+	resp, err := c.run(ctx, req)
 	if err != nil && (isGone(err) || errors.Is(err, errDaemonExiting) || (isReset(err) && c.socketGone())) {
 		// The daemon exited, or is exiting, between the ping and the call
 		// (it stops after its last unmount): the store is ours again, or
 		// the next daemon's.
-		if !startsDaemon(args) {
+		if !startsDaemon(line) {
 			return 0, false
 		}
 		if err := startDaemon(dir); err != nil {
 			reportError(a.stderr, fmt.Errorf("%s: start daemon: %w", cmd, err))
 			return exitError, true
 		}
-		resp, err = c.run(req)
+		resp, err = c.run(ctx, req)
+	}
+	if err != nil && ctx.Err() != nil {
+		// Interrupted: the connection closed, which cancels the command
+		// in the daemon.
+		reportError(a.stderr, fmt.Errorf("%s: interrupted: %w", cmd, context.Cause(ctx)))
+		return exitError, true
 	}
 	if err != nil {
 		reportError(a.stderr, fmt.Errorf("%s: daemon unreachable: %w", cmd, err))
@@ -115,18 +79,6 @@ func (a *app) forward(args []string) (int, bool) {
 	a.stdout.Write(resp.Stdout)
 	a.stderr.Write(resp.Stderr)
 	return resp.Code, true
-}
-
-func hasFlag(args []string, flag string) bool {
-	for _, s := range args {
-		if s == "--" {
-			return false
-		}
-		if s == flag {
-			return true
-		}
-	}
-	return false
 }
 
 // errDaemonExiting: the daemon refused the command because it is exiting.
@@ -138,7 +90,7 @@ type client struct {
 }
 
 func newClient(storeDir string) *client {
-	sock := filepath.Join(storeDir, socketName)
+	sock := filepath.Join(storeDir, daemon.SocketName)
 	return &client{dir: storeDir, http: &http.Client{Transport: &http.Transport{
 		// A fresh connection per call: a daemon that is exiting refuses it
 		// (and the CLI runs the command itself) instead of resetting a
@@ -153,7 +105,7 @@ func newClient(storeDir string) *client {
 
 // alive reports whether a daemon answers on the socket.
 func (c *client) alive() bool {
-	if _, err := os.Stat(filepath.Join(c.dir, socketName)); err != nil {
+	if _, err := os.Stat(filepath.Join(c.dir, daemon.SocketName)); err != nil {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -167,18 +119,25 @@ func (c *client) alive() bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-func (c *client) run(r runRequest) (runResponse, error) {
-	var out runResponse
-	err := c.call("/run", r, &out)
+// run forwards r; canceling ctx closes the connection, which cancels the
+// command in the daemon.
+func (c *client) run(ctx context.Context, r daemon.RunRequest) (daemon.RunResponse, error) {
+	var out daemon.RunResponse
+	err := c.call(ctx, "/run", r, &out)
 	return out, err
 }
 
-func (c *client) call(path string, in, out any) error {
+func (c *client) call(ctx context.Context, path string, in, out any) error {
 	body, err := json.Marshal(in)
 	if err != nil {
 		return err
 	}
-	resp, err := c.http.Post("http://acyclicfs"+path, "application/json", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://acyclicfs"+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(req)
 	if err != nil {
 		return &noResponseError{err}
 	}
@@ -206,7 +165,7 @@ func startDaemon(storeDir string) error {
 	if err != nil {
 		return err
 	}
-	logf, err := os.OpenFile(filepath.Join(storeDir, logName), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	logf, err := os.OpenFile(filepath.Join(storeDir, daemon.LogName), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("daemon log: %w", err)
 	}
@@ -240,13 +199,13 @@ func startDaemon(storeDir string) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("daemon did not become ready: %w (see %s)", err, filepath.Join(storeDir, logName))
+		return fmt.Errorf("daemon did not become ready: %w (see %s)", err, filepath.Join(storeDir, daemon.LogName))
 	}
 	msg := string(bytes.TrimSpace(buf))
 	if msg == "" {
 		msg = "it exited"
 	}
-	return fmt.Errorf("daemon failed to start: %s (see %s)", msg, filepath.Join(storeDir, logName))
+	return fmt.Errorf("daemon failed to start: %s (see %s)", msg, filepath.Join(storeDir, daemon.LogName))
 }
 
 // noResponseError: a call failed before any response arrived (connect,
@@ -268,7 +227,7 @@ func isReset(err error) bool {
 // not run, and running it again is safe. A daemon killed mid-command
 // leaves its socket behind: that error is reported.
 func (c *client) socketGone() bool {
-	_, err := os.Stat(filepath.Join(c.dir, socketName))
+	_, err := os.Stat(filepath.Join(c.dir, daemon.SocketName))
 	return errors.Is(err, fs.ErrNotExist)
 }
 

@@ -201,9 +201,9 @@ func (a *app) workspaceState(m *workspace.Manager, w store.Workspace) (state, mo
 	state = "idle"
 	if rec, ok, err := m.MountRecord(w.Name); err == nil && ok {
 		state, mountpoint = "mounted", rec.Mountpoint
-		if a.d != nil && a.d.active(w.Name) {
+		if a.d != nil && a.d.Active(w.Name) {
 			state = "active"
-		} else if a.d == nil || !a.d.serving(w.Name) {
+		} else if a.d == nil || !a.d.Serving(w.Name) {
 			state = "recovering"
 		}
 	}
@@ -436,7 +436,7 @@ func (a *app) cmdRebase() *cobra.Command {
 				return err
 			}
 			if a.d != nil {
-				if err := a.d.refuseIfActive(args[0]); err != nil {
+				if err := a.d.RefuseIfActive(args[0]); err != nil {
 					return fmt.Errorf("rebase %s: %w", args[0], err)
 				}
 			}
@@ -445,7 +445,7 @@ func (a *app) cmdRebase() *cobra.Command {
 				return fmt.Errorf("rebase %s: %w", args[0], err)
 			}
 			if a.d != nil {
-				a.d.headMoved(args[0])
+				a.d.HeadMoved(args[0])
 			}
 			return a.printOutcome(a.stdout, res)
 		},
@@ -466,7 +466,7 @@ func (a *app) cmdLand() *cobra.Command {
 				return err
 			}
 			if a.d != nil {
-				if err := a.d.refuseIfActive(args[0]); err != nil {
+				if err := a.d.RefuseIfActive(args[0]); err != nil {
 					return fmt.Errorf("land %s: %w", args[0], err)
 				}
 			}
@@ -475,8 +475,8 @@ func (a *app) cmdLand() *cobra.Command {
 				return fmt.Errorf("land %s: %w", args[0], err)
 			}
 			if a.d != nil {
-				a.d.headMoved(args[0])
-				a.d.headMoved(res.Parent)
+				a.d.HeadMoved(args[0])
+				a.d.HeadMoved(res.Parent)
 			}
 			if res.Outcome == workspace.OutcomeConflicted {
 				return a.printOutcome(a.stdout, res)
@@ -564,15 +564,10 @@ func (a *app) cmdGC() *cobra.Command {
 			// their last snapshot still named (upper-trash) first.
 			var freed int64
 			if a.d != nil {
-				for _, s := range a.d.all() {
-					if s == nil || s.mnt == nil { // nil: a mount being set up
-						continue
-					}
-					n, err := s.mnt.FreeScratch()
-					freed += n
-					if err != nil {
-						return fmt.Errorf("gc: scratch of the mount of %s: %w", s.ws, err)
-					}
+				n, err := a.d.FreeScratch()
+				freed += n
+				if err != nil {
+					return fmt.Errorf("gc: %w", err)
 				}
 			}
 			n, err := m.GC()

@@ -68,7 +68,7 @@ func (a *app) cmdResolve() *cobra.Command {
 			if a.d != nil {
 				// An idle mount was captured at its last session's end; a
 				// running session would change the file under the resolve.
-				if err := a.d.refuseIfActive(ws); err != nil {
+				if err := a.d.RefuseIfActive(ws); err != nil {
 					return fmt.Errorf("resolve %s: %w", ws, err)
 				}
 			}
@@ -77,7 +77,7 @@ func (a *app) cmdResolve() *cobra.Command {
 				return fmt.Errorf("resolve %s: %w", ws, err)
 			}
 			if a.d != nil {
-				a.d.headMoved(ws)
+				a.d.HeadMoved(ws)
 			}
 			return a.emit(res, func(w io.Writer) {
 				fmt.Fprintln(w, res.Head)

@@ -152,7 +152,7 @@ func (a *app) cmdContextLand() *cobra.Command {
 					return fmt.Errorf("context land %s: %w", args[0], err)
 				}
 				for _, r := range ctx.Roots {
-					if err := a.d.refuseIfActive(r.Workspace); err != nil {
+					if err := a.d.RefuseIfActive(r.Workspace); err != nil {
 						return fmt.Errorf("context land %s: %w", args[0], err)
 					}
 				}
@@ -163,8 +163,8 @@ func (a *app) cmdContextLand() *cobra.Command {
 			}
 			if a.d != nil {
 				for _, r := range res.Roots {
-					a.d.headMoved(r.Workspace)
-					a.d.headMoved(r.ParentWorkspace)
+					a.d.HeadMoved(r.Workspace)
+					a.d.HeadMoved(r.ParentWorkspace)
 				}
 			}
 			if err := a.emit(res, func(w io.Writer) {

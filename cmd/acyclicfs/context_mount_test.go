@@ -19,7 +19,7 @@ func TestStartsDaemon(t *testing.T) {
 		{[]string{"unmount", "/mp"}, false},
 		{nil, false},
 	} {
-		if got := startsDaemon(c.args); got != c.want {
+		if got := startsDaemon(scanArgs(c.args)); got != c.want {
 			t.Errorf("startsDaemon(%q) = %v, want %v", c.args, got, c.want)
 		}
 	}

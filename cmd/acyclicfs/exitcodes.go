@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/acyclicfs/acyclicfs/corestate"
+	"github.com/acyclicfs/acyclicfs/daemon"
 	"github.com/acyclicfs/acyclicfs/fusefs"
 	"github.com/acyclicfs/acyclicfs/internal/gitrepo"
 	"github.com/acyclicfs/acyclicfs/store"
@@ -77,7 +78,7 @@ func exitCode(err error) int {
 
 // hint suggests what to do about err, or "".
 func hint(err error) string {
-	var ol *openLeasesError
+	var ol *daemon.OpenLeasesError
 	switch {
 	case errors.As(err, &ol):
 		return "those sessions still run in the mount (sessions that ended were waited for): let them finish or end them, then retry; an explicit lease ends with 'acyclicfs lease end MOUNTPOINT LEASE'"

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -61,18 +62,48 @@ func TestReportErrorIsOneLineWithHint(t *testing.T) {
 	}
 }
 
-func TestFirstCommandSkipsGlobalFlags(t *testing.T) {
+func TestScanArgs(t *testing.T) {
 	for args, want := range map[string]string{
 		"--store /x list":        "list",
 		"--json -q status a":     "status",
 		"--store=/x exec m -- l": "exec",
+		"--store mount context":  "context",
 		"":                       "",
 	} {
-		if got := firstCommand(strings.Fields(args)); got != want {
-			t.Errorf("firstCommand(%q) = %q, want %q", args, got, want)
+		if got := scanArgs(strings.Fields(args)).command(); got != want {
+			t.Errorf("scanArgs(%q).command() = %q, want %q", args, got, want)
 		}
 	}
-	if got := preScanStore(strings.Fields("-q --store /s mount a b")); got != "/s" {
-		t.Errorf("preScanStore = %q", got)
+	for args, want := range map[string]string{
+		"-q --store /s mount a b":          "/s",
+		"--store /a --store=/b list":       "/b",
+		"exec /m -- sh --store /elsewhere": "",
+		"list --store":                     "",
+	} {
+		if got := scanArgs(strings.Fields(args)).store; got != want {
+			t.Errorf("scanArgs(%q).store = %q, want %q", args, got, want)
+		}
+	}
+	if c := scanArgs(strings.Fields("mount ws /mp --foreground -- --x")); !c.flags["--foreground"] || c.flags["--x"] || len(c.words) != 3 {
+		t.Errorf("flags %v words %q", c.flags, c.words)
+	}
+}
+
+// TestCommandLineErrorsAreUsage: what cobra and pflag refuse (a word that
+// is no command, a flag a command lacks, a value that does not parse)
+// exits 2 by the errors' types, not their text; bare acyclicfs prints
+// help.
+func TestCommandLineErrorsAreUsage(t *testing.T) {
+	for _, args := range [][]string{{"bogus"}, {"lsit"}, {"--bogus"}, {"list", "--bogus"}, {"log", "-n", "abc", "x"}, {"status", "--store"}} {
+		var out, errb bytes.Buffer
+		a := &app{stdout: &out, stderr: &errb, stdin: strings.NewReader(""), cwd: t.TempDir()}
+		if code := a.execute(context.Background(), args); code != exitUsage || !strings.HasPrefix(errb.String(), "acyclicfs: ") {
+			t.Errorf("%q: exit %d, stderr %q; want exit %d", args, code, errb.String(), exitUsage)
+		}
+	}
+	var out, errb bytes.Buffer
+	a := &app{stdout: &out, stderr: &errb, stdin: strings.NewReader(""), cwd: t.TempDir()}
+	if code := a.execute(context.Background(), nil); code != exitOK || !strings.Contains(out.String(), "Usage:") {
+		t.Errorf("bare: exit %d, stdout %q", code, out.String())
 	}
 }

@@ -2,11 +2,8 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
-	"errors"
+	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/acyclicfs/acyclicfs/daemon"
 	"github.com/acyclicfs/acyclicfs/fusefs"
 	"github.com/acyclicfs/acyclicfs/internal/fsmtoken"
 )
@@ -27,14 +25,6 @@ import (
 // in a mount, daemon unreachable, a token it cannot vouch for) it answers
 // with "/", everything may have changed, and exits 0: git then scans, as
 // without fsmonitor.
-
-// fsmonitorRequest asks the daemon about the mount at Mountpoint.
-type fsmonitorRequest struct {
-	Mountpoint string `json:"mountpoint"`
-	Dev        string `json:"dev"`    // the mount's device, "major:minor"
-	Prefix     string `json:"prefix"` // the worktree, relative to the mount root
-	Token      string `json:"token"`
-}
 
 // fsmonitorOutput is what the hook prints when nothing better is known:
 // a token no mount accepts as a base (dirty, of no overlay), and "/".
@@ -66,18 +56,12 @@ func (a *app) fsmonitorCommand() *cobra.Command {
 // fsmonitorHook runs `[--store S] fsmonitor 2 TOKEN` straight away; other
 // forms (help, a bad version) go through the command tree.
 func (a *app) fsmonitorHook(args []string) (int, bool) {
-	if firstCommand(args) != "fsmonitor" {
+	line := scanArgs(args)
+	if line.command() != "fsmonitor" || len(line.words) != 3 || line.words[1] != "2" {
 		return 0, false
 	}
-	i := 0
-	for args[i] != "fsmonitor" {
-		i++
-	}
-	rest := args[i+1:]
-	if len(rest) != 2 || rest[0] != "2" {
-		return 0, false
-	}
-	a.storeFlag = preScanStore(args[:i])
+	rest := line.words[1:]
+	a.storeFlag = line.store
 	if err := a.printFSMonitor(rest[1]); err != nil {
 		reportError(a.stderr, fmt.Errorf("fsmonitor: %w", err))
 		return exitError, true
@@ -128,7 +112,7 @@ func (a *app) fsmonitorAnswer(token string) fusefs.FSMonitorAnswer {
 	c := newClient(dir)
 	c.http.Timeout = 10 * time.Second
 	var ans fusefs.FSMonitorAnswer
-	if err := c.call("/fsmonitor", fsmonitorRequest{Mountpoint: mp, Dev: dev, Prefix: filepath.ToSlash(prefix), Token: token}, &ans); err != nil || ans.Token == "" {
+	if err := c.call(context.Background(), "/fsmonitor", daemon.FSMonitorRequest{Mountpoint: mp, Dev: dev, Prefix: filepath.ToSlash(prefix), Token: token}, &ans); err != nil || ans.Token == "" {
 		return fsmonitorUnknown()
 	}
 	return ans
@@ -194,36 +178,4 @@ func unescapeMountinfo(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
-}
-
-// handleFSMonitor answers a hook's query from the mount's overlay. It
-// takes no workspace lock: a reconcile in progress must not stall git.
-func (d *daemon) handleFSMonitor(w http.ResponseWriter, r *http.Request) {
-	var req fsmonitorRequest
-	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	var mnt *fusefs.Mount
-	d.mu.Lock()
-	for _, s := range d.mounts {
-		if s == nil || s.mnt == nil {
-			continue
-		}
-		// By device where both sides know it (a path may differ by a
-		// symlink); a device names one live mount on the machine.
-		if s.dev != "" && req.Dev != "" && s.dev == req.Dev || (s.dev == "" || req.Dev == "") && s.mp == req.Mountpoint {
-			mnt = s.mnt
-		}
-	}
-	d.mu.Unlock()
-	if mnt == nil {
-		http.Error(w, "no mount at "+req.Mountpoint, http.StatusNotFound)
-		return
-	}
-	ans := mnt.FSMonitor(req.Token, req.Prefix)
-	w.Header().Set("Content-Type", "application/json")
-	if err := json.NewEncoder(w).Encode(ans); err != nil && !errors.Is(err, http.ErrHandlerTimeout) {
-		d.logger.Printf("fsmonitor answer to %s: %v", req.Mountpoint, err)
-	}
 }

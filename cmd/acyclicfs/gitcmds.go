@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -10,12 +9,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/acyclicfs/acyclicfs/daemon"
 	"github.com/acyclicfs/acyclicfs/workspace"
 )
 
 // gitEnvVars are the variables that decide a git commit's author and
 // committer and where git reads its configuration. The client sends them
-// to the daemon (runRequest.GitEnv): commits that publish makes carry the
+// to the daemon (daemon.RunRequest.GitEnv): commits that publish makes carry the
 // identity of the user who asked, not the daemon's.
 var gitEnvVars = []string{
 	"GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_AUTHOR_DATE",
@@ -169,7 +169,7 @@ func (a *app) publish(ws string, opt workspace.PublishOptions) (workspace.Publis
 		return workspace.PublishResult{}, err
 	}
 	if a.d != nil {
-		if err := a.d.refuseIfActive(ws); err != nil {
+		if err := a.d.RefuseIfActive(ws); err != nil {
 			return workspace.PublishResult{}, fmt.Errorf("git publish %s: %w", ws, err)
 		}
 	}
@@ -232,9 +232,9 @@ func (a *app) cmdGitPull() *cobra.Command {
 			// only at its window's final close. With sessions running, the
 			// pull is queued for it.
 			if a.d != nil {
-				if err := a.d.refuseIfActive(args[0]); err != nil {
-					var ol *openLeasesError
-					if !errors.As(err, &ol) || !a.d.queuePull(args[0], a.gitEnv) {
+				if err := a.d.RefuseIfActive(args[0]); err != nil {
+					var ol *daemon.OpenLeasesError
+					if !errors.As(err, &ol) || !a.d.QueuePull(args[0], a.gitEnv) {
 						return fmt.Errorf("git pull %s: %w", args[0], err)
 					}
 					return a.emit(map[string]any{"workspace": args[0], "queued": true}, func(w io.Writer) {
@@ -243,12 +243,12 @@ func (a *app) cmdGitPull() *cobra.Command {
 					})
 				}
 			}
-			res, err := m.GitPull(context.Background(), args[0], a.gitEnv)
+			res, err := m.GitPull(cmd.Context(), args[0], a.gitEnv)
 			if err != nil {
 				return fmt.Errorf("git pull %s: %w", args[0], err)
 			}
 			if a.d != nil && !res.Already {
-				a.d.headMoved(args[0])
+				a.d.HeadMoved(args[0])
 			}
 			if a.jsonOut {
 				if err := a.emit(res, nil); err != nil {
@@ -269,52 +269,4 @@ func (a *app) cmdGitPull() *cobra.Command {
 			return nil
 		},
 	}
-}
-
-// queuedPull is a git pull waiting for a mount's final close.
-type queuedPull struct {
-	env []string // the client's git identity variables
-}
-
-// queuePull queues a git pull of ws for its mount's final close; it
-// reports false when ws is not mounted here or no lease is open any more
-// (the caller then pulls at once). The lease check and the queueing hold
-// the mount's lock, which the final close holds too: a pull is never
-// queued after the close that should have run it.
-func (d *daemon) queuePull(ws string, env []string) bool {
-	s := d.get(ws)
-	if s == nil || !s.acquire(admitWait) {
-		return false
-	}
-	defer s.release()
-	if len(s.leases) == 0 || s.closing {
-		return false
-	}
-	s.pull = &queuedPull{env: env}
-	return true
-}
-
-// runQueuedPull runs a pull queued for this final close (called with
-// s.lock held, after the capture was published and the view switched);
-// the close's outcome becomes the pull's. A failed pull is logged and
-// leaves res.
-func (s *served) runQueuedPull(res workspace.Result) workspace.Result {
-	q := s.pull
-	if q == nil {
-		return res
-	}
-	s.pull = nil
-	pr, err := s.d.m.GitPull(context.Background(), s.ws, q.env)
-	if err != nil {
-		s.d.logger.Printf("%s: queued git pull: %v", s.ws, err)
-		return res
-	}
-	if pr.Already {
-		return res
-	}
-	s.d.logger.Printf("%s: queued git pull: %s %s..%s", s.ws, pr.Outcome, short12(pr.Old), short12(pr.New))
-	if err := s.switchToHead(); err != nil {
-		s.d.logger.Printf("%s: queued git pull: %v", s.ws, err)
-	}
-	return pr.Result
 }

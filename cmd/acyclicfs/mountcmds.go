@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,8 +15,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/acyclicfs/acyclicfs/daemon"
 	"github.com/acyclicfs/acyclicfs/fusefs/sessions"
-	"github.com/acyclicfs/acyclicfs/window"
 	"github.com/acyclicfs/acyclicfs/workspace"
 )
 
@@ -32,7 +33,7 @@ func (a *app) needDaemon(what string) error {
 }
 
 func (a *app) cmdMount() *cobra.Command {
-	var opt mountOptions
+	var opt mountFlags
 	var ttl, idle time.Duration
 	var by string
 	var foreground bool
@@ -68,13 +69,13 @@ func (a *app) cmdMount() *cobra.Command {
 			if idle < 0 {
 				return usageError{fmt.Errorf("mount: --idle-close must not be negative")}
 			}
-			if opt.warmEntries < 0 {
+			if opt.WarmEntries < 0 {
 				return usageError{fmt.Errorf("mount: --warm-entries must not be negative")}
 			}
 			if err := checkTransport(cmd.Flags(), &opt); err != nil {
 				return usageError{fmt.Errorf("mount: %w", err)}
 			}
-			opt.leaseTTL, opt.leaseBy, opt.idleClose = ttl, b, idle
+			opt.LeaseTTL, opt.LeaseBy, opt.IdleClose = ttl, b, idle
 			mp := a.mountpath(args[1])
 			if a.d == nil {
 				if !foreground {
@@ -82,7 +83,7 @@ func (a *app) cmdMount() *cobra.Command {
 				}
 				return a.mountForeground(args[0], mp, opt)
 			}
-			s, notes, err := a.d.mountWorkspace(args[0], mp, opt)
+			s, notes, err := a.d.MountWorkspace(args[0], mp, opt.MountOptions)
 			for _, n := range notes {
 				fmt.Fprintf(a.stderr, "recovery: %s\n", n)
 			}
@@ -90,52 +91,53 @@ func (a *app) cmdMount() *cobra.Command {
 				return fmt.Errorf("mount %s: %w", args[0], err)
 			}
 			if opt.waitWarm {
-				s.mnt.WaitWarm()
+				s.WaitWarm()
 			}
 			return a.emit(map[string]string{"workspace": args[0], "mountpoint": mp}, func(w io.Writer) { fmt.Fprintln(w, mp) })
 		},
 	}
 	f := c.Flags()
 	f.BoolVar(&foreground, "foreground", false, "serve the mount from this process until it is unmounted")
-	f.BoolVar(&opt.allowOther, "allow-other", false, "let other users access the mount")
+	f.BoolVar(&opt.AllowOther, "allow-other", false, "let other users access the mount")
 	f.DurationVar(&ttl, "lease-ttl", 10*time.Second, "lease lifetime without renewal (bounds a crashed daemon's leases)")
 	f.StringVar(&by, "lease-by", "sid", "lease owner key: sid, pgid or pid")
 	f.DurationVar(&idle, "idle-close", 0, "also end a lease after this long with no request, open file or cwd in the mount")
-	f.BoolVar(&opt.debug, "debug", false, "log every FUSE request to the daemon log")
+	f.BoolVar(&opt.Debug, "debug", false, "log every FUSE request to the daemon log")
 	transportFlag(f, &opt)
-	f.BoolVar(&opt.xattrs, "xattrs", false, "serve user xattrs (off by default: with them the kernel asks for security.capability before every write)")
+	f.BoolVar(&opt.Xattrs, "xattrs", false, "serve user xattrs (off by default: with them the kernel asks for security.capability before every write)")
 	warmFlag(f, &opt)
-	f.BoolVar(&opt.noFSMonitor, "no-fsmonitor", false,
+	f.BoolVar(&opt.NoFSMonitor, "no-fsmonitor", false,
 		"do not set git's fsmonitor hook in a repository at the mount's root (and remove it where an earlier mount set it)")
 	return c
 }
 
-// The values of mount --transport.
-const (
-	transportAuto   = "auto"     // io_uring where the kernel offers it, else /dev/fuse
-	transportUring  = "io_uring" // io_uring or fail
-	transportDevice = "dev-fuse" // read(2) and write(2) on /dev/fuse
-)
+// mountFlags are mount's and context mount's flags: the daemon's mount
+// options, and whether the command waits for the warm-up.
+type mountFlags struct {
+	daemon.MountOptions
+	// waitWarm: the mount command returns once the warm-up has ended.
+	waitWarm bool
+}
 
 // transportFlag defines --transport and its shorthand --uring.
-func transportFlag(f *pflag.FlagSet, opt *mountOptions) {
-	f.StringVar(&opt.transport, "transport", transportAuto,
+func transportFlag(f *pflag.FlagSet, opt *mountFlags) {
+	f.StringVar(&opt.Transport, "transport", daemon.TransportAuto,
 		"how the kernel's requests reach the daemon: auto (io_uring where the kernel offers it, else /dev/fuse), io_uring (fail where it is not offered: Linux 6.14+, fuse module parameter enable_uring=1) or dev-fuse")
 	f.Bool("uring", false, "same as --transport io_uring")
 }
 
 // checkTransport validates --transport and folds --uring into it.
-func checkTransport(f *pflag.FlagSet, opt *mountOptions) error {
-	switch opt.transport {
-	case transportAuto, transportUring, transportDevice:
+func checkTransport(f *pflag.FlagSet, opt *mountFlags) error {
+	switch opt.Transport {
+	case daemon.TransportAuto, daemon.TransportUring, daemon.TransportDevice:
 	default:
-		return fmt.Errorf("--transport: %q is not one of auto, io_uring, dev-fuse", opt.transport)
+		return fmt.Errorf("--transport: %q is not one of auto, io_uring, dev-fuse", opt.Transport)
 	}
 	if uring, _ := f.GetBool("uring"); uring {
-		if f.Changed("transport") && opt.transport != transportUring {
-			return fmt.Errorf("--uring contradicts --transport %s", opt.transport)
+		if f.Changed("transport") && opt.Transport != daemon.TransportUring {
+			return fmt.Errorf("--uring contradicts --transport %s", opt.Transport)
 		}
-		opt.transport = transportUring
+		opt.Transport = daemon.TransportUring
 	}
 	return nil
 }
@@ -146,15 +148,15 @@ func checkTransport(f *pflag.FlagSet, opt *mountOptions) error {
 const defaultWarmEntries = 50000
 
 // warmFlag defines --warm-entries and --wait-warm.
-func warmFlag(f *pflag.FlagSet, opt *mountOptions) {
-	f.IntVar(&opt.warmEntries, "warm-entries", defaultWarmEntries,
+func warmFlag(f *pflag.FlagSet, opt *mountFlags) {
+	f.IntVar(&opt.WarmEntries, "warm-entries", defaultWarmEntries,
 		"after mounting, list up to this many names in the background so that the kernel caches them before tools ask (0: off)")
 	f.BoolVar(&opt.waitWarm, "wait-warm", false,
 		"return only once the warm-up has ended, so that the first tool finds the names cached")
 }
 
 // mountForeground runs a daemon in this process serving one mount.
-func (a *app) mountForeground(ws, mp string, opt mountOptions) error {
+func (a *app) mountForeground(ws, mp string, opt mountFlags) error {
 	dir, err := a.storeDir()
 	if err != nil {
 		return err
@@ -168,7 +170,7 @@ func (a *app) mountForeground(ws, mp string, opt mountOptions) error {
 		return err
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- runDaemon(dir, pw, true) }()
+	go func() { errc <- daemon.Run(dir, pw, a.daemonConfig(true)) }()
 	buf := make([]byte, 256)
 	n, _ := pr.Read(buf)
 	pr.Close()
@@ -176,34 +178,34 @@ func (a *app) mountForeground(ws, mp string, opt mountOptions) error {
 		return fmt.Errorf("mount --foreground: %s", msg)
 	}
 	c := newClient(dir)
-	args := []string{"--store", dir, "mount", ws, mp, "--lease-ttl", opt.leaseTTL.String(), "--lease-by", opt.leaseBy.String()}
-	if opt.allowOther {
+	args := []string{"--store", dir, "mount", ws, mp, "--lease-ttl", opt.LeaseTTL.String(), "--lease-by", opt.LeaseBy.String()}
+	if opt.AllowOther {
 		args = append(args, "--allow-other")
 	}
-	if opt.idleClose > 0 {
-		args = append(args, "--idle-close", opt.idleClose.String())
+	if opt.IdleClose > 0 {
+		args = append(args, "--idle-close", opt.IdleClose.String())
 	}
-	if opt.xattrs {
+	if opt.Xattrs {
 		args = append(args, "--xattrs")
 	}
-	if opt.debug {
+	if opt.Debug {
 		args = append(args, "--debug")
 	}
-	args = append(args, "--transport", opt.transport, "--warm-entries", strconv.Itoa(opt.warmEntries))
+	args = append(args, "--transport", opt.Transport, "--warm-entries", strconv.Itoa(opt.WarmEntries))
 	if opt.waitWarm {
 		args = append(args, "--wait-warm")
 	}
-	if opt.noFSMonitor {
+	if opt.NoFSMonitor {
 		args = append(args, "--no-fsmonitor")
 	}
-	resp, err := c.run(runRequest{Args: args, Cwd: a.cwd})
+	resp, err := c.run(context.Background(), daemon.RunRequest{Args: args, Cwd: a.cwd})
 	if err != nil {
 		return err
 	}
 	a.stdout.Write(resp.Stdout)
 	a.stderr.Write(resp.Stderr)
 	if resp.Code != 0 {
-		c.run(runRequest{Args: []string{"--store", dir, "shutdown"}})
+		c.run(context.Background(), daemon.RunRequest{Args: []string{"--store", dir, "shutdown"}})
 		<-errc
 		return exitWith(resp.Code)
 	}
@@ -231,20 +233,20 @@ detaches it anyway (what they write afterwards is not captured).`,
 		Args: exactArgs(1, "MOUNTPOINT"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			mp := a.mountpath(args[0])
-			var s *served
+			var s *daemon.Mount
 			if a.d != nil {
-				s = a.d.byMountpoint(mp)
+				s = a.d.ByMountpoint(mp)
 				if s == nil && !strings.Contains(args[0], "/") {
-					s = a.d.get(args[0]) // a workspace name
+					s = a.d.Get(args[0]) // a workspace name
 				}
 			}
 			if s == nil {
 				// Not served (any more): a mount whose daemon died.
 				return a.unmountOffline(mp, args[0])
 			}
-			res, err := s.unmount(lazy)
+			res, err := s.Unmount(lazy)
 			if err != nil {
-				return fmt.Errorf("unmount %s: %w", s.mp, err)
+				return fmt.Errorf("unmount %s: %w", s.Mountpoint(), err)
 			}
 			return a.printOutcome(a.stdout, res)
 		},
@@ -284,9 +286,9 @@ func (a *app) unmountOffline(mp, arg string) error {
 func (a *app) recoverOffline(m *workspace.Manager, rec workspace.MountRecord) (workspace.Result, error) {
 	d := a.d
 	if d == nil {
-		d = &daemon{m: m, dir: m.Dir(), logger: newDiscardLogger(), mounts: map[string]*served{}}
+		d = daemon.Offline(m)
 	}
-	notes, err := d.recoverMount(rec)
+	notes, err := d.RecoverMount(rec)
 	for _, n := range notes {
 		fmt.Fprintf(a.stderr, "recovery: %s\n", n)
 	}
@@ -312,7 +314,7 @@ func (a *app) recoverStale() ([]string, int, error) {
 	var outs []string
 	failed := 0
 	for _, rec := range recs {
-		if a.d != nil && a.d.serving(rec.Workspace) {
+		if a.d != nil && a.d.Serving(rec.Workspace) {
 			continue
 		}
 		res, err := a.recoverOffline(m, rec)
@@ -335,7 +337,7 @@ func (a *app) cmdShutdown() *cobra.Command {
 			var outs []string
 			failed := 0
 			if a.d != nil {
-				outs, failed = a.d.unmountAll()
+				outs, failed = a.d.UnmountAll()
 			}
 			// Mounts a dead daemon left (after a crash: ENOTCONN, their
 			// workspaces "recovering") are detached and recovered too.
@@ -382,7 +384,7 @@ func (a *app) cmdDaemon() *cobra.Command {
 			if readyFD >= 0 {
 				ready = os.NewFile(uintptr(readyFD), "ready")
 			}
-			return runDaemon(dir, ready, exitIdle)
+			return daemon.Run(dir, ready, a.daemonConfig(exitIdle))
 		},
 	}
 	c.Flags().IntVar(&readyFD, "ready-fd", -1, "write \"ready\" to this fd once serving")
@@ -410,13 +412,13 @@ func (a *app) cmdLease() *cobra.Command {
 				return err
 			}
 			if ttl <= 0 {
-				ttl = s.ttl
+				ttl = s.TTL()
 			}
-			l, err := s.beginLease(sessions.Owner("explicit:"+owner), owner, true, ttl)
+			l, err := s.BeginLease(sessions.Owner("explicit:"+owner), owner, true, ttl)
 			if err != nil {
 				return fmt.Errorf("lease begin %s: %w", args[0], err)
 			}
-			s.tracker.Bind(sessions.Owner("explicit:" + owner))
+			s.Bind(sessions.Owner("explicit:" + owner))
 			return a.emit(map[string]string{"lease": l.ID.String(), "owner": owner}, func(w io.Writer) { fmt.Fprintln(w, l.ID) })
 		},
 	}
@@ -431,21 +433,20 @@ func (a *app) cmdLease() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			id, err := window.ParseLeaseID(args[1])
+			o, ok, err := s.OwnerOfLease(args[1])
 			if err != nil {
 				return usageError{fmt.Errorf("lease end: %q is not a lease id", args[1])}
 			}
-			o, ok := s.ownerOfLease(id)
 			if !ok {
 				return usageError{fmt.Errorf("lease end %s: no open lease %s", args[0], args[1])}
 			}
-			if s.tracker.Release(o) {
+			if s.Release(o) {
 				// exec's command left processes behind in its session:
 				// they keep the lease, and the sweeper ends it (and
 				// reconciles) once none is left.
-				return a.printOutcome(a.stdout, s.outcome(workspace.OutcomeStillActive))
+				return a.printOutcome(a.stdout, s.Outcome(workspace.OutcomeStillActive))
 			}
-			res, err := s.endLease(o)
+			res, err := s.EndLease(o)
 			if err != nil {
 				return fmt.Errorf("lease end %s: %w", args[1], err)
 			}
@@ -463,12 +464,12 @@ func (a *app) cmdLease() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			o := sessions.MakeOwner(s.by, pid)
-			l, err := s.beginLease(o, "exec "+string(o), true, s.ttl)
+			o := sessions.MakeOwner(s.By(), pid)
+			l, err := s.BeginLease(o, "exec "+string(o), true, s.TTL())
 			if err != nil {
 				return fmt.Errorf("exec %s: %w", args[0], err)
 			}
-			s.tracker.Bind(o)
+			s.Bind(o)
 			fmt.Fprintln(a.stdout, l.ID)
 			return nil
 		},
@@ -480,11 +481,11 @@ func (a *app) cmdLease() *cobra.Command {
 
 // servedAt is the daemon's mount at mp, for command what (its errors
 // name it).
-func (a *app) servedAt(what, mp string) (*served, error) {
+func (a *app) servedAt(what, mp string) (*daemon.Mount, error) {
 	if a.d == nil {
 		return nil, a.unserved(what, a.mountpath(mp))
 	}
-	s := a.d.byMountpoint(a.mountpath(mp))
+	s := a.d.ByMountpoint(a.mountpath(mp))
 	if s == nil {
 		return nil, usageError{fmt.Errorf("%s %s: %w", what, a.mountpath(mp), errNotAMount)}
 	}
@@ -505,17 +506,6 @@ func (a *app) unserved(what, mp string) error {
 		}
 	}
 	return usageError{fmt.Errorf("%s %s: %w (and no daemon is running)", what, mp, errNotAMount)}
-}
-
-func (s *served) ownerOfLease(id window.LeaseID) (sessions.Owner, bool) {
-	s.acquire(0)
-	defer s.release()
-	for o, hl := range s.leases {
-		if hl.holder.Lease().ID == id {
-			return o, true
-		}
-	}
-	return "", false
 }
 
 // ---- exec ----
@@ -574,7 +564,7 @@ func (a *app) runExec(mp string, argv []string) error {
 		return fmt.Errorf("exec %s: %w", argv[0], err)
 	}
 	pr.Close()
-	resp, err := c.run(runRequest{Args: []string{"--store", dir, "lease", "bind", mp, "--pid", strconv.Itoa(child.Process.Pid)}, Cwd: a.cwd})
+	resp, err := c.run(context.Background(), daemon.RunRequest{Args: []string{"--store", dir, "lease", "bind", mp, "--pid", strconv.Itoa(child.Process.Pid)}, Cwd: a.cwd})
 	if err != nil || resp.Code != 0 {
 		pw.Close() // the child sees EOF without "go" and exits 127
 		child.Wait()
@@ -588,7 +578,7 @@ func (a *app) runExec(mp string, argv []string) error {
 	pw.Write([]byte("go"))
 	pw.Close()
 	werr := child.Wait()
-	end, err := c.run(runRequest{Args: []string{"--store", dir, "lease", "end", mp, leaseID}, Cwd: a.cwd})
+	end, err := c.run(context.Background(), daemon.RunRequest{Args: []string{"--store", dir, "lease", "end", mp, leaseID}, Cwd: a.cwd})
 	if err != nil {
 		fmt.Fprintf(a.stderr, "acyclicfs: exec: end lease: %v\n", err)
 	} else {

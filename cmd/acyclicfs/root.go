@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,7 +13,8 @@ import (
 )
 
 // run executes one CLI invocation and returns the exit code.
-func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+// ctx is canceled when the user interrupts the command.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	cwd, _ := os.Getwd()
 	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, cwd: cwd}
 	if f, ok := stderr.(*os.File); ok {
@@ -25,31 +28,48 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	// Route through the per-store daemon when one runs: it alone holds the
 	// store open.
-	if code, forwarded := a.forward(args); forwarded {
+	if code, forwarded := a.forward(ctx, args); forwarded {
 		return code
 	}
-	return a.execute(args)
+	return a.execute(ctx, args)
 }
 
 // execute parses and runs args in this process.
-func (a *app) execute(args []string) int {
+func (a *app) execute(ctx context.Context, args []string) int {
 	root := a.rootCommand()
 	root.SetArgs(args)
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
 	root.SetIn(a.stdin)
-	err := root.Execute()
+	err := root.ExecuteContext(ctx)
 	a.close()
+	if err != nil && ctx.Err() != nil && !errors.Is(err, context.Canceled) {
+		// A step the interrupt stopped fails in its own words (a pipe
+		// closed early): say why.
+		err = fmt.Errorf("%w (interrupted: %w)", err, context.Cause(ctx))
+	}
 	if err != nil {
-		if strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "unknown flag") ||
-			strings.HasPrefix(err.Error(), "unknown shorthand flag") || strings.Contains(err.Error(), "flag needs an argument") ||
-			strings.HasPrefix(err.Error(), "invalid argument") || strings.HasPrefix(err.Error(), "required flag") {
-			err = usageError{err}
-		}
 		reportError(a.stderr, err)
 		return exitCode(err)
 	}
 	return exitOK
+}
+
+// unknownCommand is the root command's argument check: a word that names
+// no command is a usage error (cobra's own check returns an untyped
+// error, classified by its text before).
+func unknownCommand(c *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], c.CommandPath())
+	if c.SuggestionsMinimumDistance <= 0 {
+		c.SuggestionsMinimumDistance = 2 // cobra's default
+	}
+	if s := c.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += "\n\nDid you mean this?\n\t" + strings.Join(s, "\n\t") + "\n"
+	}
+	return usageError{errors.New(msg)}
 }
 
 func (a *app) rootCommand() *cobra.Command {
@@ -58,9 +78,14 @@ func (a *app) rootCommand() *cobra.Command {
 		Short:         "Workspace filesystem for coding agents: fork in O(1), mount, rebase, land",
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		// Bare `acyclicfs` prints help.
+		// Bare `acyclicfs` prints help; a word that is no command is a
+		// usage error (flag errors are, through SetFlagErrorFunc).
+		Args: unknownCommand,
+		RunE: func(c *cobra.Command, _ []string) error { return c.Help() },
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
+	// The root runs only to print help: its usage shows no line of its own.
+	root.SetUsageTemplate(strings.Replace(root.UsageTemplate(), "Usage:{{if .Runnable}}", "Usage:{{if and .Runnable .HasParent}}", 1))
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.storeFlag, "store", "", "store directory (default $ACYCLICFS_STORE, else $XDG_DATA_HOME/acyclicfs)")
 	pf.BoolVar(&a.jsonOut, "json", false, "machine-readable output on stdout")
@@ -75,28 +100,6 @@ func (a *app) rootCommand() *cobra.Command {
 	a.addMountCommands(root)
 	root.AddCommand(a.fsmonitorCommand())
 	return root
-}
-
-// preScanStore finds --store in args without full parsing (needed to find
-// the daemon before the command runs).
-func preScanStore(args []string) string {
-	// The last --store wins, as it does for the flag parser.
-	store := ""
-	for i := 0; i < len(args); i++ {
-		s := args[i]
-		if s == "--" {
-			break
-		}
-		if s == "--store" && i+1 < len(args) {
-			store = args[i+1]
-			i++
-			continue
-		}
-		if v, ok := strings.CutPrefix(s, "--store="); ok {
-			store = v
-		}
-	}
-	return store
 }
 
 // flagError names the command a bad flag was given to, and says "not a

@@ -4,17 +4,15 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 
+	"github.com/acyclicfs/acyclicfs/daemon"
 	"github.com/acyclicfs/acyclicfs/fusefs/sessions"
 	"github.com/acyclicfs/acyclicfs/store"
-	"github.com/acyclicfs/acyclicfs/window"
 	"github.com/acyclicfs/acyclicfs/workspace"
 )
 
@@ -28,17 +26,7 @@ type statusLease struct {
 	IdleMS *int64 `json:"idle_ms,omitempty"`
 	// Processes are the live processes of a session lease (an implicit
 	// one, or exec's), with what of the mount each uses.
-	Processes []statusProc `json:"processes,omitempty"`
-}
-
-// statusProc is a process holding a lease.
-type statusProc struct {
-	PID     int    `json:"pid"`
-	Command string `json:"command"`
-	// CwdInside: its working directory is in the mount; OpenFiles counts
-	// its descriptors open on files in the mount.
-	CwdInside bool `json:"cwd_inside"`
-	OpenFiles int  `json:"open_files"`
+	Processes []daemon.Proc `json:"processes,omitempty"`
 }
 
 // statusRow is one workspace in `status`.
@@ -53,7 +41,7 @@ type statusRow struct {
 	Conflicts     []workspace.ConflictInfo `json:"conflicts,omitempty"`
 	LastOutcome   string                   `json:"last_outcome,omitempty"`
 	// LastReconcile: where the mount's last final close spent its time.
-	LastReconcile *reconcileTiming `json:"last_reconcile,omitempty"`
+	LastReconcile *daemon.ReconcileTiming `json:"last_reconcile,omitempty"`
 	// InPlace is the directory of an in-place workspace; Materialized the
 	// generation that directory holds (behind the head while a
 	// materialization is pending).
@@ -76,7 +64,7 @@ type statusRow struct {
 	// Capture is a mounted workspace's capture trouble: a capture that
 	// failed (its changes kept in the mount, retried) or one a retry
 	// stored since (until the next final close).
-	Capture *statusCapture `json:"capture,omitempty"`
+	Capture *daemon.CaptureStatus `json:"capture,omitempty"`
 	// Running is what the mount is busy with now (a final close, a
 	// rebase onto its parent, an unmount, a capture retry) and how far
 	// its capture got.
@@ -129,7 +117,7 @@ func (a *app) cmdStatus() *cobra.Command {
 			}
 			rep := statusReport{Workspaces: []statusRow{}, Recovery: []string{}}
 			for _, w := range ws {
-				row, err := a.statusOf(m, w)
+				row, err := a.statusOf(cmd.Context(), m, w)
 				if err != nil {
 					return fmt.Errorf("status %s: %w", w.Name, err)
 				}
@@ -141,9 +129,7 @@ func (a *app) cmdStatus() *cobra.Command {
 			}
 			rep.Recovery = append(rep.Recovery, work...)
 			if a.d != nil {
-				a.d.mu.Lock()
-				rep.Recovery = append(rep.Recovery, a.d.lost...)
-				a.d.mu.Unlock()
+				rep.Recovery = append(rep.Recovery, a.d.Lost()...)
 			}
 			rep.BaseReads = m.Store().BaseReads()
 			rep.BaseReadPaths = m.Store().BaseReadPaths()
@@ -152,7 +138,7 @@ func (a *app) cmdStatus() *cobra.Command {
 				return err
 			}
 			for _, r := range recs {
-				if a.d == nil || !a.d.serving(r.Workspace) {
+				if a.d == nil || !a.d.Serving(r.Workspace) {
 					rep.Recovery = append(rep.Recovery, fmt.Sprintf("mount of %s at %s (daemon %d gone): recovered by the next mount or unmount", r.Workspace, r.Mountpoint, r.DaemonPID))
 				}
 			}
@@ -161,31 +147,28 @@ func (a *app) cmdStatus() *cobra.Command {
 	}
 }
 
-func (a *app) statusOf(m *workspace.Manager, w store.Workspace) (statusRow, error) {
+func (a *app) statusOf(ctx context.Context, m *workspace.Manager, w store.Workspace) (statusRow, error) {
 	state, mp := a.workspaceState(m, w)
 	row := statusRow{Workspace: w.Name, State: state, Mountpoint: mp}
-	snap, err := m.Windows().Inspect(context.Background(), w.Name)
+	var srv *daemon.Mount
+	var ms daemon.MountStatus
+	if a.d != nil {
+		srv = a.d.Get(w.Name)
+	}
+	if srv != nil {
+		ms = srv.Status(100 * time.Millisecond)
+	}
+	win, err := daemon.InspectWindow(ctx, m, w.Name)
 	if err != nil {
 		row.Window = "unreadable: " + err.Error()
 	} else {
-		row.Window = string(snap.Phase.Kind)
-		row.PendingParent = snap.Phase.PendingParent
-		var srv *served
-		var owners map[sessions.Owner]sessions.OwnerInfo
-		if a.d != nil {
-			srv = a.d.get(w.Name)
-		}
-		if srv != nil {
-			owners = map[sessions.Owner]sessions.OwnerInfo{}
-			for _, o := range srv.tracker.Owners() {
-				owners[o.Owner] = o
-			}
-		}
-		for _, l := range sortedLeases(snap.Phase.Leases) {
-			sl := statusLease{ID: l.ID.String(), Owner: l.Owner, Expires: time.UnixMilli(l.ExpiresAtMillis).UTC().Format(time.RFC3339)}
+		row.Window = win.Phase
+		row.PendingParent = win.PendingParent
+		for _, l := range win.Leases {
+			sl := statusLease{ID: l.ID, Owner: l.Owner, Expires: l.Expires.UTC().Format(time.RFC3339)}
 			if srv != nil {
-				sl.Processes = srv.leaseHolders(l.Owner)
-				if o, ok := owners[sessions.Owner(strings.TrimPrefix(l.Owner, "exec "))]; ok && !o.LastRequest.IsZero() {
+				sl.Processes = srv.LeaseHolders(l.Owner)
+				if o, ok := ms.Owners[sessions.Owner(strings.TrimPrefix(l.Owner, "exec "))]; ok && !o.LastRequest.IsZero() {
 					idle := max(time.Since(o.LastRequest).Milliseconds(), 0)
 					sl.IdleMS = &idle
 				}
@@ -209,38 +192,19 @@ func (a *app) statusOf(m *workspace.Manager, w store.Workspace) (statusRow, erro
 			row.WatchedDirs, _ = m.Store().BaseWatching(info.Base)
 		}
 	}
-	if a.d != nil {
-		if s := a.d.get(w.Name); s != nil {
-			row.Warmed, row.Warming = s.mnt.Warmed()
-			row.Transport, row.UringRequests = s.mnt.Transport(), s.mnt.UringRequests()
-			row.Capture = s.captureState.Load()
-			if act := s.activity.Load(); act != nil {
-				run := &statusRunning{What: act.What, Since: act.Since.UTC().Format(time.RFC3339),
-					ElapsedMS: time.Since(act.Since).Milliseconds()}
-				run.Capturing, run.FilesHashed, run.BytesHashed = s.mnt.CaptureProgress()
-				row.Running = run
-			}
-			if s.acquire(100 * time.Millisecond) {
-				row.LastOutcome = string(s.last.Outcome)
-				row.LastReconcile = s.timing
-				s.release()
-			}
+	if srv != nil {
+		row.Warmed, row.Warming = ms.Warmed, ms.Warming
+		row.Transport, row.UringRequests = ms.Transport, ms.UringRequests
+		row.Capture = ms.Capture
+		if act := ms.Activity; act != nil {
+			row.Running = &statusRunning{What: act.What, Since: act.Since.UTC().Format(time.RFC3339),
+				ElapsedMS: time.Since(act.Since).Milliseconds(), Capturing: ms.Capturing,
+				FilesHashed: ms.FilesHashed, BytesHashed: ms.BytesHashed}
 		}
+		row.LastOutcome = string(ms.LastOutcome)
+		row.LastReconcile = ms.LastReconcile
 	}
 	return row, nil
-}
-
-func sortedLeases(m map[window.LeaseID]window.LeaseRecord) []window.LeaseRecord {
-	out := make([]window.LeaseRecord, 0, len(m))
-	for _, l := range m {
-		out = append(out, l)
-	}
-	for i := 1; i < len(out); i++ {
-		for j := i; j > 0 && out[j].ID.String() < out[j-1].ID.String(); j-- {
-			out[j], out[j-1] = out[j-1], out[j]
-		}
-	}
-	return out
 }
 
 func printStatus(out io.Writer, rep statusReport) {
@@ -301,7 +265,7 @@ func printStatus(out io.Writer, rep statusReport) {
 		if r.Running != nil {
 			progress := ""
 			if r.Running.Capturing || r.Running.FilesHashed > 0 {
-				progress = fmt.Sprintf(", capture stored %d files, %s", r.Running.FilesHashed, humanBytes(r.Running.BytesHashed))
+				progress = fmt.Sprintf(", capture stored %d files, %s", r.Running.FilesHashed, daemon.HumanBytes(r.Running.BytesHashed))
 			}
 			fmt.Fprintf(out, "running %s %s since %s (%v)%s\n", r.Workspace, r.Running.What, r.Running.Since,
 				time.Duration(r.Running.ElapsedMS)*time.Millisecond, progress)
@@ -311,7 +275,7 @@ func printStatus(out io.Writer, rep statusReport) {
 			case "failed":
 				why := c.Error
 				if c.NoSpace {
-					why = fmt.Sprintf("no space left on the store's disk: %s has %s free, the capture needs up to %s", c.Store, humanBytes(c.FreeBytes), humanBytes(c.NeededBytes))
+					why = fmt.Sprintf("no space left on the store's disk: %s has %s free, the capture needs up to %s", c.Store, daemon.HumanBytes(c.FreeBytes), daemon.HumanBytes(c.NeededBytes))
 				}
 				fmt.Fprintf(out, "capture %s failed since %s (%d attempts): %s; the mount keeps its changes and retries when space returns, at the next lease end and at unmount\n",
 					r.Workspace, c.Since, c.Attempts, why)
@@ -330,47 +294,4 @@ func printStatus(out io.Writer, rep statusReport) {
 	for _, w := range rep.Recovery {
 		fmt.Fprintf(out, "recovery: %s\n", w)
 	}
-}
-
-// leaseHolders lists the live processes of the session a lease label
-// names ("sid:N", or exec's "exec sid:N"), with their use of the mount.
-func (s *served) leaseHolders(label string) []statusProc {
-	owner := sessions.Owner(strings.TrimPrefix(label, "exec "))
-	procs, err := s.tracker.Processes(owner)
-	if err != nil {
-		return nil
-	}
-	out := make([]statusProc, 0, len(procs))
-	for _, p := range procs {
-		sp := statusProc{PID: p.PID, Command: p.Comm}
-		sp.CwdInside, sp.OpenFiles = mountUse(p.PID, s.mnt.Dev(), s.mp)
-		out = append(out, sp)
-	}
-	return out
-}
-
-// mountUse reports whether process pid's working directory is in the
-// mount, and how many of its descriptors are open on files in it. It
-// compares device numbers (st_dev of the mount's file system), not paths:
-// after a detach the mountpoint's path names the directory underneath,
-// and the processes there do not use the mount. Nothing it does sends a
-// request to the mount (AT_STATX_DONT_SYNC).
-func mountUse(pid int, dev uint64, mp string) (cwdInside bool, open int) {
-	in := func(p string) bool {
-		if dev == 0 { // identity unknown: by path
-			t, err := os.Readlink(p)
-			return err == nil && (t == mp || strings.HasPrefix(t, mp+"/"))
-		}
-		var st unix.Statx_t
-		return unix.Statx(unix.AT_FDCWD, p, unix.AT_STATX_DONT_SYNC, unix.STATX_BASIC_STATS, &st) == nil &&
-			unix.Mkdev(st.Dev_major, st.Dev_minor) == dev
-	}
-	cwdInside = in(fmt.Sprintf("/proc/%d/cwd", pid))
-	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-	for _, fd := range fds {
-		if in(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())) {
-			open++
-		}
-	}
-	return cwdInside, open
 }

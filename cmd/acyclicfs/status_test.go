@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/acyclicfs/acyclicfs/daemon"
 )
 
 // TestPrintStatusCaptureAndRunning: the text lines of a mount's running
@@ -16,9 +18,9 @@ func TestPrintStatusCaptureAndRunning(t *testing.T) {
 		{Workspace: "a", State: "mounted", Window: "reconciling",
 			Leases:  []statusLease{{ID: "l1", Owner: "sid:7", Expires: "T", IdleMS: &idle}},
 			Running: &statusRunning{What: "final close", Since: "S", ElapsedMS: 1500, Capturing: true, FilesHashed: 3, BytesHashed: 3 << 20},
-			Capture: &statusCapture{State: "failed", Since: "F", NoSpace: true, Store: "/st", NeededBytes: 40 << 20, FreeBytes: 4096, Attempts: 2}},
+			Capture: &daemon.CaptureStatus{State: "failed", Since: "F", NoSpace: true, Store: "/st", NeededBytes: 40 << 20, FreeBytes: 4096, Attempts: 2}},
 		{Workspace: "b", State: "mounted", Window: "idle",
-			Capture: &statusCapture{State: "stored", Since: "G", Attempts: 4}},
+			Capture: &daemon.CaptureStatus{State: "stored", Since: "G", Attempts: 4}},
 	}}
 	var out bytes.Buffer
 	printStatus(&out, rep)

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"fmt"
@@ -22,33 +22,33 @@ const settleSweeps = 3
 // listedProcs is how many processes of one lease a busy message names.
 const listedProcs = 5
 
-// refuseIfActive fails for a workspace whose window is open: its head may
+// RefuseIfActive fails for a workspace whose window is open: its head may
 // only move at the window's final close. A session whose processes have
 // all exited does not count: the periodic sweep would notice it within
 // its interval (sessions.DefaultSweepInterval), so this sweeps now and
 // waits, bounded by settleWait, for the final close it starts (or one
 // already running) to finish. What stays open is really in use; the
-// error (an *openLeasesError, wrapping workspace.ErrBusy) names each lease
+// error (an *OpenLeasesError, wrapping workspace.ErrBusy) names each lease
 // and its live processes.
-func (d *daemon) refuseIfActive(ws string) error {
-	s := d.get(ws)
+func (d *Daemon) RefuseIfActive(ws string) error {
+	s := d.Get(ws)
 	if s == nil {
 		return nil
 	}
 	return s.refuseIfActive(settleWait)
 }
 
-// openLeasesError is refuseIfActive's refusal.
-type openLeasesError struct {
-	ws      string
-	holders []string // one per open lease: its owner and processes
+// OpenLeasesError is RefuseIfActive's refusal.
+type OpenLeasesError struct {
+	Workspace string
+	Holders   []string // one per open lease: its owner and processes
 }
 
-func (e *openLeasesError) Error() string {
-	return fmt.Sprintf("%v: %s has open leases: %s", workspace.ErrBusy, e.ws, strings.Join(e.holders, "; "))
+func (e *OpenLeasesError) Error() string {
+	return fmt.Sprintf("%v: %s has open leases: %s", workspace.ErrBusy, e.Workspace, strings.Join(e.Holders, "; "))
 }
 
-func (e *openLeasesError) Unwrap() error { return workspace.ErrBusy }
+func (e *OpenLeasesError) Unwrap() error { return workspace.ErrBusy }
 
 // openLease is a copy of one held lease for the busy message.
 type openLease struct {
@@ -60,7 +60,7 @@ type openLease struct {
 
 // refuseIfActive is daemon.refuseIfActive for this mount, waiting at most
 // wait.
-func (s *served) refuseIfActive(wait time.Duration) error {
+func (s *Mount) refuseIfActive(wait time.Duration) error {
 	deadline := time.Now().Add(wait)
 	left := func() time.Duration { return max(time.Until(deadline), time.Millisecond) }
 	gaveUp := func() error {
@@ -93,7 +93,7 @@ func (s *served) refuseIfActive(wait time.Duration) error {
 		sort.Slice(open, func(i, j int) bool { return open[i].owner < open[j].owner })
 		holders, ended := s.describeLeases(open)
 		if !ended || sweep == settleSweeps {
-			return &openLeasesError{ws: s.ws, holders: holders}
+			return &OpenLeasesError{Workspace: s.ws, Holders: holders}
 		}
 	}
 }
@@ -102,7 +102,7 @@ func (s *served) refuseIfActive(wait time.Duration) error {
 // the final closes it ran) finished within wait. A sweep in progress is
 // waited for first: it may be running the very final close we wait for.
 // When wait passes, the sweep goes on in the background.
-func (s *served) sweepNow(wait time.Duration) bool {
+func (s *Mount) sweepNow(wait time.Duration) bool {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -121,7 +121,7 @@ func (s *served) sweepNow(wait time.Duration) bool {
 // describeLeases names each lease's owner and live processes, e.g.
 // "sid:1234 (pid 1234 sleep, pid 1240 sh)". ended reports a session
 // lease none of whose processes is left: it exited after the sweep looked.
-func (s *served) describeLeases(open []openLease) (holders []string, ended bool) {
+func (s *Mount) describeLeases(open []openLease) (holders []string, ended bool) {
 	for _, l := range open {
 		procs, err := s.tracker.Processes(l.owner)
 		var parts []string
@@ -156,7 +156,7 @@ func (s *served) describeLeases(open []openLease) (holders []string, ended bool)
 // storeOwedCapture retries a capture that failed, if one is owed, and
 // fails while it still cannot be stored: the head lacks what the mount
 // holds. Called with s.lock held and no lease open.
-func (s *served) storeOwedCapture() error {
+func (s *Mount) storeOwedCapture() error {
 	if s.failed == nil {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -24,20 +24,22 @@ import (
 	"github.com/acyclicfs/acyclicfs/workspace"
 )
 
-// served is one mounted workspace: the FUSE mount, its session tracker,
+// Mount is one mounted workspace: the FUSE mount, its session tracker,
 // and the leases it holds in the workspace's operation window.
 //
 // Lock order: served.lock, then daemon.mu. The lock is a channel so that
 // waits for it are bounded (new sessions wait for a reconcile to finish,
 // up to admitWait, instead of failing at once).
-type served struct {
-	d        *daemon
+type Mount struct {
+	d        *Daemon
 	ws       string
 	mp       string
 	stateDir string
 	ttl      time.Duration
 	by       sessions.By
 	mnt      *fusefs.Mount
+	// view is mnt as the final close uses it (a fake in unit tests).
+	view view
 	// dev is the mount's device ("major:minor", as mountinfo shows it),
 	// by which the fsmonitor hook names the mount it runs in.
 	dev     string
@@ -59,7 +61,7 @@ type served struct {
 	leases  map[sessions.Owner]*heldLease
 	pinned  store.ID // generation the view shows (overlay base)
 	last    workspace.Result
-	timing  *reconcileTiming // the last final close's (nil: none yet)
+	timing  *ReconcileTiming // the last final close's (nil: none yet)
 	closing bool
 	// pull is a `git pull` queued while leases were open: it runs at the
 	// window's final close (gitcmds.go queuePull).
@@ -72,19 +74,33 @@ type served struct {
 	// captureState is status's view of failed (nil: nothing to show);
 	// activity what the mount is busy with (nil: nothing). Read without
 	// the lock by status.
-	captureState atomic.Pointer[statusCapture]
-	activity     atomic.Pointer[activity]
+	captureState atomic.Pointer[CaptureStatus]
+	activity     atomic.Pointer[Activity]
 	// gone is closed (once, by goneOnce) when the mount is unmounted.
 	gone     chan struct{}
 	goneOnce sync.Once
 }
 
-// reconcileTiming is where the last final close spent its time: status
+// view is what the final close, a refresh and a capture retry need of
+// the mount's FUSE side: capture its overlay, switch it to a new head,
+// hold off the warm-up. *fusefs.Mount is the one implementation outside
+// tests.
+type view interface {
+	HoldWarm() (release func())
+	CaptureDeferredLinks() (root store.ID, links [][]string, changed bool, trees []*store.Tree, done func(), err error)
+	FreeScratch() (int64, error)
+	PendingBytes() int64
+	SwitchViewQueuedLinks(root store.ID, links [][]string) (<-chan struct{}, error)
+}
+
+var _ view = (*fusefs.Mount)(nil)
+
+// ReconcileTiming is where the last final close spent its time: status
 // --json's last_reconcile, in milliseconds. Capture covers capturing the
 // mount's changes and publishing them; detect and materialize are an
 // in-place workspace's comparison of its directory with what it should
 // hold and the journaled write of the head into it (workspace.SyncTiming).
-type reconcileTiming struct {
+type ReconcileTiming struct {
 	TotalMS       float64 `json:"total_ms"`
 	CaptureMS     float64 `json:"capture_ms"`
 	DetectMS      float64 `json:"detect_ms,omitempty"`
@@ -105,7 +121,7 @@ type heldLease struct {
 
 const admitWait = 60 * time.Second
 
-func (s *served) acquire(wait time.Duration) bool {
+func (s *Mount) acquire(wait time.Duration) bool {
 	if wait <= 0 {
 		s.lock <- struct{}{}
 		return true
@@ -120,9 +136,9 @@ func (s *served) acquire(wait time.Duration) bool {
 	}
 }
 
-func (s *served) release() { <-s.lock }
+func (s *Mount) release() { <-s.lock }
 
-func (s *served) activeLeases() int {
+func (s *Mount) activeLeases() int {
 	if !s.acquire(50 * time.Millisecond) {
 		return 1 // reconciling or changing leases: treat as active
 	}
@@ -130,29 +146,34 @@ func (s *served) activeLeases() int {
 	return len(s.leases)
 }
 
-// mountOptions are the knobs of `mount`.
-type mountOptions struct {
-	allowOther bool
-	leaseTTL   time.Duration
-	leaseBy    sessions.By
-	idleClose  time.Duration
-	debug      bool
-	xattrs     bool
-	// transport is how the kernel's requests reach the daemon: auto,
-	// io_uring or dev-fuse (transportFlag).
-	transport string
-	// warmEntries bounds the metadata warm-up after mounting (0: none).
-	warmEntries int
-	// waitWarm: the mount command returns once the warm-up has ended.
-	waitWarm bool
-	// noFSMonitor: do not point a repository at the mount's root at the
+// MountOptions are the knobs of `mount`.
+type MountOptions struct {
+	AllowOther bool
+	LeaseTTL   time.Duration
+	LeaseBy    sessions.By
+	IdleClose  time.Duration
+	Debug      bool
+	Xattrs     bool
+	// Transport is how the kernel's requests reach the daemon:
+	// TransportAuto, TransportUring or TransportDevice.
+	Transport string
+	// WarmEntries bounds the metadata warm-up after mounting (0: none).
+	WarmEntries int
+	// NoFSMonitor: do not point a repository at the mount's root at the
 	// fsmonitor hook, and remove the lines an earlier mount added.
-	noFSMonitor bool
+	NoFSMonitor bool
 }
 
-// mountWorkspace mounts ws at mp in this daemon, recovering a previous
+// The values of MountOptions.Transport (mount --transport).
+const (
+	TransportAuto   = "auto"     // io_uring where the kernel offers it, else /dev/fuse
+	TransportUring  = "io_uring" // io_uring or fail
+	TransportDevice = "dev-fuse" // read(2) and write(2) on /dev/fuse
+)
+
+// MountWorkspace mounts ws at mp in this daemon, recovering a previous
 // crashed mount of ws first.
-func (d *daemon) mountWorkspace(ws, mp string, opt mountOptions) (*served, []string, error) {
+func (d *Daemon) MountWorkspace(ws, mp string, opt MountOptions) (*Mount, []string, error) {
 	m := d.m
 	w, err := m.Get(ws)
 	if err != nil {
@@ -201,7 +222,7 @@ func (d *daemon) mountWorkspace(ws, mp string, opt mountOptions) (*served, []str
 	} else if found {
 		// Recover first: it detaches the dead mountpoint, which the kernel
 		// may still answer stat for from its attribute cache.
-		n, err := d.recoverMount(rec)
+		n, err := d.RecoverMount(rec)
 		notes = append(notes, n...)
 		if err != nil {
 			return nil, notes, fmt.Errorf("recover previous mount of %s: %w", ws, err)
@@ -252,12 +273,12 @@ func (d *daemon) mountWorkspace(ws, mp string, opt mountOptions) (*served, []str
 	if err := fusefs.ResetState(stateDir); err != nil {
 		return nil, notes, err
 	}
-	s := &served{d: d, ws: ws, mp: mp, stateDir: stateDir, ttl: opt.leaseTTL, by: opt.leaseBy,
+	s := &Mount{d: d, ws: ws, mp: mp, stateDir: stateDir, ttl: opt.LeaseTTL, by: opt.LeaseBy,
 		lock: make(chan struct{}, 1), leases: map[sessions.Owner]*heldLease{}, pinned: w.Head, gone: make(chan struct{})}
 	if err := d.applyContextState(s); err != nil {
 		return nil, notes, err
 	}
-	tr, err := sessions.New(sessions.Config{By: opt.leaseBy, MountPoint: mp, IdleClose: opt.idleClose,
+	tr, err := sessions.New(sessions.Config{By: opt.LeaseBy, MountPoint: mp, IdleClose: opt.IdleClose,
 		Handler: s, IgnorePIDs: []int{os.Getpid()}})
 	if err != nil {
 		return nil, notes, err
@@ -284,12 +305,12 @@ func (d *daemon) mountWorkspace(ws, mp string, opt mountOptions) (*served, []str
 	// git status in a work tree the fsmonitor hook serves looks nothing up:
 	// a warm-up of few threads then, so as not to compete with it.
 	walkers := 0
-	if !isInPlace && !s.readOnly.Load() && !opt.noFSMonitor && hasGitDir(m.Store(), root) {
+	if !isInPlace && !s.readOnly.Load() && !opt.NoFSMonitor && hasGitDir(m.Store(), root) {
 		walkers = fsmonitorWarmWalkers
 	}
 	mnt, err := fusefs.MountAt(mp, fusefs.Config{Objects: storeObjects{m.Store()}, Root: root, Links: links, StateDir: stateDir, WarmWalkers: walkers,
-		Admitter: tr, AllowOther: opt.allowOther, BaseInodes: m.DerivesFromInPlace(ws), Debug: opt.debug, FsName: "acyclicfs:" + ws, Passthrough: true, EnableXattrs: opt.xattrs,
-		WarmEntries: opt.warmEntries, Uring: opt.transport == transportUring, PreferUring: opt.transport == transportAuto,
+		Admitter: tr, AllowOther: opt.AllowOther, BaseInodes: m.DerivesFromInPlace(ws), Debug: opt.Debug, FsName: "acyclicfs:" + ws, Passthrough: true, EnableXattrs: opt.Xattrs,
+		WarmEntries: opt.WarmEntries, Uring: opt.Transport == TransportUring, PreferUring: opt.Transport == TransportAuto,
 		ReadOnly: s.readOnly.Load()})
 	if err != nil {
 		tr.Close()
@@ -297,7 +318,7 @@ func (d *daemon) mountWorkspace(ws, mp string, opt mountOptions) (*served, []str
 		_ = m.ClearMountRecord(ws)
 		return nil, notes, fmt.Errorf("mount %s at %s: %w", ws, mp, err)
 	}
-	s.mnt = mnt
+	s.mnt, s.view = mnt, mnt
 	var st unix.Stat_t
 	if err := unix.Stat(mp, &st); err == nil {
 		s.dev = fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
@@ -314,7 +335,7 @@ func (d *daemon) mountWorkspace(ws, mp string, opt mountOptions) (*served, []str
 		// Without it git works as before, only slower: logged, not fatal.
 		if exe, err := os.Executable(); err != nil {
 			d.logger.Printf("%s: fsmonitor not set up: %v", ws, err)
-		} else if err := configureFSMonitor(mp, exe, d.dir, !opt.noFSMonitor); err != nil {
+		} else if err := configureFSMonitor(mp, exe, d.dir, !opt.NoFSMonitor); err != nil {
 			d.logger.Printf("%s: fsmonitor not set up: %v", ws, err)
 		}
 	}
@@ -390,10 +411,10 @@ func isMounted(mp string) bool {
 	return found
 }
 
-// recoverMount finishes the work of a mount whose daemon died: detach its
+// RecoverMount finishes the work of a mount whose daemon died: detach its
 // dead mountpoint, capture and publish whatever its overlay persisted, and
 // resume or claim its window's reconciliation.
-func (d *daemon) recoverMount(rec workspace.MountRecord) ([]string, error) {
+func (d *Daemon) RecoverMount(rec workspace.MountRecord) ([]string, error) {
 	m := d.m
 	var notes []string
 	if rec.DaemonPID != os.Getpid() && rec.Mountpoint != "" && isMounted(rec.Mountpoint) {
@@ -471,7 +492,7 @@ func (d *daemon) recoverMount(rec workspace.MountRecord) ([]string, error) {
 
 // finishTicket runs the rebase of a claimed reconcile ticket (replayed by
 // key if it already happened) and completes it, following any next ticket.
-func (d *daemon) finishTicket(ws string, r window.Reconcile) (workspace.Result, error) {
+func (d *Daemon) finishTicket(ws string, r window.Reconcile) (workspace.Result, error) {
 	m := d.m
 	ctx := context.Background()
 	var res workspace.Result
@@ -493,7 +514,7 @@ func (d *daemon) finishTicket(ws string, r window.Reconcile) (workspace.Result, 
 	}
 }
 
-func (d *daemon) rebaseForTicket(ws string, r window.Reconcile) (workspace.Result, error) {
+func (d *Daemon) rebaseForTicket(ws string, r window.Reconcile) (workspace.Result, error) {
 	w, err := d.m.Get(ws)
 	if err != nil {
 		return workspace.Result{}, err
@@ -506,22 +527,22 @@ func (d *daemon) rebaseForTicket(ws string, r window.Reconcile) (workspace.Resul
 
 // Begin implements sessions.Handler: a new tool session opens a lease.
 // It waits (bounded) while the mount reconciles.
-func (s *served) Begin(owner sessions.Owner) error {
+func (s *Mount) Begin(owner sessions.Owner) error {
 	if s.readOnly.Load() {
 		return nil // no lease: answered read-only (context_mount.go)
 	}
-	_, err := s.beginLease(owner, string(owner), false, s.ttl)
+	_, err := s.BeginLease(owner, string(owner), false, s.ttl)
 	return err
 }
 
 // End implements sessions.Handler: the session is gone.
-func (s *served) End(owner sessions.Owner) {
-	if _, err := s.endLease(owner); err != nil {
+func (s *Mount) End(owner sessions.Owner) {
+	if _, err := s.EndLease(owner); err != nil {
 		s.d.logger.Printf("%s: end lease of %s: %v", s.ws, owner, err)
 	}
 }
 
-func (s *served) beginLease(owner sessions.Owner, label string, explicit bool, ttl time.Duration) (window.Lease, error) {
+func (s *Mount) BeginLease(owner sessions.Owner, label string, explicit bool, ttl time.Duration) (window.Lease, error) {
 	if !s.acquire(admitWait) {
 		return window.Lease{}, fmt.Errorf("%w: %s is reconciling; gave up after %v", workspace.ErrBusy, s.ws, admitWait)
 	}
@@ -561,15 +582,15 @@ func (s *served) beginLease(owner sessions.Owner, label string, explicit bool, t
 	return lease, nil
 }
 
-// endLease closes owner's lease; the last close reconciles the mount.
-func (s *served) endLease(owner sessions.Owner) (workspace.Result, error) {
+// EndLease closes owner's lease; the last close reconciles the mount.
+func (s *Mount) EndLease(owner sessions.Owner) (workspace.Result, error) {
 	if !s.acquire(0) {
 		return workspace.Result{}, errors.New("unreachable")
 	}
 	defer s.release()
 	hl := s.leases[owner]
 	if hl == nil {
-		return s.outcome(workspace.OutcomeCurrent), nil
+		return s.Outcome(workspace.OutcomeCurrent), nil
 	}
 	delete(s.leases, owner)
 	lease, _ := hl.holder.Stop()
@@ -578,20 +599,20 @@ func (s *served) endLease(owner sessions.Owner) (workspace.Result, error) {
 		if _, err := s.d.m.Windows().Finish(ctx, lease); err != nil {
 			return workspace.Result{}, err
 		}
-		return s.outcome(workspace.OutcomeStillActive), nil
+		return s.Outcome(workspace.OutcomeStillActive), nil
 	}
 	defer s.afterWindowClosed()
 	return s.reconcileLast(lease)
 }
 
 // outcomeOf completes r with the workspace's current head.
-func (s *served) outcomeOf(r workspace.Result) workspace.Result {
+func (s *Mount) outcomeOf(r workspace.Result) workspace.Result {
 	w, _ := s.d.m.Get(s.ws)
 	r.Workspace, r.Head, r.Base, r.Parent = s.ws, w.Head, w.Base, w.Parent
 	return r
 }
 
-func (s *served) outcome(o workspace.Outcome) workspace.Result {
+func (s *Mount) Outcome(o workspace.Outcome) workspace.Result {
 	w, _ := s.d.m.Get(s.ws)
 	return workspace.Result{Workspace: s.ws, Outcome: o, Head: w.Head, Base: w.Base, Parent: w.Parent}
 }
@@ -600,14 +621,14 @@ func (s *served) outcome(o workspace.Outcome) workspace.Result {
 // with the last lease's permit, close the lease (claiming the reconcile
 // ticket), rebase onto the pending parent, switch the view, complete.
 // Called with s.lock held.
-func (s *served) reconcileLast(lease window.Lease) (_ workspace.Result, err error) {
-	defer s.mnt.HoldWarm()() // the warm-up waits: it would compete for the CPU and the overlay
+func (s *Mount) reconcileLast(lease window.Lease) (_ workspace.Result, err error) {
+	defer s.view.HoldWarm()() // the warm-up waits: it would compete for the CPU and the overlay
 	defer s.doing("final close")()
 	if s.failed == nil {
 		s.captureState.Store(nil) // a retry's success was shown until now
 	}
 	start := time.Now()
-	t := &reconcileTiming{}
+	t := &ReconcileTiming{}
 	defer func() {
 		if err == nil {
 			t.TotalMS = millis(time.Since(start))
@@ -659,7 +680,7 @@ func (s *served) reconcileLast(lease window.Lease) (_ workspace.Result, err erro
 		return res, nil
 	}
 	if !ok {
-		res := s.runQueuedPull(s.outcome(workspace.OutcomeCurrent))
+		res := s.runQueuedPull(s.Outcome(workspace.OutcomeCurrent))
 		s.last = res
 		return res, nil
 	}
@@ -678,7 +699,7 @@ func (s *served) reconcileLast(lease window.Lease) (_ workspace.Result, err erro
 // syncInPlace is an in-place mount's reconciliation: take in what other
 // programs wrote to the directory, materialize the head into it, and show
 // the result. Called with s.lock held, after the capture was published.
-func (s *served) syncInPlace() (workspace.Result, error) {
+func (s *Mount) syncInPlace() (workspace.Result, error) {
 	res, err := s.d.m.SyncInPlace(s.ws)
 	if err != nil {
 		return res, err
@@ -698,7 +719,7 @@ func (s *served) syncInPlace() (workspace.Result, error) {
 }
 
 // closeBase detaches the fd to an in-place directory underneath the mount.
-func (s *served) closeBase() {
+func (s *Mount) closeBase() {
 	if s.detach != nil {
 		s.detach()
 		s.detach = nil
@@ -713,10 +734,10 @@ func (s *served) closeBase() {
 // that fails (not fenced) is recorded and retried (capturefail.go); one
 // that fails for space is first retried at once if retired upper files
 // could be freed. Called with s.lock held.
-func (s *served) captureAndPublish(permit *store.Permit) error {
+func (s *Mount) captureAndPublish(permit *store.Permit) error {
 	err := s.captureAndPublishOnce(permit)
 	if err != nil && isNoSpace(err) {
-		if freed, ferr := s.mnt.FreeScratch(); ferr == nil && freed > 0 {
+		if freed, ferr := s.view.FreeScratch(); ferr == nil && freed > 0 {
 			s.d.logger.Printf("%s: freed %d bytes of deleted files' scratch for the capture", s.ws, freed)
 			err = s.captureAndPublishOnce(permit)
 		}
@@ -730,12 +751,12 @@ func (s *served) captureAndPublish(permit *store.Permit) error {
 	return err
 }
 
-func (s *served) captureAndPublishOnce(permit *store.Permit) error {
+func (s *Mount) captureAndPublishOnce(permit *store.Permit) error {
 	release := s.d.m.HoldGC() // captured objects are unreferenced until published
 	defer release()
 	// The capture's trees are stored in the transaction that publishes
 	// them (its blobs are durable already).
-	root, links, changed, trees, done, err := s.mnt.CaptureDeferredLinks()
+	root, links, changed, trees, done, err := s.view.CaptureDeferredLinks()
 	if err != nil {
 		return fmt.Errorf("capture %s: %w", s.ws, err)
 	}
@@ -753,7 +774,7 @@ func (s *served) captureAndPublishOnce(permit *store.Permit) error {
 
 // switchToHead points the view at the workspace's current head and resets
 // the overlay's base. Called with s.lock held.
-func (s *served) switchToHead() error {
+func (s *Mount) switchToHead() error {
 	if s.failed != nil {
 		// The overlay holds changes no capture stored: a switch would drop
 		// them. The view stays; the capture retry switches it.
@@ -773,7 +794,7 @@ func (s *served) switchToHead() error {
 	}
 	// Not waiting for the kernel invalidations: we hold s.lock, which
 	// requests waiting for admission need (see SwitchViewQueued).
-	if _, err := s.mnt.SwitchViewQueuedLinks(root, links); err != nil {
+	if _, err := s.view.SwitchViewQueuedLinks(root, links); err != nil {
 		return fmt.Errorf("switch view of %s: %w", s.ws, err)
 	}
 	s.pinned = w.Head
@@ -783,7 +804,7 @@ func (s *served) switchToHead() error {
 
 // parentAdvanced: idle → rebase now and refresh the view; active → the
 // window coalesces the parent; reconciling → remembered for the next ticket.
-func (s *served) parentAdvanced(parentHead store.ID) {
+func (s *Mount) parentAdvanced(parentHead store.ID) {
 	ctx := context.Background()
 	r, claimed, err := s.d.m.Windows().ParentAdvanced(ctx, s.ws, parentHead)
 	if err != nil {
@@ -801,7 +822,7 @@ func (s *served) parentAdvanced(parentHead store.ID) {
 	if s.closing {
 		return
 	}
-	defer s.mnt.HoldWarm()()
+	defer s.view.HoldWarm()()
 	defer s.doing("rebase onto its parent")()
 	if err := s.captureAndPublish(nil); err != nil {
 		s.d.logger.Printf("%s: capture before rebase: %v", s.ws, err)
@@ -819,7 +840,7 @@ func (s *served) parentAdvanced(parentHead store.ID) {
 
 // refresh re-pins an idle mount at its workspace's head after a command
 // moved it (land into a mounted parent, an explicit rebase).
-func (s *served) refresh() {
+func (s *Mount) refresh() {
 	if !s.acquire(admitWait) {
 		return
 	}
@@ -831,7 +852,7 @@ func (s *served) refresh() {
 	if err != nil || w.Head == s.pinned {
 		return
 	}
-	defer s.mnt.HoldWarm()()
+	defer s.view.HoldWarm()()
 	defer s.doing("refresh onto the moved head")()
 	if err := s.captureAndPublish(nil); err != nil {
 		s.d.logger.Printf("%s: capture before refresh: %v", s.ws, err)
@@ -848,14 +869,14 @@ func (s *served) refresh() {
 	}
 }
 
-// unmount ends every lease (the last close reconciles), publishes anything
+// Unmount ends every lease (the last close reconciles), publishes anything
 // left, unmounts and forgets the mount. While another process still uses
 // the mount (its working directory, an open file) nothing is done and the
 // error wraps workspace.ErrBusy, unless lazy: then its lease is ended too
 // and the mount detached, and that process goes on with a view nothing
 // captures. (A process that comes in after the check makes the unmount
 // itself fail: reconciled, still mounted, the same error.)
-func (s *served) unmount(lazy bool) (res workspace.Result, err error) {
+func (s *Mount) Unmount(lazy bool) (res workspace.Result, err error) {
 	if !lazy {
 		// Before anything: ending the leases of processes still at work
 		// in the mount would capture and switch the view under them (a
@@ -885,10 +906,10 @@ func (s *served) unmount(lazy bool) (res workspace.Result, err error) {
 	}
 	s.release()
 	sort.Slice(owners, func(i, j int) bool { return owners[i] < owners[j] })
-	res = s.outcome(workspace.OutcomeCurrent)
+	res = s.Outcome(workspace.OutcomeCurrent)
 	for _, o := range owners {
 		s.tracker.Unbind(o)
-		r, err := s.endLease(o)
+		r, err := s.EndLease(o)
 		if err != nil {
 			return r, err
 		}
@@ -960,7 +981,7 @@ const maxOrphanWait = 2 * time.Minute
 // (bounded). Only called for a window whose daemon is known dead (we hold
 // the store's daemon lock), so no live holder is renewing them; there is no
 // event for a deadline passing.
-func (d *daemon) waitOrphanLeases(ws string) {
+func (d *Daemon) waitOrphanLeases(ws string) {
 	snap, err := d.m.Windows().Inspect(context.Background(), ws)
 	if err != nil || snap.Phase.Kind != window.PhaseActive {
 		return

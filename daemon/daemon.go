@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"bytes"
@@ -29,21 +29,22 @@ import (
 	"github.com/acyclicfs/acyclicfs/workspace"
 )
 
-// daemon is the per-store server: it alone holds the store open, serves
+// Daemon is the per-store server: it alone holds the store open, serves
 // every mount of the store, and runs forwarded CLI commands.
-type daemon struct {
+type Daemon struct {
 	m            *workspace.Manager
 	dir          string
 	exitWhenIdle bool
 	logger       *log.Logger
+	cfg          Config
 
 	// gcMu: forwarded commands hold it shared; gc holds it exclusively so
 	// that no capture or rebase writes objects while unreachable ones are
 	// swept.
 	gcMu sync.RWMutex
 
-	mu     sync.Mutex         // protects mounts and stopping
-	mounts map[string]*served // by workspace name
+	mu     sync.Mutex        // protects mounts and stopping
+	mounts map[string]*Mount // by workspace name
 	// stopping is set once shutdown began; new mounts are refused.
 	stopping bool
 	// lost lists what recoveries run by this daemon could not keep
@@ -108,9 +109,40 @@ func totalRAM() uint64 {
 	return uint64(si.Totalram) * uint64(si.Unit)
 }
 
-// runDaemon serves until shutdown, SIGTERM or (with exitWhenIdle) the last
-// unmount. readyFD, if >= 0, receives "ready\n" once the socket listens.
-func runDaemon(storeDir string, ready io.WriteCloser, exitWhenIdle bool) error {
+// Kind is how the daemon treats a forwarded command.
+type Kind int
+
+// The kinds of forwarded commands.
+const (
+	// KindOther runs beside every other command but gc.
+	KindOther Kind = iota
+	// KindGC runs alone: no capture or rebase writes objects while gc
+	// sweeps unreachable ones.
+	KindGC
+	// KindMountChange (mount, unmount, context): a daemon started on
+	// demand exits after it once nothing is mounted.
+	KindMountChange
+	// KindShutdown: the daemon stops after answering.
+	KindShutdown
+)
+
+// Config is what the CLI gives the daemon.
+type Config struct {
+	// ExitWhenIdle: exit after the last unmount (a daemon started on
+	// demand).
+	ExitWhenIdle bool
+	// Exec runs a forwarded command line in the daemon against its open
+	// store (Manager) and returns what it printed and its exit code.
+	// ctx is canceled when the client goes (the user interrupted it).
+	Exec func(ctx context.Context, d *Daemon, req RunRequest) RunResponse
+	// Kind classifies a forwarded command line.
+	Kind func(args []string) Kind
+}
+
+// Run serves until shutdown, SIGTERM or (with cfg.ExitWhenIdle) the last
+// unmount. ready, if not nil, receives "ready\n" once the socket
+// listens (or the error that stopped the daemon) and is closed.
+func Run(storeDir string, ready io.WriteCloser, cfg Config) error {
 	logger := log.New(os.Stderr, "acyclicfs-daemon: ", log.LstdFlags|log.Lmicroseconds)
 	if n := daemonProcs(runtime.NumCPU(), os.Getenv("GOMAXPROCS")); n > 0 {
 		runtime.GOMAXPROCS(n)
@@ -139,7 +171,7 @@ func runDaemon(storeDir string, ready io.WriteCloser, exitWhenIdle bool) error {
 	if err := os.MkdirAll(storeDir, 0o700); err != nil {
 		return fail(err)
 	}
-	lock := lockfile.New(filepath.Join(storeDir, lockName), os.O_RDONLY|os.O_CREATE)
+	lock := lockfile.New(filepath.Join(storeDir, LockName), os.O_RDONLY|os.O_CREATE)
 	if err := lock.Wait(context.Background(), lockfile.Exclusive, daemonLockWait, 20*time.Millisecond); err != nil {
 		return fail(fmt.Errorf("another daemon already serves %s", storeDir))
 	}
@@ -148,11 +180,11 @@ func runDaemon(storeDir string, ready io.WriteCloser, exitWhenIdle bool) error {
 	if err != nil {
 		return fail(err)
 	}
-	d := &daemon{m: m, dir: m.Dir(), exitWhenIdle: exitWhenIdle, logger: logger,
-		mounts: map[string]*served{}, quit: make(chan struct{})}
+	d := &Daemon{m: m, dir: m.Dir(), exitWhenIdle: cfg.ExitWhenIdle, logger: logger, cfg: cfg,
+		mounts: map[string]*Mount{}, quit: make(chan struct{})}
 	m.SetHooks(workspace.Hooks{ParentAdvanced: d.parentAdvanced})
 
-	sock := filepath.Join(d.dir, socketName)
+	sock := filepath.Join(d.dir, SocketName)
 	_ = os.Remove(sock)
 	old := unix.Umask(0o077)
 	ln, err := net.Listen("unix", sock)
@@ -166,7 +198,7 @@ func runDaemon(storeDir string, ready io.WriteCloser, exitWhenIdle bool) error {
 		m.Close()
 		return fail(err)
 	}
-	pidPath := filepath.Join(d.dir, pidName)
+	pidPath := filepath.Join(d.dir, PIDName)
 	if err := os.WriteFile(pidPath, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
 		ln.Close()
 		m.Close()
@@ -208,13 +240,13 @@ func runDaemon(storeDir string, ready io.WriteCloser, exitWhenIdle bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	srv.Shutdown(ctx)
 	cancel()
-	outs, _ := d.unmountAll()
+	outs, _ := d.UnmountAll()
 	for _, o := range outs {
 		logger.Printf("%s", o)
 	}
 	// Whatever could not be unmounted cleanly is detached: a mountpoint
 	// left without its server would hang every tool that touches it.
-	for _, s := range d.all() {
+	for _, s := range d.All() {
 		if s.mnt != nil {
 			abortFuse(s.mp)
 			_ = unix.Unmount(s.mp, unix.MNT_DETACH)
@@ -291,7 +323,7 @@ func openManagerPatiently(dir string, logger *log.Logger) (*workspace.Manager, e
 	}
 }
 
-func (d *daemon) stop() { d.quitOnce.Do(func() { close(d.quit) }) }
+func (d *Daemon) stop() { d.quitOnce.Do(func() { close(d.quit) }) }
 
 type peerKey struct{}
 
@@ -315,7 +347,7 @@ func peerContext(ctx context.Context, c net.Conn) context.Context {
 	return context.WithValue(ctx, peerKey{}, *cred)
 }
 
-func (d *daemon) routes() http.Handler {
+func (d *Daemon) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /ping", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
 	mux.HandleFunc("POST /run", d.handleRun)
@@ -324,7 +356,7 @@ func (d *daemon) routes() http.Handler {
 }
 
 // checkPeer admits only the daemon's own user (and root).
-func (d *daemon) checkPeer(next http.Handler) http.Handler {
+func (d *Daemon) checkPeer(next http.Handler) http.Handler {
 	uid := uint32(os.Getuid())
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		cred, ok := r.Context().Value(peerKey{}).(unix.Ucred)
@@ -336,8 +368,8 @@ func (d *daemon) checkPeer(next http.Handler) http.Handler {
 	})
 }
 
-func (d *daemon) handleRun(w http.ResponseWriter, r *http.Request) {
-	var req runRequest
+func (d *Daemon) handleRun(w http.ResponseWriter, r *http.Request) {
+	var req RunRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -351,17 +383,14 @@ func (d *daemon) handleRun(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "daemon is exiting", http.StatusServiceUnavailable)
 		return
 	}
-	var out, errb bytes.Buffer
-	a := &app{stdout: &out, stderr: &errb, stdin: bytes.NewReader(nil), cwd: req.Cwd,
-		stderrTTY: false, mgr: d.m, inDaemon: true, d: d, gitEnv: req.GitEnv}
-	cmd := firstCommand(req.Args)
-	if cmd == "gc" {
+	kind := d.cfg.Kind(req.Args)
+	if kind == KindGC {
 		d.gcMu.Lock()
 	} else {
 		d.gcMu.RLock()
 	}
-	code := a.execute(req.Args)
-	if cmd == "gc" {
+	resp := d.cfg.Exec(r.Context(), d, req)
+	if kind == KindGC {
 		d.gcMu.Unlock()
 	} else {
 		d.gcMu.RUnlock()
@@ -373,33 +402,32 @@ func (d *daemon) handleRun(w http.ResponseWriter, r *http.Request) {
 	// after this answer must reach the next daemon, not this exiting one
 	// — which would unmount it again on its way out.
 	exiting := false
-	if (cmd == "unmount" || cmd == "mount" || cmd == "context") && d.exitWhenIdle {
+	if kind == KindMountChange && d.exitWhenIdle {
 		d.mu.Lock()
 		if len(d.mounts) == 0 && !d.stopping {
 			d.stopping, exiting = true, true
 		}
 		d.mu.Unlock()
 		if exiting {
-			_ = os.Remove(filepath.Join(d.dir, socketName))
+			_ = os.Remove(filepath.Join(d.dir, SocketName))
 		}
 	}
-	resp := runResponse{Stdout: out.Bytes(), Stderr: errb.Bytes(), Code: code}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(resp)
-	if cmd == "shutdown" || exiting {
+	if kind == KindShutdown || exiting {
 		d.stop()
 	}
 }
 
 // mount registry helpers used by commands.
 
-func (d *daemon) get(ws string) *served {
+func (d *Daemon) Get(ws string) *Mount {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.mounts[ws]
 }
 
-func (d *daemon) byMountpoint(mp string) *served {
+func (d *Daemon) ByMountpoint(mp string) *Mount {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, s := range d.mounts {
@@ -410,10 +438,10 @@ func (d *daemon) byMountpoint(mp string) *served {
 	return nil
 }
 
-func (d *daemon) all() []*served {
+func (d *Daemon) All() []*Mount {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	out := make([]*served, 0, len(d.mounts))
+	out := make([]*Mount, 0, len(d.mounts))
 	for _, s := range d.mounts {
 		out = append(out, s)
 	}
@@ -421,27 +449,27 @@ func (d *daemon) all() []*served {
 	return out
 }
 
-// serving reports whether ws is mounted by this daemon.
-func (d *daemon) serving(ws string) bool { return d.get(ws) != nil }
+// Serving reports whether ws is mounted by this daemon.
+func (d *Daemon) Serving(ws string) bool { return d.Get(ws) != nil }
 
-// active reports whether ws has leases open.
-func (d *daemon) active(ws string) bool {
-	s := d.get(ws)
+// Active reports whether ws has leases open.
+func (d *Daemon) Active(ws string) bool {
+	s := d.Get(ws)
 	return s != nil && s.activeLeases() > 0
 }
 
-// headMoved refreshes an idle mount of ws whose head was moved by a
+// HeadMoved refreshes an idle mount of ws whose head was moved by a
 // command (rebase, land into it).
-func (d *daemon) headMoved(ws string) {
-	if s := d.get(ws); s != nil {
+func (d *Daemon) HeadMoved(ws string) {
+	if s := d.Get(ws); s != nil {
 		s.refresh()
 	}
 }
 
 // parentAdvanced is the manager's hook: a mounted child learns that its
 // parent moved. Returns true when the mount handled it.
-func (d *daemon) parentAdvanced(ws string, parentHead store.ID) bool {
-	s := d.get(ws)
+func (d *Daemon) parentAdvanced(ws string, parentHead store.ID) bool {
+	s := d.Get(ws)
 	if s == nil {
 		return false
 	}
@@ -449,18 +477,18 @@ func (d *daemon) parentAdvanced(ws string, parentHead store.ID) bool {
 	return true
 }
 
-// unmountAll reconciles and unmounts every mount (shutdown, SIGTERM).
+// UnmountAll reconciles and unmounts every mount (shutdown, SIGTERM).
 // It returns one line per mount and how many failed; a failed mount is
 // detached anyway when the daemon exits, and its overlay and mount record
 // stay for the next mount to recover.
-func (d *daemon) unmountAll() ([]string, int) {
+func (d *Daemon) UnmountAll() ([]string, int) {
 	d.mu.Lock()
 	d.stopping = true
 	d.mu.Unlock()
 	var outs []string
 	failed := 0
-	for _, s := range d.all() {
-		res, err := s.unmount(true) // the daemon stops: a busy mount is detached
+	for _, s := range d.All() {
+		res, err := s.Unmount(true) // the daemon stops: a busy mount is detached
 		if err != nil {
 			failed++
 			outs = append(outs, fmt.Sprintf("%s: %v", s.mp, err))
@@ -470,5 +498,3 @@ func (d *daemon) unmountAll() ([]string, int) {
 	}
 	return outs, failed
 }
-
-func newDiscardLogger() *log.Logger { return log.New(io.Discard, "", 0) }

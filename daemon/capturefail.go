@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -41,13 +41,13 @@ type noSpaceError struct {
 
 func (e *noSpaceError) Error() string {
 	return fmt.Sprintf("capture %s: no space left on the store's disk: %s has %s free, the capture needs up to %s (%v)",
-		e.ws, e.store, humanBytes(e.free), humanBytes(e.needed), e.err)
+		e.ws, e.store, HumanBytes(e.free), HumanBytes(e.needed), e.err)
 }
 
 func (e *noSpaceError) Unwrap() error { return e.err }
 
-// humanBytes is n bytes, e.g. "41943040 bytes (40.0 MiB)".
-func humanBytes(n int64) string {
+// HumanBytes is n bytes, e.g. "41943040 bytes (40.0 MiB)".
+func HumanBytes(n int64) string {
 	switch {
 	case n >= 1<<30:
 		return fmt.Sprintf("%d bytes (%.1f GiB)", n, float64(n)/(1<<30))
@@ -85,10 +85,10 @@ type captureFailure struct {
 	last     time.Time // the latest attempt
 }
 
-// statusCapture is status's view of a mount's capture trouble: "failed"
+// CaptureStatus is status's view of a mount's capture trouble: "failed"
 // (its changes are kept in the mount and retried) or "stored" (a retry
 // stored them; shown until the next final close).
-type statusCapture struct {
+type CaptureStatus struct {
 	State       string `json:"state"`
 	Since       string `json:"since"`
 	Error       string `json:"error,omitempty"`
@@ -102,7 +102,7 @@ type statusCapture struct {
 // noteCaptureFailure records a failed capture and returns the error to
 // report (a *noSpaceError for space). The background retry is started.
 // Called with s.lock held.
-func (s *served) noteCaptureFailure(err error) error {
+func (s *Mount) noteCaptureFailure(err error) error {
 	f := s.failed
 	if f == nil {
 		f = &captureFailure{since: time.Now()}
@@ -112,8 +112,8 @@ func (s *served) noteCaptureFailure(err error) error {
 	f.attempts++
 	f.last = time.Now()
 	f.free = freeBytes(s.d.dir)
-	f.needed = s.mnt.PendingBytes()
-	st := &statusCapture{State: "failed", Since: f.since.UTC().Format(time.RFC3339), Error: err.Error(),
+	f.needed = s.view.PendingBytes()
+	st := &CaptureStatus{State: "failed", Since: f.since.UTC().Format(time.RFC3339), Error: err.Error(),
 		NoSpace: f.noSpace, Store: s.d.dir, Attempts: f.attempts}
 	if f.noSpace {
 		st.NeededBytes, st.FreeBytes = f.needed, max(f.free, 0)
@@ -130,7 +130,7 @@ func (s *served) noteCaptureFailure(err error) error {
 
 // failedErr is the error of the recorded failure, as noteCaptureFailure
 // returned it. Called with s.lock held, s.failed set.
-func (s *served) failedErr() error {
+func (s *Mount) failedErr() error {
 	f := s.failed
 	if f.noSpace {
 		return &noSpaceError{ws: s.ws, store: s.d.dir, needed: f.needed, free: max(f.free, 0), err: f.err}
@@ -140,13 +140,13 @@ func (s *served) failedErr() error {
 
 // noteCaptureStored clears a recorded failure after a capture succeeded.
 // Called with s.lock held.
-func (s *served) noteCaptureStored() {
+func (s *Mount) noteCaptureStored() {
 	f := s.failed
 	if f == nil {
 		return
 	}
 	s.failed = nil
-	s.captureState.Store(&statusCapture{State: "stored", Since: time.Now().UTC().Format(time.RFC3339),
+	s.captureState.Store(&CaptureStatus{State: "stored", Since: time.Now().UTC().Format(time.RFC3339),
 		Error: "stored after failing: " + f.err.Error(), NoSpace: f.noSpace, Store: s.d.dir, Attempts: f.attempts})
 	s.d.logger.Printf("%s: capture stored after %d failed attempt(s)", s.ws, f.attempts)
 }
@@ -156,7 +156,7 @@ func (s *served) noteCaptureStored() {
 // would pin the window past its expiry), the window's reconcile is
 // completed without switching the view (the overlay holds what the
 // capture could not store), and err is returned. Called with s.lock held.
-func (s *served) closeAfterFailedCapture(lease window.Lease, err error) (workspace.Result, error) {
+func (s *Mount) closeAfterFailedCapture(lease window.Lease, err error) (workspace.Result, error) {
 	ctx := context.Background()
 	fin, ferr := s.d.m.Windows().Finish(ctx, lease)
 	if ferr != nil {
@@ -186,7 +186,7 @@ func (s *served) closeAfterFailedCapture(lease window.Lease, err error) (workspa
 // the last attempt (or room for the estimate) — a failure for another
 // reason with a growing back-off — until one succeeds or the mount is
 // gone. A final close or unmount in between retries by itself.
-func (s *served) retryCaptures() {
+func (s *Mount) retryCaptures() {
 	t := time.NewTicker(captureRetryInterval)
 	defer t.Stop()
 	for {
@@ -219,7 +219,7 @@ func (s *served) retryCaptures() {
 // retryLocked stores the mount's changes and finishes what the failed
 // close left: a window whose lease expired, a view behind the head.
 // Called with s.lock held, no lease open.
-func (s *served) retryLocked() {
+func (s *Mount) retryLocked() {
 	defer s.doing("capture retry")()
 	if err := s.captureAndPublish(nil); err != nil {
 		return // recorded by captureAndPublish
@@ -244,16 +244,16 @@ func (s *served) retryLocked() {
 	}
 }
 
-// activity is what a mount is busy with, for status.
-type activity struct {
+// Activity is what a mount is busy with, for status.
+type Activity struct {
 	What  string
 	Since time.Time
 }
 
 // doing records that the mount is busy with what until the returned
 // function is called.
-func (s *served) doing(what string) func() {
-	a := &activity{What: what, Since: time.Now()}
+func (s *Mount) doing(what string) func() {
+	a := &Activity{What: what, Since: time.Now()}
 	prev := s.activity.Swap(a)
 	return func() { s.activity.CompareAndSwap(a, prev) }
 }
