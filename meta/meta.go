@@ -10,7 +10,8 @@ type Store interface {
 	View(ctx context.Context, fn func(tx Tx) error) error
 	// Update runs fn in a read-write transaction: its reads and writes
 	// commit atomically, or, if fn returns an error (which Update
-	// returns), not at all. An implementation may run fn more than once
+	// returns) or panics (the panic goes on, or becomes an error), not at
+	// all. An implementation may run fn more than once
 	// (an optimistic one, on a conflict), so fn must have no side effects
 	// beyond tx and must not keep anything it read past a failed run.
 	Update(ctx context.Context, fn func(tx Tx) error) error
