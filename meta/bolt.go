@@ -75,14 +75,14 @@ type boltTx struct{ tx *bolt.Tx }
 
 // bucket returns the bucket of the namespace segs, creating it if create;
 // nil (and no error) if it does not exist and create is false.
-func (t boltTx) bucket(segs []string, create bool) (*bolt.Bucket, error) {
+func (t boltTx) bucket(segs [][]byte, create bool) (*bolt.Bucket, error) {
 	if create && !t.tx.Writable() {
 		return nil, ErrReadOnly
 	}
-	b := t.tx.Bucket([]byte(segs[0]))
+	b := t.tx.Bucket(segs[0])
 	if b == nil && create {
 		var err error
-		if b, err = t.tx.CreateBucket([]byte(segs[0])); err != nil {
+		if b, err = t.tx.CreateBucket(segs[0]); err != nil {
 			return nil, fmt.Errorf("create bucket %q: %w", segs[0], err)
 		}
 	}
@@ -90,10 +90,10 @@ func (t boltTx) bucket(segs []string, create bool) (*bolt.Bucket, error) {
 		if b == nil {
 			return nil, nil
 		}
-		nb := b.Bucket([]byte(s))
+		nb := b.Bucket(s)
 		if nb == nil && create {
 			var err error
-			if nb, err = b.CreateBucket([]byte(s)); err != nil {
+			if nb, err = b.CreateBucket(s); err != nil {
 				return nil, fmt.Errorf("create bucket %q: %w", s, err)
 			}
 		}
@@ -102,8 +102,19 @@ func (t boltTx) bucket(segs []string, create bool) (*bolt.Bucket, error) {
 	return b, nil
 }
 
+// split parses a key (or, if prefix, a scan prefix) into the bucket path
+// and leaf; segs is scratch space for the path.
+func split(k []byte, prefix bool, segs [][]byte) ([][]byte, []byte, error) {
+	segs, leaf, err := parseRaw(k, segs)
+	if err == nil && !prefix && len(leaf) == 0 {
+		err = fmt.Errorf("%w: %q: empty leaf", ErrInvalidKey, k)
+	}
+	return segs, leaf, err
+}
+
 func (t boltTx) Get(k Key) ([]byte, bool, error) {
-	segs, leaf, err := ParseKey(k)
+	var buf [4][]byte
+	segs, leaf, err := split(k, false, buf[:0])
 	if err != nil {
 		return nil, false, err
 	}
@@ -116,7 +127,8 @@ func (t boltTx) Get(k Key) ([]byte, bool, error) {
 }
 
 func (t boltTx) Put(k Key, v []byte) error {
-	segs, leaf, err := ParseKey(k)
+	var buf [4][]byte
+	segs, leaf, err := split(k, false, buf[:0])
 	if err != nil {
 		return err
 	}
@@ -134,7 +146,8 @@ func (t boltTx) Put(k Key, v []byte) error {
 }
 
 func (t boltTx) Delete(k Key) error {
-	segs, leaf, err := ParseKey(k)
+	var buf [4][]byte
+	segs, leaf, err := split(k, false, buf[:0])
 	if err != nil {
 		return err
 	}
@@ -152,7 +165,8 @@ func (t boltTx) Delete(k Key) error {
 }
 
 func (t boltTx) DeletePrefix(prefix Key) error {
-	segs, lp, err := ParsePrefix(prefix)
+	var buf [4][]byte
+	segs, lp, err := split(prefix, true, buf[:0])
 	if err != nil {
 		return err
 	}
@@ -190,7 +204,8 @@ func (t boltTx) DeletePrefix(prefix Key) error {
 }
 
 func (t boltTx) Scan(prefix Key, o ScanOptions, fn func(Key, []byte) error) error {
-	segs, lp, err := ParsePrefix(prefix)
+	var buf [4][]byte
+	segs, lp, err := split(prefix, true, buf[:0])
 	if err != nil {
 		return err
 	}
@@ -199,7 +214,7 @@ func (t boltTx) Scan(prefix Key, o ScanOptions, fn func(Key, []byte) error) erro
 		return nil
 	}
 	space := prefix[:len(prefix)-len(lp)]
-	buf := make(Key, 0, len(space)+64)
+	kbuf := make(Key, 0, len(space)+64)
 	c := b.Cursor()
 	var k, v []byte
 	next := c.Next
@@ -227,8 +242,8 @@ func (t boltTx) Scan(prefix Key, o ScanOptions, fn func(Key, []byte) error) erro
 			break
 		}
 		n++
-		buf = append(append(buf[:0], space...), k...)
-		if err := fn(buf, v); err != nil {
+		kbuf = append(append(kbuf[:0], space...), k...)
+		if err := fn(kbuf, v); err != nil {
 			return err
 		}
 	}

@@ -36,7 +36,12 @@ type Space struct {
 // an empty segment (or no segment) makes every key of the space invalid,
 // reported by the transaction that uses it.
 func NewSpace(segments ...string) Space {
+	n := len(segments)
+	for _, s := range segments {
+		n += len(s) + 2*(strings.Count(s, "%")+strings.Count(s, "/")+strings.Count(s, "\x00"))
+	}
 	var b strings.Builder
+	b.Grow(n)
 	for i, s := range segments {
 		if i > 0 {
 			b.WriteByte('/')
@@ -91,6 +96,22 @@ func ParsePrefix(p []byte) (segments []string, leafPrefix []byte, err error) {
 }
 
 func parse(k []byte) ([]string, []byte, error) {
+	var buf [4][]byte
+	raw, leaf, err := parseRaw(k, buf[:0])
+	if err != nil {
+		return nil, nil, err
+	}
+	segs := make([]string, len(raw))
+	for i, r := range raw {
+		segs[i] = string(r)
+	}
+	return segs, leaf, nil
+}
+
+// parseRaw is parse appending the unescaped segments to segs; a segment
+// without escapes is a slice of k, so the local implementation walks its
+// bucket path without allocating.
+func parseRaw(k []byte, segs [][]byte) ([][]byte, []byte, error) {
 	end := bytes.IndexByte(k, 0)
 	if end < 0 {
 		return nil, nil, fmt.Errorf("%w: %q: no namespace terminator", ErrInvalidKey, k)
@@ -99,47 +120,61 @@ func parse(k []byte) ([]string, []byte, error) {
 	if len(leaf) > MaxPartSize {
 		return nil, nil, fmt.Errorf("%w: leaf of %d bytes (limit %d)", ErrInvalidKey, len(leaf), MaxPartSize)
 	}
-	var segs []string
-	for _, raw := range bytes.Split(k[:end], []byte{'/'}) {
+	ns := k[:end]
+	for {
+		i := bytes.IndexByte(ns, '/')
+		raw := ns
+		if i >= 0 {
+			raw = ns[:i]
+		}
 		seg, err := unescape(raw)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w: %q: %v", ErrInvalidKey, k, err)
 		}
 		segs = append(segs, seg)
+		if i < 0 {
+			return segs, leaf, nil
+		}
+		ns = ns[i+1:]
 	}
-	return segs, leaf, nil
 }
 
 // unescape decodes one segment, accepting only the canonical form NewSpace
 // writes, so that every valid key has exactly one spelling.
-func unescape(raw []byte) (string, error) {
+func unescape(raw []byte) ([]byte, error) {
 	if len(raw) == 0 {
-		return "", fmt.Errorf("empty segment")
+		return nil, fmt.Errorf("empty segment")
 	}
-	var b strings.Builder
+	if bytes.IndexByte(raw, '%') < 0 {
+		if len(raw) > MaxPartSize {
+			return nil, fmt.Errorf("segment of %d bytes (limit %d)", len(raw), MaxPartSize)
+		}
+		return raw, nil
+	}
+	out := make([]byte, 0, len(raw))
 	for i := 0; i < len(raw); i++ {
 		c := raw[i]
 		if c != '%' {
-			b.WriteByte(c)
+			out = append(out, c)
 			continue
 		}
 		if i+2 >= len(raw) {
-			return "", fmt.Errorf("truncated escape")
+			return nil, fmt.Errorf("truncated escape")
 		}
 		switch string(raw[i+1 : i+3]) {
 		case "25":
-			b.WriteByte('%')
+			out = append(out, '%')
 		case "2F":
-			b.WriteByte('/')
+			out = append(out, '/')
 		case "00":
-			b.WriteByte(0)
+			out = append(out, 0)
 		default:
-			return "", fmt.Errorf("escape %%%s is not one of %%25 %%2F %%00", raw[i+1:i+3])
+			return nil, fmt.Errorf("escape %%%s is not one of %%25 %%2F %%00", raw[i+1:i+3])
 		}
 		i += 2
 	}
-	if b.Len() > MaxPartSize {
-		return "", fmt.Errorf("segment of %d bytes (limit %d)", b.Len(), MaxPartSize)
+	if len(out) > MaxPartSize {
+		return nil, fmt.Errorf("segment of %d bytes (limit %d)", len(out), MaxPartSize)
 	}
-	return b.String(), nil
+	return out, nil
 }
