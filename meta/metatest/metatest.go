@@ -1,7 +1,8 @@
 // Package metatest is the conformance suite every metadata plane
 // (meta.Store) must pass: atomicity, rollback, read-your-writes, ordered
 // scans both ways with limits, namespace isolation, lost-update freedom
-// under concurrent Updates and consistent View snapshots.
+// under concurrent Updates, consistent View snapshots, and a model-based
+// (rapid) run of random transactions against a map.
 package metatest
 
 import (
@@ -36,6 +37,7 @@ func Run(t *testing.T, open func(t *testing.T) meta.Store) {
 		{"CanceledContext", testCanceled},
 		{"ConcurrentIncrements", testConcurrentIncrements},
 		{"ViewSnapshot", testViewSnapshot},
+		{"Model", testModel},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
