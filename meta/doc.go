@@ -42,6 +42,20 @@
 // that keys sort as leaves do. ParseKey accepts only the canonical
 // spelling, so one record has one key (FuzzParseKey).
 //
+// # Choices
+//
+// Keys are flat bytes, built through Space, rather than (namespace, key)
+// pairs: etcd has one flat key space, so the structure is in the key
+// itself and prefix listing is plain byte-prefix listing; Space keeps
+// callers from spelling keys by hand. Get reports found separately so an
+// empty value is a value. DeletePrefix exists beside Delete because a
+// workspace's head log and operation index go with it: locally that drops
+// one bucket (the layout the store always had), on etcd it is one range
+// delete, where key-by-key deletion would read the whole range into the
+// transaction first. Scan hands its callback a key valid only during the
+// call, so the local plane allocates one buffer per scan, not one key per
+// entry. There are no revisions in the interface (see below).
+//
 // # Mapping onto etcd (issue #28)
 //
 // A key becomes the etcd key "<root>/" + Key, with <root> naming the store
