@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/acyclicfs/acyclicfs/meta"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -199,80 +200,7 @@ func (r *reach) markTree(tx *bolt.Tx, id ID, from string) {
 func (s *Store) markRoots(tx *bolt.Tx, extra IDSet) *reach {
 	r := newReach(tx)
 	r.markTree(tx, emptyTreeID, "store")
-	wsb := tx.Bucket(bucketWorkspaces)
-	_ = wsb.ForEach(func(k, v []byte) error {
-		name := string(k)
-		var w Workspace
-		if err := json.Unmarshal(v, &w); err != nil || w.Name != name {
-			r.problem(ProblemBadHeadLog, name, "workspace record undecodable: %s", v)
-			return nil
-		}
-		who := fmt.Sprintf("workspace %q", name)
-		if !w.BaseRoot.IsZero() {
-			r.bases.Add(w.BaseRoot)
-		}
-		r.markGen(tx, w.Head, who+" head", ProblemDanglingHead)
-		r.markGen(tx, w.Base, who+" base", ProblemDanglingHead)
-		if w.Parent != "" {
-			if wsb.Get([]byte(w.Parent)) == nil {
-				r.problem(ProblemDanglingParent, name, "parent %q does not exist", w.Parent)
-			}
-			if tx.Bucket(bucketChildren).Get(childKey(w.Parent, name)) == nil {
-				r.problem(ProblemBadIndex, name, "missing from children index of %q", w.Parent)
-			}
-		}
-		hb := tx.Bucket(bucketHeads).Bucket(k)
-		if hb == nil {
-			r.problem(ProblemBadHeadLog, name, "no head log")
-			return nil
-		}
-		var last HeadEntry
-		var prev uint64
-		_ = hb.ForEach(func(hk, hv []byte) error {
-			e, err := decodeHeadEntry(name, hk, hv)
-			if err != nil {
-				r.problem(ProblemBadHeadLog, name, "%v", err)
-				return nil
-			}
-			if e.Seq != prev+1 {
-				r.problem(ProblemBadHeadLog, name, "seq %d follows %d", e.Seq, prev)
-			}
-			prev = e.Seq
-			last = e
-			entry := fmt.Sprintf("%s head log entry %d", who, e.Seq)
-			r.markGen(tx, e.Gen, entry, ProblemDanglingHead)
-			r.markGen(tx, e.Base, entry+" base", ProblemDanglingHead)
-			return nil
-		})
-		if last.Seq != w.Seq || last.Gen != w.Head {
-			r.problem(ProblemBadHeadLog, name, "record says seq %d head %s, log ends at seq %d gen %s",
-				w.Seq, shortOrNone(w.Head), last.Seq, shortOrNone(last.Gen))
-		}
-		if ob := tx.Bucket(bucketOperations).Bucket(k); ob != nil {
-			_ = ob.ForEach(func(op, seq []byte) error {
-				hv := hb.Get(seq)
-				var e HeadEntry
-				if hv == nil || json.Unmarshal(hv, &e) != nil || e.Operation != string(op) {
-					r.problem(ProblemBadIndex, name, "operation %q indexes entry %x, which does not carry it", op, seq)
-				}
-				return nil
-			})
-		}
-		return nil
-	})
-	_ = tx.Bucket(bucketChildren).ForEach(func(k, _ []byte) error {
-		i := bytes.IndexByte(k, 0)
-		if i < 0 {
-			r.problem(ProblemBadIndex, string(k), "malformed children key")
-			return nil
-		}
-		parent, child := string(k[:i]), string(k[i+1:])
-		w, err := getWorkspaceTx(tx, child)
-		if err != nil || w.Parent != parent {
-			r.problem(ProblemBadIndex, child, "children index lists it under %q", parent)
-		}
-		return nil
-	})
+	markWorkspaces(tx, r)
 	for _, id := range extra.Sorted() {
 		switch {
 		case tx.Bucket(bucketGenerations).Get(id[:]) != nil:
@@ -548,5 +476,92 @@ func sortProblems(ps []Problem) {
 			return ps[i].Kind < ps[j].Kind
 		}
 		return ps[i].Object < ps[j].Object
+	})
+}
+
+// markWorkspaces marks from every workspace record and head-log entry (the
+// metadata plane's namespaces) and checks the records, head logs,
+// operation index and children index against each other.
+func markWorkspaces(btx *bolt.Tx, r *reach) {
+	// Generations and trees are not on the plane: r marks them in btx.
+	tx := meta.BoltTx(btx)
+	_ = tx.Scan(spaceWorkspaces.Prefix(nil), meta.ScanOptions{}, func(k meta.Key, v []byte) error {
+		name := string(spaceWorkspaces.Leaf(k))
+		var w Workspace
+		if err := json.Unmarshal(v, &w); err != nil || w.Name != name {
+			r.problem(ProblemBadHeadLog, name, "workspace record undecodable: %s", v)
+			return nil
+		}
+		who := fmt.Sprintf("workspace %q", name)
+		if !w.BaseRoot.IsZero() {
+			r.bases.Add(w.BaseRoot)
+		}
+		r.markGen(btx, w.Head, who+" head", ProblemDanglingHead)
+		r.markGen(btx, w.Base, who+" base", ProblemDanglingHead)
+		if w.Parent != "" {
+			if _, ok, _ := tx.Get(spaceWorkspaces.Key([]byte(w.Parent))); !ok {
+				r.problem(ProblemDanglingParent, name, "parent %q does not exist", w.Parent)
+			}
+			if _, ok, _ := tx.Get(spaceChildren.Key(childKey(w.Parent, name))); !ok {
+				r.problem(ProblemBadIndex, name, "missing from children index of %q", w.Parent)
+			}
+		}
+		heads := headsSpace(name)
+		var last HeadEntry
+		var prev uint64
+		entries := 0
+		_ = tx.Scan(heads.Prefix(nil), meta.ScanOptions{}, func(hk meta.Key, hv []byte) error {
+			entries++
+			e, err := decodeHeadEntry(name, heads.Leaf(hk), hv)
+			if err != nil {
+				r.problem(ProblemBadHeadLog, name, "%v", err)
+				return nil
+			}
+			if e.Seq != prev+1 {
+				r.problem(ProblemBadHeadLog, name, "seq %d follows %d", e.Seq, prev)
+			}
+			prev = e.Seq
+			last = e
+			entry := fmt.Sprintf("%s head log entry %d", who, e.Seq)
+			r.markGen(btx, e.Gen, entry, ProblemDanglingHead)
+			r.markGen(btx, e.Base, entry+" base", ProblemDanglingHead)
+			return nil
+		})
+		if entries == 0 {
+			r.problem(ProblemBadHeadLog, name, "no head log")
+			return nil
+		}
+		if last.Seq != w.Seq || last.Gen != w.Head {
+			r.problem(ProblemBadHeadLog, name, "record says seq %d head %s, log ends at seq %d gen %s",
+				w.Seq, shortOrNone(w.Head), last.Seq, shortOrNone(last.Gen))
+		}
+		ops := operationsSpace(name)
+		_ = tx.Scan(ops.Prefix(nil), meta.ScanOptions{}, func(ok meta.Key, seq []byte) error {
+			op := ops.Leaf(ok)
+			var hv []byte
+			if len(seq) == 8 {
+				hv, _, _ = tx.Get(heads.Key(seq))
+			}
+			var e HeadEntry
+			if hv == nil || json.Unmarshal(hv, &e) != nil || e.Operation != string(op) {
+				r.problem(ProblemBadIndex, name, "operation %q indexes entry %x, which does not carry it", op, seq)
+			}
+			return nil
+		})
+		return nil
+	})
+	_ = tx.Scan(spaceChildren.Prefix(nil), meta.ScanOptions{}, func(ck meta.Key, _ []byte) error {
+		k := spaceChildren.Leaf(ck)
+		i := bytes.IndexByte(k, 0)
+		if i < 0 {
+			r.problem(ProblemBadIndex, string(k), "malformed children key")
+			return nil
+		}
+		parent, child := string(k[:i]), string(k[i+1:])
+		w, err := getWorkspaceTx(tx, child)
+		if err != nil || w.Parent != parent {
+			r.problem(ProblemBadIndex, child, "children index lists it under %q", parent)
+		}
+		return nil
 	})
 }

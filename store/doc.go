@@ -13,11 +13,18 @@
 // every read: a mismatch is ErrCorrupt, never a silent default.
 //
 // A workspace's head changes only through CompareAndAppend(Many), which in
-// one bbolt transaction checks an optional publication Permit against its
-// lease gate at the store clock, checks each expected head, appends a
-// head-log entry and moves the head. The head log is the history (log,
-// undo) and, through operation keys, the replay record for retried
-// operations (FindOperation).
+// one transaction checks an optional publication Permit against its lease
+// gate at the store clock, checks each expected head, appends a head-log
+// entry and moves the head. The head log is the history (log, undo) and,
+// through operation keys, the replay record for retried operations
+// (FindOperation).
+//
+// Workspaces, head logs, lineage, operation keys, lease gates and the
+// upper layers' records live on the metadata plane (package meta): they
+// are read and written through meta.Tx, whose local implementation is
+// meta.db's buckets, and Meta hands the plane to packages that keep their
+// own records beside them (window). The ...GateTx functions take a meta.Tx
+// so a window change and its gates commit together.
 //
 // Check verifies everything; GC deletes what no head log reaches.
 //

@@ -4,17 +4,20 @@ import (
 	"encoding/json"
 	"fmt"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/acyclicfs/acyclicfs/meta"
 )
 
 // Lease gates fence publications. A gate belongs to one lease; every open
 // or renewal bumps its epoch and hands out a Permit for that epoch. A head
 // append that carries a permit commits only if, inside the same bbolt
-// transaction, the gate is open, at the permit's epoch, and unexpired at the
+// metadata transaction (meta.Tx), the gate is open, at the permit's epoch, and unexpired at the
 // store's clock. Closing, renewing or expiring a lease therefore linearizes
 // exactly against publication: a fenced writer can never publish.
 
 var bucketGates = []byte("gates")
+
+// spaceGates holds one gateRecord per gate id (bucket gates).
+var spaceGates = meta.NewSpace(string(bucketGates))
 
 // Permit authorizes head publications on behalf of one lease epoch.
 type Permit struct {
@@ -29,24 +32,14 @@ type gateRecord struct {
 	Open      bool   `json:"open"`
 }
 
-func gatesBucket(tx *bolt.Tx) (*bolt.Bucket, error) {
-	if b := tx.Bucket(bucketGates); b != nil {
-		return b, nil
-	}
-	if !tx.Writable() {
-		return nil, nil
-	}
-	return tx.CreateBucketIfNotExists(bucketGates)
-}
-
-func loadGate(b *bolt.Bucket, gate string) (gateRecord, bool, error) {
+func loadGate(tx meta.Tx, gate string) (gateRecord, bool, error) {
 	var g gateRecord
-	if b == nil {
-		return g, false, nil
+	if gate == "" || len(gate) > meta.MaxPartSize {
+		return g, false, nil // no such gate can have been opened
 	}
-	v := b.Get([]byte(gate))
-	if v == nil {
-		return g, false, nil
+	v, ok, err := tx.Get(spaceGates.Key([]byte(gate)))
+	if err != nil || !ok {
+		return g, false, err
 	}
 	if err := json.Unmarshal(v, &g); err != nil {
 		return g, false, fmt.Errorf("%w: gate %q: %v", ErrCorrupt, gate, err)
@@ -54,32 +47,28 @@ func loadGate(b *bolt.Bucket, gate string) (gateRecord, bool, error) {
 	return g, true, nil
 }
 
-func putGate(b *bolt.Bucket, gate string, g gateRecord) error {
+func putGate(tx meta.Tx, gate string, g gateRecord) error {
 	v, err := json.Marshal(g)
 	if err != nil {
 		return err
 	}
-	return b.Put([]byte(gate), v)
+	return tx.Put(spaceGates.Key([]byte(gate)), v)
 }
 
 // OpenGateTx opens (or re-opens) the gate for a lease with a new epoch and
 // returns the permit for it. Any older permit of the gate is fenced.
-func OpenGateTx(tx *bolt.Tx, gate string, expiresAtMs int64) (Permit, error) {
+func OpenGateTx(tx meta.Tx, gate string, expiresAtMs int64) (Permit, error) {
 	if gate == "" {
 		return Permit{}, fmt.Errorf("open gate: empty gate id")
 	}
-	b, err := gatesBucket(tx)
-	if err != nil {
-		return Permit{}, fmt.Errorf("open gate %q: %w", gate, err)
-	}
-	g, _, err := loadGate(b, gate)
+	g, _, err := loadGate(tx, gate)
 	if err != nil {
 		return Permit{}, err
 	}
 	g.Epoch++
 	g.ExpiresAt = expiresAtMs
 	g.Open = true
-	if err := putGate(b, gate, g); err != nil {
+	if err := putGate(tx, gate, g); err != nil {
 		return Permit{}, fmt.Errorf("open gate %q: %w", gate, err)
 	}
 	return Permit{Gate: gate, Epoch: g.Epoch}, nil
@@ -88,12 +77,8 @@ func OpenGateTx(tx *bolt.Tx, gate string, expiresAtMs int64) (Permit, error) {
 // RenewGateTx is OpenGateTx for an existing open gate: the old permit is
 // fenced and a new one returned. Renewing a closed or unknown gate fails with
 // ErrFenced.
-func RenewGateTx(tx *bolt.Tx, gate string, expiresAtMs int64) (Permit, error) {
-	b, err := gatesBucket(tx)
-	if err != nil {
-		return Permit{}, fmt.Errorf("renew gate %q: %w", gate, err)
-	}
-	g, ok, err := loadGate(b, gate)
+func RenewGateTx(tx meta.Tx, gate string, expiresAtMs int64) (Permit, error) {
+	g, ok, err := loadGate(tx, gate)
 	if err != nil {
 		return Permit{}, err
 	}
@@ -105,37 +90,25 @@ func RenewGateTx(tx *bolt.Tx, gate string, expiresAtMs int64) (Permit, error) {
 
 // FenceGateTx closes the gate; every permit of it stops working. Fencing an
 // unknown or closed gate is a no-op.
-func FenceGateTx(tx *bolt.Tx, gate string) error {
-	b, err := gatesBucket(tx)
-	if err != nil {
-		return fmt.Errorf("fence gate %q: %w", gate, err)
-	}
-	g, ok, err := loadGate(b, gate)
+func FenceGateTx(tx meta.Tx, gate string) error {
+	g, ok, err := loadGate(tx, gate)
 	if err != nil || !ok || !g.Open {
 		return err
 	}
 	g.Open = false
-	return putGate(b, gate, g)
+	return putGate(tx, gate, g)
 }
 
 // DeleteGateTx forgets a closed gate entirely (garbage collection of old
 // leases). An open gate is fenced first.
-func DeleteGateTx(tx *bolt.Tx, gate string) error {
-	b, err := gatesBucket(tx)
-	if err != nil || b == nil {
-		return err
-	}
-	return b.Delete([]byte(gate))
+func DeleteGateTx(tx meta.Tx, gate string) error {
+	return tx.Delete(spaceGates.Key([]byte(gate)))
 }
 
 // CheckPermitTx returns nil if p is the current epoch of an open gate that
 // has not expired at nowMs, and an error wrapping ErrFenced otherwise.
-func CheckPermitTx(tx *bolt.Tx, p Permit, nowMs int64) error {
-	b, err := gatesBucket(tx)
-	if err != nil {
-		return err
-	}
-	g, ok, err := loadGate(b, p.Gate)
+func CheckPermitTx(tx meta.Tx, p Permit, nowMs int64) error {
+	g, ok, err := loadGate(tx, p.Gate)
 	if err != nil {
 		return err
 	}
@@ -163,19 +136,15 @@ func (s *Store) PruneGates() (int, error) {
 	}
 	now := s.Now()
 	n := 0
-	err := s.update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketGates)
-		if b == nil {
-			return nil
-		}
-		var dead [][]byte
-		err := b.ForEach(func(k, v []byte) error {
+	err := s.updateMeta(func(tx meta.Tx) error {
+		var dead []meta.Key
+		err := tx.Scan(spaceGates.Prefix(nil), meta.ScanOptions{}, func(k meta.Key, v []byte) error {
 			var g gateRecord
 			if err := json.Unmarshal(v, &g); err != nil {
-				return fmt.Errorf("%w: gate %q: %v", ErrCorrupt, k, err)
+				return fmt.Errorf("%w: gate %q: %v", ErrCorrupt, spaceGates.Leaf(k), err)
 			}
 			if !g.Open || now >= g.ExpiresAt {
-				dead = append(dead, append([]byte(nil), k...))
+				dead = append(dead, append(meta.Key(nil), k...))
 			}
 			return nil
 		})
@@ -183,7 +152,7 @@ func (s *Store) PruneGates() (int, error) {
 			return err
 		}
 		for _, k := range dead {
-			if err := b.Delete(k); err != nil {
+			if err := tx.Delete(k); err != nil {
 				return err
 			}
 		}

@@ -1,11 +1,11 @@
 package store_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 
-	bolt "go.etcd.io/bbolt"
-
+	"github.com/acyclicfs/acyclicfs/meta"
 	"github.com/acyclicfs/acyclicfs/store"
 	"github.com/acyclicfs/acyclicfs/store/storetest"
 )
@@ -14,7 +14,8 @@ func TestPruneGatesKeepsLiveGatesOnly(t *testing.T) {
 	clock := storetest.NewClock(1000)
 	s := storetest.MustOpenWith(t, store.Options{Clock: clock.Now, NoSync: true})
 	var live, closed, expired store.Permit
-	err := s.DB().Update(func(tx *bolt.Tx) error {
+	ctx := context.Background()
+	err := s.Meta().Update(ctx, func(tx meta.Tx) error {
 		var err error
 		if live, err = store.OpenGateTx(tx, "live", 5000); err != nil {
 			return err
@@ -36,7 +37,7 @@ func TestPruneGatesKeepsLiveGatesOnly(t *testing.T) {
 	if err != nil || n != 2 {
 		t.Fatalf("PruneGates = %d, %v; want 2 pruned", n, err)
 	}
-	s.DB().View(func(tx *bolt.Tx) error {
+	_ = s.Meta().View(ctx, func(tx meta.Tx) error {
 		if err := store.CheckPermitTx(tx, live, clock.Now()); err != nil {
 			t.Errorf("live gate fenced after prune: %v", err)
 		}

@@ -3,17 +3,20 @@ package store
 import (
 	"fmt"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/acyclicfs/acyclicfs/meta"
 )
 
 // Small durable key/value records for upper layers (conflict records,
-// mount records), one bucket per namespace under the meta bucket.
+// mount records), one metadata-plane namespace meta/<ns> each (a bucket
+// per namespace under the meta bucket).
+
+func metaSpace(ns string) meta.Space { return meta.NewSpace(string(bucketMeta), ns) }
 
 func checkMetaNames(ns, key string) error {
-	if ns == "" {
-		return fmt.Errorf("%w: empty metadata namespace", ErrInvalidName)
+	if ns == "" || len(ns) > meta.MaxPartSize {
+		return fmt.Errorf("%w: metadata namespace %q", ErrInvalidName, ns)
 	}
-	if key == "" || len(key) > bolt.MaxKeySize {
+	if key == "" || len(key) > meta.MaxPartSize {
 		return fmt.Errorf("%w: metadata key %q in %q", ErrInvalidName, key, ns)
 	}
 	return nil
@@ -24,13 +27,7 @@ func (s *Store) PutMeta(ns, key string, value []byte) error {
 	if err := checkMetaNames(ns, key); err != nil {
 		return err
 	}
-	err := s.update(func(tx *bolt.Tx) error {
-		b, err := tx.Bucket(bucketMeta).CreateBucketIfNotExists([]byte(ns))
-		if err != nil {
-			return err
-		}
-		return b.Put([]byte(key), value)
-	})
+	err := s.updateMeta(func(tx meta.Tx) error { return tx.Put(metaSpace(ns).Key([]byte(key)), value) })
 	if err != nil {
 		return fmt.Errorf("put meta %s/%s: %w", ns, key, err)
 	}
@@ -43,12 +40,12 @@ func (s *Store) GetMeta(ns, key string) ([]byte, error) {
 		return nil, err
 	}
 	var out []byte
-	err := s.view(func(tx *bolt.Tx) error {
-		var v []byte
-		if b := tx.Bucket(bucketMeta).Bucket([]byte(ns)); b != nil {
-			v = b.Get([]byte(key))
+	err := s.viewMeta(func(tx meta.Tx) error {
+		v, ok, err := tx.Get(metaSpace(ns).Key([]byte(key)))
+		if err != nil {
+			return fmt.Errorf("meta %s/%s: %w", ns, key, err)
 		}
-		if v == nil {
+		if !ok {
 			return fmt.Errorf("meta %s/%s: %w", ns, key, ErrNotFound)
 		}
 		out = append([]byte{}, v...)
@@ -62,13 +59,7 @@ func (s *Store) DeleteMeta(ns, key string) error {
 	if err := checkMetaNames(ns, key); err != nil {
 		return err
 	}
-	err := s.update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketMeta).Bucket([]byte(ns))
-		if b == nil {
-			return nil
-		}
-		return b.Delete([]byte(key))
-	})
+	err := s.updateMeta(func(tx meta.Tx) error { return tx.Delete(metaSpace(ns).Key([]byte(key))) })
 	if err != nil {
 		return fmt.Errorf("delete meta %s/%s: %w", ns, key, err)
 	}
@@ -77,17 +68,14 @@ func (s *Store) DeleteMeta(ns, key string) error {
 
 // ListMeta returns every record of namespace ns (empty if none).
 func (s *Store) ListMeta(ns string) (map[string][]byte, error) {
-	if ns == "" {
-		return nil, fmt.Errorf("%w: empty metadata namespace", ErrInvalidName)
+	if ns == "" || len(ns) > meta.MaxPartSize {
+		return nil, fmt.Errorf("%w: metadata namespace %q", ErrInvalidName, ns)
 	}
 	out := map[string][]byte{}
-	err := s.view(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketMeta).Bucket([]byte(ns))
-		if b == nil {
-			return nil
-		}
-		return b.ForEach(func(k, v []byte) error {
-			out[string(k)] = append([]byte{}, v...)
+	sp := metaSpace(ns)
+	err := s.viewMeta(func(tx meta.Tx) error {
+		return tx.Scan(sp.Prefix(nil), meta.ScanOptions{}, func(k meta.Key, v []byte) error {
+			out[string(sp.Leaf(k))] = append([]byte{}, v...)
 			return nil
 		})
 	})

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/acyclicfs/acyclicfs/meta"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -221,7 +222,7 @@ func (s *Store) PublishGeneration(g *Generation, name string, expect ID, e HeadE
 		if err := pg.putTx(tx); err != nil {
 			return fmt.Errorf("put generation: %w", err)
 		}
-		if err := s.appendTx(tx, []Append{{Workspace: name, ExpectHead: expect, Entry: e}}, permit, out); err != nil {
+		if err := s.appendTx(meta.BoltTx(tx), []Append{{Workspace: name, ExpectHead: expect, Entry: e}}, permit, out); err != nil {
 			return fmt.Errorf("append head: %w", err)
 		}
 		return nil

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/acyclicfs/acyclicfs/meta"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 	"golang.org/x/sys/unix"
@@ -498,9 +499,31 @@ func (s *Store) Close() error {
 // Dir returns the absolute store directory.
 func (s *Store) Dir() string { return s.dir }
 
-// DB returns the bbolt database, for packages that keep their own buckets
-// in the same file (window/). They must not touch this package's buckets.
-func (s *Store) DB() *bolt.DB { return s.db }
+// Meta returns the store's metadata plane, for packages that keep their
+// own records beside the heads and gates and change both in one
+// transaction (window/ keeps its snapshots there and opens, renews and
+// fences gates with OpenGateTx...). They must not write this package's
+// namespaces except through its ...Tx functions. Its transactions refuse
+// writes (ErrReadOnly) on a store opened read-only and turn a bbolt panic
+// on a damaged page into ErrCorrupt, as the store's own do.
+func (s *Store) Meta() meta.Store { return storeMeta{s} }
+
+// storeMeta is the metadata plane over the store's meta.db.
+type storeMeta struct{ s *Store }
+
+func (m storeMeta) View(ctx context.Context, fn func(meta.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return m.s.viewMeta(fn)
+}
+
+func (m storeMeta) Update(ctx context.Context, fn func(meta.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return m.s.updateMeta(fn)
+}
 
 // Now returns the store clock in Unix milliseconds.
 func (s *Store) Now() int64 { return s.clock() }
@@ -573,6 +596,17 @@ func (s *Store) update(fn func(tx *bolt.Tx) error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer recoverCorrupt(&err)
 	return s.db.Update(fn)
+}
+
+// viewMeta is view with the transaction seen through the metadata plane.
+func (s *Store) viewMeta(fn func(tx meta.Tx) error) error {
+	return s.view(func(tx *bolt.Tx) error { return fn(meta.BoltTx(tx)) })
+}
+
+// updateMeta is update with the transaction seen through the metadata
+// plane.
+func (s *Store) updateMeta(fn func(tx meta.Tx) error) error {
+	return s.update(func(tx *bolt.Tx) error { return fn(meta.BoltTx(tx)) })
 }
 
 func recoverCorrupt(err *error) {

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/acyclicfs/acyclicfs/meta"
 )
 
 // MaxWorkspaceName is the longest accepted workspace name in bytes.
@@ -62,6 +62,24 @@ func ValidWorkspaceName(name string) error {
 	return nil
 }
 
+// Namespaces of the metadata plane (meta/doc.go lists the layout).
+var (
+	spaceWorkspaces  = meta.NewSpace(string(bucketWorkspaces))
+	spaceChildren    = meta.NewSpace(string(bucketChildren))
+	spaceGenerations = meta.NewSpace(string(bucketGenerations))
+)
+
+// headsSpace holds name's head log: seqKey -> HeadEntry JSON.
+func headsSpace(name string) meta.Space { return meta.NewSpace(string(bucketHeads), name) }
+
+// operationsSpace indexes name's head log by operation key: op -> seqKey.
+func operationsSpace(name string) meta.Space { return meta.NewSpace(string(bucketOperations), name) }
+
+// storableName reports whether name can be a key leaf or namespace
+// segment; no record is stored under any other name, so looking one up
+// finds nothing (as bbolt did before the plane checked keys).
+func storableName(name string) bool { return name != "" && len(name) <= meta.MaxPartSize }
+
 func seqKey(seq uint64) []byte {
 	var k [8]byte
 	binary.BigEndian.PutUint64(k[:], seq)
@@ -73,10 +91,17 @@ func childKey(parent, child string) []byte {
 	return append(append([]byte(parent), 0), child...)
 }
 
-func getWorkspaceTx(tx *bolt.Tx, name string) (Workspace, error) {
+func getWorkspaceTx(tx meta.Tx, name string) (Workspace, error) {
 	var w Workspace
-	v := tx.Bucket(bucketWorkspaces).Get([]byte(name))
-	if v == nil {
+	var v []byte
+	found := false
+	if storableName(name) {
+		var err error
+		if v, found, err = tx.Get(spaceWorkspaces.Key([]byte(name))); err != nil {
+			return w, fmt.Errorf("workspace %q: %w", name, err)
+		}
+	}
+	if !found {
 		return w, fmt.Errorf("workspace %q: %w", name, ErrNotFound)
 	}
 	if err := json.Unmarshal(v, &w); err != nil {
@@ -88,32 +113,29 @@ func getWorkspaceTx(tx *bolt.Tx, name string) (Workspace, error) {
 	return w, nil
 }
 
-func putWorkspaceTx(tx *bolt.Tx, w Workspace) error {
+func putWorkspaceTx(tx meta.Tx, w Workspace) error {
 	v, err := json.Marshal(w)
 	if err != nil {
 		return err
 	}
-	return tx.Bucket(bucketWorkspaces).Put([]byte(w.Name), v)
+	return tx.Put(spaceWorkspaces.Key([]byte(w.Name)), v)
 }
 
 // appendEntryTx writes e (whose Seq is set) to name's head log and indexes
 // its operation. A repeated operation key is refused: replay goes through
 // FindOperation, and the refusal keeps a retried publication from landing
 // twice.
-func appendEntryTx(tx *bolt.Tx, name string, e HeadEntry) error {
-	hb, err := tx.Bucket(bucketHeads).CreateBucketIfNotExists([]byte(name))
-	if err != nil {
-		return err
-	}
+func appendEntryTx(tx meta.Tx, name string, e HeadEntry) error {
 	if e.Operation != "" {
-		ob, err := tx.Bucket(bucketOperations).CreateBucketIfNotExists([]byte(name))
+		ok := operationsSpace(name).Key([]byte(e.Operation))
+		_, dup, err := tx.Get(ok)
 		if err != nil {
 			return err
 		}
-		if ob.Get([]byte(e.Operation)) != nil {
+		if dup {
 			return fmt.Errorf("workspace %q: operation %q already appended: %w", name, e.Operation, ErrExists)
 		}
-		if err := ob.Put([]byte(e.Operation), seqKey(e.Seq)); err != nil {
+		if err := tx.Put(ok, seqKey(e.Seq)); err != nil {
 			return err
 		}
 	}
@@ -121,15 +143,18 @@ func appendEntryTx(tx *bolt.Tx, name string, e HeadEntry) error {
 	if err != nil {
 		return err
 	}
-	return hb.Put(seqKey(e.Seq), v)
+	return tx.Put(headsSpace(name).Key(seqKey(e.Seq)), v)
 }
 
-func (s *Store) checkEntry(tx *bolt.Tx, e *HeadEntry) error {
+func (s *Store) checkEntry(tx meta.Tx, e *HeadEntry) error {
 	if e.Gen.IsZero() {
 		return fmt.Errorf("head entry without generation: %w", ErrInvalidID)
 	}
-	if tx.Bucket(bucketGenerations).Get(e.Gen[:]) == nil {
-		return fmt.Errorf("generation %s: %w", e.Gen.Short(), ErrNotFound)
+	if _, ok, err := tx.Get(spaceGenerations.Key(e.Gen[:])); err != nil || !ok {
+		if err == nil {
+			err = ErrNotFound
+		}
+		return fmt.Errorf("generation %s: %w", e.Gen.Short(), err)
 	}
 	if e.Time == 0 {
 		e.Time = s.Now()
@@ -144,15 +169,18 @@ func (s *Store) CreateWorkspace(w Workspace, first HeadEntry) (Workspace, error)
 	if err := ValidWorkspaceName(w.Name); err != nil {
 		return Workspace{}, fmt.Errorf("create workspace: %w", err)
 	}
-	err := s.update(func(tx *bolt.Tx) error {
-		if tx.Bucket(bucketWorkspaces).Get([]byte(w.Name)) != nil {
-			return fmt.Errorf("workspace %q: %w", w.Name, ErrExists)
+	err := s.updateMeta(func(tx meta.Tx) error {
+		if _, exists, err := tx.Get(spaceWorkspaces.Key([]byte(w.Name))); err != nil || exists {
+			if err == nil {
+				err = ErrExists
+			}
+			return fmt.Errorf("workspace %q: %w", w.Name, err)
 		}
 		if w.Parent != "" {
 			if _, err := getWorkspaceTx(tx, w.Parent); err != nil {
 				return fmt.Errorf("parent: %w", err)
 			}
-			if err := tx.Bucket(bucketChildren).Put(childKey(w.Parent, w.Name), []byte{1}); err != nil {
+			if err := tx.Put(spaceChildren.Key(childKey(w.Parent, w.Name)), []byte{1}); err != nil {
 				return err
 			}
 		}
@@ -183,7 +211,7 @@ func (s *Store) CreateWorkspace(w Workspace, first HeadEntry) (Workspace, error)
 // GetWorkspace returns workspace name.
 func (s *Store) GetWorkspace(name string) (Workspace, error) {
 	var w Workspace
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.viewMeta(func(tx meta.Tx) error {
 		var err error
 		w, err = getWorkspaceTx(tx, name)
 		return err
@@ -194,11 +222,11 @@ func (s *Store) GetWorkspace(name string) (Workspace, error) {
 // ListWorkspaces returns every workspace sorted by name.
 func (s *Store) ListWorkspaces() ([]Workspace, error) {
 	var out []Workspace
-	err := s.view(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketWorkspaces).ForEach(func(k, v []byte) error {
+	err := s.viewMeta(func(tx meta.Tx) error {
+		return tx.Scan(spaceWorkspaces.Prefix(nil), meta.ScanOptions{}, func(k meta.Key, v []byte) error {
 			var w Workspace
 			if err := json.Unmarshal(v, &w); err != nil {
-				return fmt.Errorf("%w: workspace %q: %v", ErrCorrupt, k, err)
+				return fmt.Errorf("%w: workspace %q: %v", ErrCorrupt, spaceWorkspaces.Leaf(k), err)
 			}
 			out = append(out, w)
 			return nil
@@ -213,49 +241,53 @@ func (s *Store) ListWorkspaces() ([]Workspace, error) {
 // Children returns the names of name's child workspaces, sorted.
 func (s *Store) Children(name string) ([]string, error) {
 	var out []string
-	err := s.view(func(tx *bolt.Tx) error {
-		out = childrenTx(tx, name)
-		return nil
+	err := s.viewMeta(func(tx meta.Tx) error {
+		var err error
+		out, err = childrenTx(tx, name)
+		return err
 	})
 	return out, err
 }
 
-func childrenTx(tx *bolt.Tx, name string) []string {
+func childrenTx(tx meta.Tx, name string) ([]string, error) {
 	var out []string
 	prefix := childKey(name, "")
-	c := tx.Bucket(bucketChildren).Cursor()
-	for k, _ := c.Seek(prefix); k != nil && len(k) > len(prefix) && string(k[:len(prefix)]) == string(prefix); k, _ = c.Next() {
-		out = append(out, string(k[len(prefix):]))
-	}
-	return out
+	err := tx.Scan(spaceChildren.Prefix(prefix), meta.ScanOptions{}, func(k meta.Key, _ []byte) error {
+		if child := spaceChildren.Leaf(k)[len(prefix):]; len(child) > 0 {
+			out = append(out, string(child))
+		}
+		return nil
+	})
+	return out, err
 }
 
 // DeleteWorkspace removes workspace name and its head log. It refuses
 // (ErrHasChildren) while children exist. Generations it reached become
 // garbage for GC unless other logs reach them.
 func (s *Store) DeleteWorkspace(name string) error {
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.updateMeta(func(tx meta.Tx) error {
 		w, err := getWorkspaceTx(tx, name)
 		if err != nil {
 			return err
 		}
-		if kids := childrenTx(tx, name); len(kids) > 0 {
+		kids, err := childrenTx(tx, name)
+		if err != nil {
+			return err
+		}
+		if len(kids) > 0 {
 			return fmt.Errorf("%w: %q", ErrHasChildren, kids)
 		}
 		if w.Parent != "" {
-			if err := tx.Bucket(bucketChildren).Delete(childKey(w.Parent, name)); err != nil {
+			if err := tx.Delete(spaceChildren.Key(childKey(w.Parent, name))); err != nil {
 				return err
 			}
 		}
-		for _, bk := range [][]byte{bucketHeads, bucketOperations} {
-			b := tx.Bucket(bk)
-			if b.Bucket([]byte(name)) != nil {
-				if err := b.DeleteBucket([]byte(name)); err != nil {
-					return err
-				}
+		for _, sp := range []meta.Space{headsSpace(name), operationsSpace(name)} {
+			if err := tx.DeletePrefix(sp.Prefix(nil)); err != nil {
+				return err
 			}
 		}
-		return tx.Bucket(bucketWorkspaces).Delete([]byte(name))
+		return tx.Delete(spaceWorkspaces.Key([]byte(name)))
 	})
 	if err != nil {
 		return fmt.Errorf("delete workspace %q: %w", name, err)
@@ -281,14 +313,14 @@ func (s *Store) CompareAndAppend(name string, expectHead ID, e HeadEntry, permit
 // earlier append.
 func (s *Store) CompareAndAppendMany(appends []Append, permit *Permit) ([]Workspace, error) {
 	out := make([]Workspace, len(appends))
-	if err := s.update(func(tx *bolt.Tx) error { return s.appendTx(tx, appends, permit, out) }); err != nil {
+	if err := s.updateMeta(func(tx meta.Tx) error { return s.appendTx(tx, appends, permit, out) }); err != nil {
 		return nil, fmt.Errorf("append head: %w", err)
 	}
 	return out, nil
 }
 
 // appendTx is CompareAndAppendMany inside tx; out receives the workspaces.
-func (s *Store) appendTx(tx *bolt.Tx, appends []Append, permit *Permit, out []Workspace) error {
+func (s *Store) appendTx(tx meta.Tx, appends []Append, permit *Permit, out []Workspace) error {
 	if permit != nil {
 		if err := CheckPermitTx(tx, *permit, s.Now()); err != nil {
 			return err
@@ -331,26 +363,23 @@ func shortOrNone(id ID) string {
 // (limit <= 0: all).
 func (s *Store) HeadLog(name string, limit int) ([]HeadEntry, error) {
 	var out []HeadEntry
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.viewMeta(func(tx meta.Tx) error {
 		if _, err := getWorkspaceTx(tx, name); err != nil {
 			return err
 		}
-		hb := tx.Bucket(bucketHeads).Bucket([]byte(name))
-		if hb == nil {
-			return fmt.Errorf("%w: workspace %q has no head log", ErrCorrupt, name)
-		}
-		c := hb.Cursor()
-		for k, v := c.Last(); k != nil; k, v = c.Prev() {
-			if limit > 0 && len(out) >= limit {
-				break
-			}
-			e, err := decodeHeadEntry(name, k, v)
+		heads := headsSpace(name)
+		err := tx.Scan(heads.Prefix(nil), meta.ScanOptions{Reverse: true, Limit: limit}, func(k meta.Key, v []byte) error {
+			e, err := decodeHeadEntry(name, heads.Leaf(k), v)
 			if err != nil {
 				return err
 			}
 			out = append(out, e)
+			return nil
+		})
+		if err == nil && len(out) == 0 {
+			err = fmt.Errorf("%w: workspace %q has no head log", ErrCorrupt, name)
 		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("head log: %w", err)
@@ -376,27 +405,24 @@ func (s *Store) FindOperation(name, op string) (HeadEntry, bool, error) {
 		e     HeadEntry
 		found bool
 	)
-	if op == "" {
+	if !storableName(op) || !storableName(name) {
 		return e, false, nil
 	}
-	err := s.view(func(tx *bolt.Tx) error {
-		ob := tx.Bucket(bucketOperations).Bucket([]byte(name))
-		if ob == nil {
-			return nil
+	err := s.viewMeta(func(tx meta.Tx) error {
+		seq, ok, err := tx.Get(operationsSpace(name).Key([]byte(op)))
+		if err != nil || !ok {
+			return err
 		}
-		seq := ob.Get([]byte(op))
-		if seq == nil {
-			return nil
-		}
-		hb := tx.Bucket(bucketHeads).Bucket([]byte(name))
 		var v []byte
-		if hb != nil {
-			v = hb.Get(seq)
+		present := false
+		if len(seq) == 8 {
+			if v, present, err = tx.Get(headsSpace(name).Key(seq)); err != nil {
+				return err
+			}
 		}
-		if v == nil {
+		if !present {
 			return fmt.Errorf("%w: workspace %q: operation %q indexes missing entry %x", ErrCorrupt, name, op, seq)
 		}
-		var err error
 		e, err = decodeHeadEntry(name, seq, v)
 		found = err == nil
 		return err

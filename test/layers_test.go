@@ -13,6 +13,8 @@ const module = "github.com/acyclicfs/acyclicfs"
 // layers gives each package its layer (DESIGN.md "Packages and import
 // direction"). A package may import only packages of strictly lower layers.
 var layers = map[string]int{
+	"meta":               -1,
+	"meta/metatest":      0,
 	"store":              0,
 	"store/storetest":    1,
 	"corestate":          0,

@@ -42,8 +42,8 @@ func BenchmarkBeginFinishBolt(b *testing.B) {
 		noSync bool
 	}{{"fsync", false}, {"nosync", true}} {
 		b.Run(mode.name, func(b *testing.B) {
-			db := openBolt(b, filepath.Join(b.TempDir(), "meta.db"), mode.noSync)
-			benchBeginFinish(b, window.NewBoltStore(db, window.SystemClock{}))
+			plane := openBolt(b, filepath.Join(b.TempDir(), "meta.db"), mode.noSync)
+			benchBeginFinish(b, window.NewMetaStore(plane, window.SystemClock{}))
 		})
 	}
 }

@@ -28,7 +28,7 @@ func TestContendedWorkspaceMemory(t *testing.T) {
 
 func TestContendedWorkspaceBolt(t *testing.T) {
 	clock := window.NewManualClock(1000)
-	st := window.NewBoltStore(openBolt(t, filepath.Join(t.TempDir(), "meta.db"), true), clock)
+	st := window.NewMetaStore(openBolt(t, filepath.Join(t.TempDir(), "meta.db"), true), clock)
 	contend(t, st, clock, st.CheckPermit)
 }
 

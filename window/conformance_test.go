@@ -1,12 +1,13 @@
 package window_test
 
 import (
+	"context"
 	"path/filepath"
 	"testing"
 
+	"github.com/acyclicfs/acyclicfs/meta"
 	"github.com/acyclicfs/acyclicfs/window"
 	"github.com/acyclicfs/acyclicfs/window/windowtest"
-	bolt "go.etcd.io/bbolt"
 )
 
 func TestMemoryStoreConformance(t *testing.T) {
@@ -23,33 +24,42 @@ func TestMemoryStoreConformance(t *testing.T) {
 func TestBoltStoreConformance(t *testing.T) {
 	windowtest.Run(t, func(t *testing.T) windowtest.Env {
 		clock := window.NewManualClock(windowtest.Start)
-		st := window.NewBoltStore(openBolt(t, filepath.Join(t.TempDir(), "meta.db"), true), clock)
-		return windowtest.Env{Store: st, Clock: clock, PutRaw: boltPutRaw(st.DB()), CheckPermit: st.CheckPermit}
+		plane := openBolt(t, filepath.Join(t.TempDir(), "meta.db"), true)
+		st := window.NewMetaStore(plane, clock)
+		return windowtest.Env{Store: st, Clock: clock, PutRaw: planePutRaw(plane), CheckPermit: st.CheckPermit}
 	})
 }
 
-// openBolt opens a bbolt file closed at test cleanup; noSync skips fsync
-// to keep the suite fast (durability is tested separately).
-func openBolt(tb testing.TB, path string, noSync bool) *bolt.DB {
+// TestMetaStoreOnMemoryPlaneConformance: the window store works on any
+// metadata plane, gates included, not only on bbolt.
+func TestMetaStoreOnMemoryPlaneConformance(t *testing.T) {
+	windowtest.Run(t, func(t *testing.T) windowtest.Env {
+		clock := window.NewManualClock(windowtest.Start)
+		plane := meta.NewMemory()
+		st := window.NewMetaStore(plane, clock)
+		return windowtest.Env{Store: st, Clock: clock, PutRaw: planePutRaw(plane), CheckPermit: st.CheckPermit}
+	})
+}
+
+// openBolt opens a bbolt-backed metadata plane closed at test cleanup;
+// noSync skips fsync to keep the suite fast (durability is tested
+// separately).
+func openBolt(tb testing.TB, path string, noSync bool) *meta.Bolt {
 	tb.Helper()
-	db, err := bolt.Open(path, 0o600, nil)
+	p, err := meta.OpenBolt(path, meta.BoltOptions{NoSync: noSync})
 	if err != nil {
 		tb.Fatalf("open bolt: %v", err)
 	}
-	db.NoSync = noSync
-	tb.Cleanup(func() { _ = db.Close() })
-	return db
+	tb.Cleanup(func() { _ = p.Close() })
+	return p
 }
 
-func boltPutRaw(db *bolt.DB) func(*testing.T, string, []byte) {
+// planePutRaw stores raw bytes as a workspace's window state.
+func planePutRaw(p meta.Store) func(*testing.T, string, []byte) {
 	return func(t *testing.T, ws string, raw []byte) {
 		t.Helper()
-		err := db.Update(func(tx *bolt.Tx) error {
-			b, err := tx.CreateBucketIfNotExists([]byte(window.BucketName))
-			if err != nil {
-				return err
-			}
-			return b.Put([]byte(ws), raw)
+		err := p.Update(context.Background(), func(tx meta.Tx) error {
+			return tx.Put(meta.NewSpace(window.Namespace).Key([]byte(ws)), raw)
 		})
 		if err != nil {
 			t.Fatalf("put raw: %v", err)

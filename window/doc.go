@@ -49,12 +49,14 @@
 // replay the recorded outcome instead of doing the work twice.
 //
 // Stores implement the two-method Store interface (Load, CompareAndSwap);
-// MemoryStore serves tests and BoltStore keeps the state in the bucket
-// "windows" of the bbolt file that holds the workspace heads. BoltStore opens,
-// renews and fences each lease's store gate in the same bbolt transaction as
-// the window change, so a head append that checks the lease's permit with
-// store.CheckPermitTx linearizes exactly against closes, renewals and
-// expiry. windowtest.Run is the conformance suite every Store must pass.
+// MemoryStore serves tests and MetaStore keeps the state in the namespace
+// "windows" of the metadata plane (package meta) that holds the workspace
+// heads. MetaStore opens, renews and fences each lease's store gate in the
+// same plane transaction as the window change, so a head append that checks
+// the lease's permit with store.CheckPermitTx linearizes exactly against
+// closes, renewals and expiry. This package never sees how the plane is
+// kept (bbolt locally). windowtest.Run is the conformance suite every Store
+// must pass.
 //
 // # Concurrency
 //
@@ -78,7 +80,7 @@
 // that instant; single-machine deployments share one clock.
 //
 // Gates of closed leases are fenced but not deleted; each costs one small
-// bbolt record until a garbage collector (store.DeleteGateTx) removes gates
+// metadata record until a garbage collector (store.DeleteGateTx) removes gates
 // of workspaces with no active lease.
 //
 // ObserveParent on an idle window changes nothing and reports false: the

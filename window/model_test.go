@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acyclicfs/acyclicfs/meta"
 	"github.com/acyclicfs/acyclicfs/store"
 	"github.com/acyclicfs/acyclicfs/window"
-	bolt "go.etcd.io/bbolt"
 	"pgregory.net/rapid"
 )
 
@@ -255,7 +255,7 @@ func TestWindowModelMemory(t *testing.T) {
 func TestWindowModelBolt(t *testing.T) {
 	db := openBolt(t, filepath.Join(t.TempDir(), "meta.db"), true)
 	clock := window.NewManualClock(1000)
-	st := window.NewBoltStore(db, clock)
+	st := window.NewMetaStore(db, clock)
 	var run atomic.Int64
 	rapid.Check(t, func(t *rapid.T) {
 		// One file for all runs; a fresh workspace (and so fresh gates) each.
@@ -266,10 +266,10 @@ func TestWindowModelBolt(t *testing.T) {
 	})
 }
 
-func checkPermits(db *bolt.DB, clock window.Clock) func([]store.Permit) []error {
+func checkPermits(plane meta.Store, clock window.Clock) func([]store.Permit) []error {
 	return func(ps []store.Permit) []error {
 		errs := make([]error, len(ps))
-		_ = db.View(func(tx *bolt.Tx) error {
+		_ = plane.View(context.Background(), func(tx meta.Tx) error {
 			for i, p := range ps {
 				errs[i] = store.CheckPermitTx(tx, p, clock.NowMillis())
 			}

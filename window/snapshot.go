@@ -45,7 +45,7 @@ type LeaseRecord struct {
 	ExpiresAtMillis int64 `json:"expires_at_ms"`
 	// Permit is the publication permit of the lease's current epoch. Its
 	// gate is unique to this lease incarnation; stores that keep gates
-	// (BoltStore) open, renew and fence it in the same transaction as the
+	// (MetaStore) open, renew and fence it in the same transaction as the
 	// snapshot that adds, renews or removes the lease.
 	Permit store.Permit `json:"permit"`
 }

@@ -14,13 +14,13 @@ type clockAdapter struct{ now func() int64 }
 
 func (c clockAdapter) NowMillis() int64 { return c.now() }
 
-// Windows returns the operation-window coordinator, whose state lives in
-// the same bbolt file as the heads (so lease gates fence publications in
-// the same transaction).
+// Windows returns the operation-window coordinator, whose state lives on
+// the same metadata plane as the heads (so lease gates fence publications
+// in the same transaction).
 func (m *Manager) Windows() *window.Coordinator {
 	m.winOnce.Do(func() {
 		clk := clockAdapter{m.opt.Clock}
-		m.win = window.NewCoordinator(window.NewBoltStore(m.st.DB(), clk), clk)
+		m.win = window.NewCoordinator(window.NewMetaStore(m.st.Meta(), clk), clk)
 	})
 	return m.win
 }

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,8 +10,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/acyclicfs/acyclicfs/meta"
 	"github.com/acyclicfs/acyclicfs/store"
-	bolt "go.etcd.io/bbolt"
 )
 
 // Opener opens a fresh, empty store with opt for one (sub)test.
@@ -229,17 +230,20 @@ func testResolveGeneration(t *testing.T, open Opener) {
 	a, b := ids[0], ids[0]
 	a[31] ^= 1
 	b[31] ^= 2
-	raw := func(fn func(bk *bolt.Bucket) error) {
+	// Generations are read on the plane (meta/doc.go), so raw keys can be
+	// planted through it.
+	gens := meta.NewSpace("generations")
+	raw := func(fn func(tx meta.Tx) error) {
 		t.Helper()
-		if err := s.DB().Update(func(tx *bolt.Tx) error { return fn(tx.Bucket([]byte("generations"))) }); err != nil {
+		if err := s.Meta().Update(context.Background(), fn); err != nil {
 			t.Fatal(err)
 		}
 	}
-	raw(func(bk *bolt.Bucket) error {
-		if err := bk.Put(a[:], []byte("x")); err != nil {
+	raw(func(tx meta.Tx) error {
+		if err := tx.Put(gens.Key(a[:]), []byte("x")); err != nil {
 			return err
 		}
-		return bk.Put(b[:], []byte("x"))
+		return tx.Put(gens.Key(b[:]), []byte("x"))
 	})
 	_, err = s.ResolveGeneration(full[:8])
 	wantErr(t, err, store.ErrAmbiguous)
@@ -248,11 +252,11 @@ func testResolveGeneration(t *testing.T, open Opener) {
 	if got := must(s.ResolveGeneration(full))(t); got != ids[0] {
 		t.Fatal("full id ambiguous")
 	}
-	raw(func(bk *bolt.Bucket) error {
-		if err := bk.Delete(a[:]); err != nil {
+	raw(func(tx meta.Tx) error {
+		if err := tx.Delete(gens.Key(a[:])); err != nil {
 			return err
 		}
-		return bk.Delete(b[:])
+		return tx.Delete(gens.Key(b[:]))
 	})
 }
 
@@ -427,14 +431,14 @@ func testPermit(t *testing.T, open Opener) {
 	g0 := PutGen(t, s, "ws", store.GenCreate, map[string]string{"a": "0"})
 	g1 := PutGen(t, s, "ws", store.GenCapture, map[string]string{"a": "1"})
 	MustCreate(t, s, "ws", "", g0, store.ID{})
-	gate := func(fn func(tx *bolt.Tx) error) {
+	gate := func(fn func(tx meta.Tx) error) {
 		t.Helper()
-		if err := s.DB().Update(fn); err != nil {
+		if err := s.Meta().Update(context.Background(), fn); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var p1 store.Permit
-	gate(func(tx *bolt.Tx) (err error) { p1, err = store.OpenGateTx(tx, "lease-1", 20_000); return })
+	gate(func(tx meta.Tx) (err error) { p1, err = store.OpenGateTx(tx, "lease-1", 20_000); return })
 	appendWith := func(p store.Permit) error {
 		_, err := s.CompareAndAppend("ws", g0, store.HeadEntry{Gen: g1, Kind: store.GenCapture}, &p)
 		return err
@@ -452,19 +456,19 @@ func testPermit(t *testing.T, open Opener) {
 	// Superseded by a renewal.
 	clock.Set(15_000)
 	var p2 store.Permit
-	gate(func(tx *bolt.Tx) (err error) { p2, err = store.RenewGateTx(tx, "lease-1", 30_000); return })
+	gate(func(tx meta.Tx) (err error) { p2, err = store.RenewGateTx(tx, "lease-1", 30_000); return })
 	wantErr(t, appendWith(p1), store.ErrFenced)
 	unchanged()
 	// Unknown gate.
 	wantErr(t, appendWith(store.Permit{Gate: "other", Epoch: 1}), store.ErrFenced)
 	unchanged()
 	// Closed gate.
-	gate(func(tx *bolt.Tx) error { return store.FenceGateTx(tx, "lease-1") })
+	gate(func(tx meta.Tx) error { return store.FenceGateTx(tx, "lease-1") })
 	wantErr(t, appendWith(p2), store.ErrFenced)
 	unchanged()
 	// Open gate: works.
 	var p3 store.Permit
-	gate(func(tx *bolt.Tx) (err error) { p3, err = store.OpenGateTx(tx, "lease-1", 30_000); return })
+	gate(func(tx meta.Tx) (err error) { p3, err = store.OpenGateTx(tx, "lease-1", 30_000); return })
 	if err := appendWith(p3); err != nil {
 		t.Fatal(err)
 	}

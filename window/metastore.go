@@ -6,65 +6,74 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/acyclicfs/acyclicfs/meta"
 	"github.com/acyclicfs/acyclicfs/store"
-	bolt "go.etcd.io/bbolt"
 )
 
-// BucketName is the bbolt bucket holding one encoded Snapshot per workspace
-// name. It lives in the same bbolt file as the heads and lease gates so one
-// transaction covers both.
-const BucketName = "windows"
+// Namespace is the metadata-plane namespace holding one encoded Snapshot
+// per workspace name (the bucket "windows" of meta.db). It lives on the
+// same plane as the heads and lease gates so one transaction covers both.
+const Namespace = "windows"
 
-// BoltStore is a durable Store in a bbolt file shared with store's heads and
-// lease gates. In the same transaction as each window compare-and-swap it
-// opens the gate of every added lease (at the lease's expiry, checking the
-// permit the coordinator recorded), renews the gate of every renewed lease
-// (a new epoch fences the old permit), and fences the gate of every removed
-// (closed or expired) lease. Because gates carry their expiry and
-// store.CheckPermitTx compares it with the store clock, an expired lease is
-// fenced even before any sweep removes it.
-type BoltStore struct {
-	db    *bolt.DB
+var windowsSpace = meta.NewSpace(Namespace)
+
+// MetaStore is a durable Store on the metadata plane shared with store's
+// heads and lease gates. In the same transaction as each window
+// compare-and-swap it opens the gate of every added lease (at the lease's
+// expiry, checking the permit the coordinator recorded), renews the gate of
+// every renewed lease (a new epoch fences the old permit), and fences the
+// gate of every removed (closed or expired) lease. Because gates carry
+// their expiry and store.CheckPermitTx compares it with the store clock, an
+// expired lease is fenced even before any sweep removes it.
+type MetaStore struct {
+	plane meta.Store
 	clock Clock
 }
 
-var _ Store = (*BoltStore)(nil)
+var _ Store = (*MetaStore)(nil)
 
-// NewBoltStore returns a store over db. clock is the store clock CheckPermit
-// measures expiry against; it must be the clock the head append uses.
-func NewBoltStore(db *bolt.DB, clock Clock) *BoltStore {
-	return &BoltStore{db: db, clock: clock}
+// NewMetaStore returns a store on plane (store.Store.Meta). clock is the
+// store clock CheckPermit measures expiry against; it must be the clock the
+// head append uses.
+func NewMetaStore(plane meta.Store, clock Clock) *MetaStore {
+	return &MetaStore{plane: plane, clock: clock}
 }
 
-// DB returns the underlying bbolt handle.
-func (b *BoltStore) DB() *bolt.DB { return b.db }
-
 // Load implements Store.
-func (b *BoltStore) Load(ctx context.Context, workspace string) (Snapshot, error) {
-	if err := ctx.Err(); err != nil {
-		return Snapshot{}, err
-	}
+func (m *MetaStore) Load(ctx context.Context, workspace string) (Snapshot, error) {
 	var s Snapshot
-	err := b.db.View(func(tx *bolt.Tx) error {
+	err := m.plane.View(ctx, func(tx meta.Tx) error {
 		var err error
 		s, _, err = loadTx(tx, workspace)
 		return err
 	})
 	if err != nil {
-		return Snapshot{}, fmt.Errorf("bolt window store: %w", err)
+		return Snapshot{}, fmt.Errorf("window store: %w", err)
 	}
 	return s, nil
 }
 
+// windowKey is workspace's key; ok is false for a name no snapshot can be
+// stored under (empty or over meta.MaxPartSize), which is therefore idle.
+func windowKey(workspace string) (meta.Key, bool) {
+	if workspace == "" || len(workspace) > meta.MaxPartSize {
+		return nil, false
+	}
+	return windowsSpace.Key([]byte(workspace)), true
+}
+
 // loadTx reads a workspace's snapshot inside tx; present is false (and the
 // snapshot idle) when nothing is stored.
-func loadTx(tx *bolt.Tx, workspace string) (s Snapshot, present bool, err error) {
-	bk := tx.Bucket([]byte(BucketName))
-	if bk == nil {
+func loadTx(tx meta.Tx, workspace string) (s Snapshot, present bool, err error) {
+	k, ok := windowKey(workspace)
+	if !ok {
 		return IdleSnapshot(workspace), false, nil
 	}
-	raw := bk.Get([]byte(workspace))
-	if raw == nil {
+	raw, found, err := tx.Get(k)
+	if err != nil {
+		return Snapshot{}, false, fmt.Errorf("workspace %q: %w", workspace, err)
+	}
+	if !found {
 		return IdleSnapshot(workspace), false, nil
 	}
 	s, err = DecodeSnapshot(raw)
@@ -79,32 +88,34 @@ func loadTx(tx *bolt.Tx, workspace string) (s Snapshot, present bool, err error)
 
 // CompareAndSwap implements Store, with the lease gates in the same
 // transaction.
-func (b *BoltStore) CompareAndSwap(ctx context.Context, workspace string, expect uint64, next Snapshot) (bool, error) {
+func (m *MetaStore) CompareAndSwap(ctx context.Context, workspace string, expect uint64, next Snapshot) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
 	if err := checkReplacement(workspace, expect, next); err != nil {
-		return false, fmt.Errorf("bolt window store: %w", err)
+		return false, fmt.Errorf("window store: %w", err)
+	}
+	k, ok := windowKey(workspace)
+	if !ok {
+		return false, fmt.Errorf("window store: workspace name %q cannot be stored: %w", workspace, meta.ErrInvalidKey)
 	}
 	enc, err := EncodeSnapshot(next)
 	if err != nil {
-		return false, fmt.Errorf("bolt window store: %w", err)
+		return false, fmt.Errorf("window store: %w", err)
 	}
-	// A lost race is decided by a read-only transaction first: bbolt
-	// commits (and fsyncs) even an empty write transaction, and losers of a
-	// contended window would otherwise each pay for one.
+	// A lost race is decided by a read-only transaction first: the local
+	// plane (bbolt) commits and fsyncs even an empty write transaction, and
+	// losers of a contended window would otherwise each pay for one.
 	// Only the revision is decoded here; the write transaction below
 	// decodes and validates the whole current state.
 	var current struct {
 		Version  uint32 `json:"version"`
 		Revision uint64 `json:"revision"`
 	}
-	_ = b.db.View(func(tx *bolt.Tx) error {
+	_ = m.plane.View(ctx, func(tx meta.Tx) error {
 		current.Version = StateVersion
-		if bk := tx.Bucket([]byte(BucketName)); bk != nil {
-			if raw := bk.Get([]byte(workspace)); raw != nil && json.Unmarshal(raw, &current) != nil {
-				current.Version = 0
-			}
+		if raw, found, err := tx.Get(k); err != nil || (found && json.Unmarshal(raw, &current) != nil) {
+			current.Version = 0
 		}
 		return nil
 	})
@@ -113,7 +124,7 @@ func (b *BoltStore) CompareAndSwap(ctx context.Context, workspace string, expect
 	if current.Version == StateVersion && current.Revision != expect {
 		return false, nil
 	}
-	err = b.db.Update(func(tx *bolt.Tx) error {
+	err = m.plane.Update(ctx, func(tx meta.Tx) error {
 		cur, _, err := loadTx(tx, workspace)
 		if err != nil {
 			return err
@@ -124,20 +135,13 @@ func (b *BoltStore) CompareAndSwap(ctx context.Context, workspace string, expect
 		if err := syncGates(tx, cur.Phase.Leases, next.Phase.Leases); err != nil {
 			return err
 		}
-		bk, err := tx.CreateBucketIfNotExists([]byte(BucketName))
-		if err != nil {
-			return err
-		}
-		if err := bk.Put([]byte(workspace), enc); err != nil {
-			return err
-		}
-		return nil
+		return tx.Put(k, enc)
 	})
 	if errors.Is(err, errLostRace) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("bolt window store: workspace %q: %w", workspace, err)
+		return false, fmt.Errorf("window store: workspace %q: %w", workspace, err)
 	}
 	return true, nil
 }
@@ -148,7 +152,7 @@ var errLostRace = errors.New("window revision moved")
 // syncGates makes the gates match the transition from before to after. Any
 // permit the gate store would hand out that differs from the recorded one
 // means gate and window state disagree; the transaction is rolled back.
-func syncGates(tx *bolt.Tx, before, after map[LeaseID]LeaseRecord) error {
+func syncGates(tx meta.Tx, before, after map[LeaseID]LeaseRecord) error {
 	for id, rec := range after {
 		old, had := before[id]
 		var (
@@ -187,8 +191,8 @@ func syncGates(tx *bolt.Tx, before, after map[LeaseID]LeaseRecord) error {
 // CheckPermit reports whether p would be admitted by a head append now: nil
 // if its gate is open, at p's epoch and unexpired at the store clock, an
 // error wrapping store.ErrFenced otherwise.
-func (b *BoltStore) CheckPermit(p store.Permit) error {
-	return b.db.View(func(tx *bolt.Tx) error {
-		return store.CheckPermitTx(tx, p, b.clock.NowMillis())
+func (m *MetaStore) CheckPermit(p store.Permit) error {
+	return m.plane.View(context.Background(), func(tx meta.Tx) error {
+		return store.CheckPermitTx(tx, p, m.clock.NowMillis())
 	})
 }

@@ -7,29 +7,30 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acyclicfs/acyclicfs/meta"
 	"github.com/acyclicfs/acyclicfs/store"
 	"github.com/acyclicfs/acyclicfs/window"
 	"github.com/acyclicfs/acyclicfs/window/windowtest"
-	bolt "go.etcd.io/bbolt"
 )
 
-func newBolt(t *testing.T) (*window.Coordinator, *window.BoltStore, *window.ManualClock) {
+func newBolt(t *testing.T) (*window.Coordinator, *window.MetaStore, meta.Store, *window.ManualClock) {
 	t.Helper()
 	clock := window.NewManualClock(10)
-	st := window.NewBoltStore(openBolt(t, filepath.Join(t.TempDir(), "meta.db"), false), clock)
-	return window.NewCoordinator(st, clock), st, clock
+	plane := openBolt(t, filepath.Join(t.TempDir(), "meta.db"), false)
+	st := window.NewMetaStore(plane, clock)
+	return window.NewCoordinator(st, clock), st, plane, clock
 }
 
 // checkPermit is what the workspace layer's head append does, inside its
 // own transaction at the store clock.
-func checkPermit(t *testing.T, db *bolt.DB, p store.Permit, now int64) error {
+func checkPermit(t *testing.T, plane meta.Store, p store.Permit, now int64) error {
 	t.Helper()
-	return db.View(func(tx *bolt.Tx) error { return store.CheckPermitTx(tx, p, now) })
+	return plane.View(context.Background(), func(tx meta.Tx) error { return store.CheckPermitTx(tx, p, now) })
 }
 
 func TestBoltLeaseGateFencesOneWriterWithoutFencingItsPeer(t *testing.T) {
 	ctx := context.Background()
-	c, st, clock := newBolt(t)
+	c, _, plane, clock := newBolt(t)
 	first, err := c.Begin(ctx, "ws", windowtest.Gen(1), "first", 90*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
@@ -43,10 +44,10 @@ func TestBoltLeaseGateFencesOneWriterWithoutFencingItsPeer(t *testing.T) {
 		t.Fatalf("close first: %+v %v", f, err)
 	}
 	now := clock.NowMillis()
-	if err := checkPermit(t, st.DB(), first.Permit, now); !errors.Is(err, store.ErrFenced) {
+	if err := checkPermit(t, plane, first.Permit, now); !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("closed lease's permit: %v, want fenced", err)
 	}
-	if err := checkPermit(t, st.DB(), second.Permit, now); err != nil {
+	if err := checkPermit(t, plane, second.Permit, now); err != nil {
 		t.Fatalf("peer's permit: %v", err)
 	}
 	// A live permit belongs to its own workspace only.
@@ -64,7 +65,7 @@ func TestBoltLeaseGateFencesOneWriterWithoutFencingItsPeer(t *testing.T) {
 
 func TestBoltDeadlineFencesWithoutASeparateExpirySweep(t *testing.T) {
 	ctx := context.Background()
-	c, st, clock := newBolt(t)
+	c, st, plane, clock := newBolt(t)
 	lease, err := c.Begin(ctx, "ws", windowtest.Gen(1), "tool", 10*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +74,7 @@ func TestBoltDeadlineFencesWithoutASeparateExpirySweep(t *testing.T) {
 		t.Fatalf("live permit: %v", err)
 	}
 	clock.Set(20)
-	if err := checkPermit(t, st.DB(), lease.Permit, clock.NowMillis()); !errors.Is(err, store.ErrFenced) {
+	if err := checkPermit(t, plane, lease.Permit, clock.NowMillis()); !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("permit at its deadline: %v, want fenced", err)
 	}
 	// No sweep ran: the window still lists the lease.
@@ -87,11 +88,11 @@ func TestBoltSurvivesCloseAndReopenMidWindow(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "meta.db")
 	clock := window.NewManualClock(10)
-	db, err := bolt.Open(path, 0o600, nil)
+	db, err := meta.OpenBolt(path, meta.BoltOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := window.NewCoordinator(window.NewBoltStore(db, clock), clock)
+	c := window.NewCoordinator(window.NewMetaStore(db, clock), clock)
 	first, err := c.Begin(ctx, "ws", windowtest.Gen(1), "first", time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -112,7 +113,7 @@ func TestBoltSurvivesCloseAndReopenMidWindow(t *testing.T) {
 	}
 
 	db = openBolt(t, path, false)
-	st := window.NewBoltStore(db, clock)
+	st := window.NewMetaStore(db, clock)
 	c = window.NewCoordinator(st, clock)
 	after, err := c.Inspect(ctx, "ws")
 	if err != nil {
@@ -141,12 +142,12 @@ func TestBoltSurvivesCloseAndReopenMidWindow(t *testing.T) {
 
 func TestBoltTornOrFutureSnapshotIsIncompatible(t *testing.T) {
 	ctx := context.Background()
-	c, st, _ := newBolt(t)
+	c, st, plane, _ := newBolt(t)
 	lease, err := c.Begin(ctx, "ws", windowtest.Gen(1), "tool", time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	put := boltPutRaw(st.DB())
+	put := planePutRaw(plane)
 	for name, raw := range map[string]string{
 		"torn":   `{"version":1,"revision":1,"works`,
 		"future": `{"version":7,"revision":9,"workspace":"ws","phase":{"kind":"hyperactive"}}`,
@@ -164,9 +165,10 @@ func TestBoltTornOrFutureSnapshotIsIncompatible(t *testing.T) {
 			t.Fatalf("%s: CAS over corrupt state: %v", name, err)
 		}
 		var got []byte
-		_ = st.DB().View(func(tx *bolt.Tx) error {
-			got = append(got, tx.Bucket([]byte(window.BucketName)).Get([]byte("ws"))...)
-			return nil
+		_ = plane.View(ctx, func(tx meta.Tx) error {
+			v, _, err := tx.Get(meta.NewSpace(window.Namespace).Key([]byte("ws")))
+			got = append(got, v...)
+			return err
 		})
 		if string(got) != raw {
 			t.Fatalf("%s: corrupt state was overwritten with %q", name, got)
@@ -180,12 +182,12 @@ func TestBoltTornOrFutureSnapshotIsIncompatible(t *testing.T) {
 
 func TestBoltGateDisagreementRollsBack(t *testing.T) {
 	ctx := context.Background()
-	c, st, _ := newBolt(t)
+	c, _, plane, _ := newBolt(t)
 	// Someone else already opened the gate the next lease would get: the
 	// window transition must not adopt it.
 	id := window.NewLeaseID()
 	gate := "window/ws/" + id.String() + "/1"
-	if err := st.DB().Update(func(tx *bolt.Tx) error { _, err := store.OpenGateTx(tx, gate, 1<<40); return err }); err != nil {
+	if err := plane.Update(ctx, func(tx meta.Tx) error { _, err := store.OpenGateTx(tx, gate, 1<<40); return err }); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.BeginWithLeaseID(ctx, "ws", windowtest.Gen(1), "tool", 1000, id); !errors.Is(err, window.ErrIncompatibleState) {
