@@ -20,10 +20,6 @@ func bid(id ID) blobs.ID { return blobs.ID(id) }
 // The mount opens it read-only; nobody may write to it.
 func (s *Store) BlobPath(id ID) string { return s.objs.Path(bid(id)) }
 
-// Blobs returns the store's blob plane (its objects alone, without base
-// references).
-func (s *Store) Blobs() *blobs.Dir { return s.objs }
-
 // HasBlob reports whether the object file for id exists. It does not verify
 // the content. For a file or symlink base ref it reports whether the
 // content is readable: resolved to a stored blob, or the path in the base
