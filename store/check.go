@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -411,15 +410,15 @@ func (s *Store) GC(extraRoots IDSet) (int64, error) {
 	}
 	var freed int64
 	var removeErrs []error
-	err = s.walkObjects(func(id ID, path string, fi fs.FileInfo, nameErr error) error {
-		if nameErr != nil || r.blobs.Has(id) || !fi.ModTime().Before(start) {
+	err = s.objs.List(func(in blobs.Info) error {
+		if r.blobs.Has(ID(in.ID)) || !in.ModTime.Before(start) {
 			return nil
 		}
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := s.objs.Delete(in.ID); err != nil {
 			removeErrs = append(removeErrs, err)
 			return nil
 		}
-		freed += fi.Size()
+		freed += in.Size
 		return nil
 	})
 	if err == nil {
