@@ -86,10 +86,19 @@ func (d *Dir) Path(id ID) string {
 
 func openError(id ID, err error) error {
 	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("blob %s: %w", id.Short(), ErrNotFound)
+		return &missingError{id}
 	}
 	return fmt.Errorf("blob %s: %w", id.Short(), err)
 }
+
+// missingError is "blob ID: not found", formatted only when printed: the
+// store asks the plane first for every blob, and base references of
+// in-place workspaces are found only after the plane's miss.
+type missingError struct{ id ID }
+
+func (e *missingError) Error() string { return "blob " + e.id.Short() + ": " + ErrNotFound.Error() }
+
+func (e *missingError) Unwrap() error { return ErrNotFound }
 
 // Stat returns object id's size from its file's metadata.
 func (d *Dir) Stat(id ID) (Info, error) {

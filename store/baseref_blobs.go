@@ -21,8 +21,11 @@ import (
 // the reference's resolution, or onRef on the unresolved reference. An ID
 // that is neither gives onObject's ErrNotFound; a directory reference an
 // error wrapping ErrNotFound.
-func viaRefs[T any](s *Store, id ID, onObject func(blobs.ID) (T, error), onRef func(*unresolvedRef) (T, error)) (T, error) {
-	v, err := onObject(bid(id))
+//
+// onObject is a method expression ((*blobs.Dir).Open), not a method value,
+// so that a read allocates no closure.
+func viaRefs[T any](s *Store, id ID, onObject func(*blobs.Dir, blobs.ID) (T, error), onRef func(*unresolvedRef) (T, error)) (T, error) {
+	v, err := onObject(s.objs, bid(id))
 	if !errors.Is(err, ErrNotFound) {
 		return v, err
 	}
@@ -34,7 +37,7 @@ func viaRefs[T any](s *Store, id ID, onObject func(blobs.ID) (T, error), onRef f
 	case !ok:
 		return zero, err
 	case st.resolved:
-		return onObject(bid(st.target))
+		return onObject(s.objs, bid(st.target))
 	}
 	return onRef(&unresolvedRef{s: s, id: id, ref: st.ref})
 }

@@ -25,7 +25,7 @@ func (s *Store) BlobPath(id ID) string { return s.objs.Path(bid(id)) }
 // content is readable: resolved to a stored blob, or the path in the base
 // directory still has the ref's fingerprint.
 func (s *Store) HasBlob(id ID) (bool, error) {
-	_, err := viaRefs(s, id, s.objs.Stat, (*unresolvedRef).stat)
+	_, err := viaRefs(s, id, (*blobs.Dir).Stat, (*unresolvedRef).stat)
 	switch {
 	case err == nil:
 		return true, nil
@@ -39,7 +39,7 @@ func (s *Store) HasBlob(id ID) (bool, error) {
 // base ref: its resolution's, or its path's after checking the
 // fingerprint).
 func (s *Store) BlobSize(id ID) (int64, error) {
-	in, err := viaRefs(s, id, s.objs.Stat, (*unresolvedRef).stat)
+	in, err := viaRefs(s, id, (*blobs.Dir).Stat, (*unresolvedRef).stat)
 	return in.Size, err
 }
 
@@ -79,7 +79,7 @@ func (s *Store) WriteBlobFile(path string) (ID, int64, error) {
 // directory after checking its fingerprint; the Read that reaches its end
 // checks the fingerprint again (ErrBaseChanged if a write intervened).
 func (s *Store) OpenBlob(id ID) (io.ReadCloser, error) {
-	return viaRefs(s, id, s.objs.Open, (*unresolvedRef).open)
+	return viaRefs(s, id, (*blobs.Dir).Open, (*unresolvedRef).open)
 }
 
 // ReadBlob returns the whole content of blob id, verified. For a base ref
@@ -87,7 +87,7 @@ func (s *Store) OpenBlob(id ID) (io.ReadCloser, error) {
 // symlink's target) in the base directory, checked against the ref's
 // fingerprint before and after reading: ErrBaseChanged if it differs.
 func (s *Store) ReadBlob(id ID) ([]byte, error) {
-	return viaRefs(s, id, s.objs.Read, (*unresolvedRef).read)
+	return viaRefs(s, id, (*blobs.Dir).Read, (*unresolvedRef).read)
 }
 
 // BlobBatch writes many blobs and syncs them together at Commit instead of
@@ -148,7 +148,7 @@ func (b *BlobBatch) Abort() { b.b.Abort() }
 // passthrough and copies it up before writing); a symlink ref gives an
 // in-memory file holding the target.
 func (s *Store) OpenBlobFile(id ID) (*os.File, error) {
-	return viaRefs(s, id, s.objs.OpenFile, (*unresolvedRef).openFile)
+	return viaRefs(s, id, (*blobs.Dir).OpenFile, (*unresolvedRef).openFile)
 }
 
 // VerifyBlob checks blob id's address once per process (see OpenBlobFile),
@@ -156,7 +156,7 @@ func (s *Store) OpenBlobFile(id ID) (*os.File, error) {
 // For an unresolved base ref it only checks the fingerprint (nothing is
 // cached: the base directory may change).
 func (s *Store) VerifyBlob(id ID) error {
-	_, err := viaRefs(s, id, func(id blobs.ID) (struct{}, error) { return struct{}{}, s.objs.Verify(id) },
+	_, err := viaRefs(s, id, func(d *blobs.Dir, id blobs.ID) (struct{}, error) { return struct{}{}, d.Verify(id) },
 		func(u *unresolvedRef) (struct{}, error) { _, err := u.stat(); return struct{}{}, err })
 	return err
 }
@@ -167,7 +167,7 @@ func (s *Store) VerifyBlob(id ID) error {
 // content of an unresolved base ref is streamed (OpenBlob rechecks its
 // fingerprint).
 func (s *Store) CopyBlob(id ID, dst *os.File) (int64, error) {
-	return viaRefs(s, id, func(id blobs.ID) (int64, error) { return s.objs.CopyTo(id, dst) },
+	return viaRefs(s, id, func(d *blobs.Dir, id blobs.ID) (int64, error) { return d.CopyTo(id, dst) },
 		func(u *unresolvedRef) (int64, error) {
 			rc, err := u.open()
 			if err != nil {
