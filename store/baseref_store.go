@@ -14,7 +14,6 @@ import (
 	"sync"
 
 	"github.com/acyclicfs/acyclicfs/internal/dirfd"
-	"github.com/acyclicfs/acyclicfs/internal/dirwatch"
 	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sys/unix"
 )
@@ -45,7 +44,7 @@ type baseMemo struct {
 // expansionWatch is the change watcher that watched an expansion's
 // directory from before it was listed, and its sequence number after.
 type expansionWatch struct {
-	w   *dirwatch.Watcher
+	w   Watcher
 	seq uint64
 }
 
@@ -59,7 +58,7 @@ type attachment struct {
 	users sync.WaitGroup
 	// watch reports changes to d's tree (OpenBaseWatched; nil until tried,
 	// or when unsupported); closed by detach. Both fields under baseMemo.mu.
-	watch      *dirwatch.Watcher
+	watch      Watcher
 	watchTried bool
 }
 
@@ -247,7 +246,7 @@ func (s *Store) BaseWatching(base ID) (dirs int, ok bool) {
 	m := &s.bases
 	m.mu.Lock()
 	a := m.attached[base]
-	var w *dirwatch.Watcher
+	var w Watcher
 	if a != nil {
 		w = a.watch
 	}
@@ -263,7 +262,7 @@ func (s *Store) BaseWatching(base ID) (dirs int, ok bool) {
 // watcher (created on first use), or nil when base is not attached or its
 // file system is not one whose changes inotify fully reports. The watcher
 // is valid until release.
-func (s *Store) OpenBaseWatched(base ID) (d *dirfd.Dir, w *dirwatch.Watcher, release func(), err error) {
+func (s *Store) OpenBaseWatched(base ID) (d *dirfd.Dir, w Watcher, release func(), err error) {
 	m := &s.bases
 	m.mu.Lock()
 	a := m.attached[base]
@@ -275,8 +274,8 @@ func (s *Store) OpenBaseWatched(base ID) (d *dirfd.Dir, w *dirwatch.Watcher, rel
 	a.users.Add(1)
 	if !a.watchTried {
 		a.watchTried = true
-		if dirwatch.Supported(a.d.Fd()) {
-			if w, err := dirwatch.New(maxBaseWatches); err == nil {
+		if s.watchers != nil && s.watchers.Supported(a.d.Fd()) {
+			if w, err := s.watchers.New(maxBaseWatches); err == nil {
 				a.watch = w
 			}
 		}
@@ -431,8 +430,8 @@ func (s *Store) Resolve(ref, target ID) error {
 			if target != emptyTreeID && tx.Bucket(bucketTrees).Get(target[:]) == nil {
 				return fmt.Errorf("target tree %s: %w", target.Short(), ErrNotFound)
 			}
-		} else if _, err := os.Lstat(s.BlobPath(target)); err != nil {
-			return fmt.Errorf("target %w", blobOpenError(target, err))
+		} else if _, err := s.objs.Stat(bid(target)); err != nil {
+			return fmt.Errorf("target %w", err)
 		}
 		return tx.Bucket(bucketBaseResolved).Put(ref[:], target[:])
 	})
@@ -562,8 +561,8 @@ func (pr *PreparedResolve) putTx(tx *bolt.Tx) error {
 			if r.Target != emptyTreeID && tb.Get(r.Target[:]) == nil {
 				return fmt.Errorf("resolve %d base refs: target tree %s: %w", len(pr.rs), r.Target.Short(), ErrNotFound)
 			}
-		} else if _, err := os.Lstat(pr.s.BlobPath(r.Target)); err != nil {
-			return fmt.Errorf("resolve %d base refs: target %w", len(pr.rs), blobOpenError(r.Target, err))
+		} else if _, err := pr.s.objs.Stat(bid(r.Target)); err != nil {
+			return fmt.Errorf("resolve %d base refs: target %w", len(pr.rs), err)
 		}
 		if err := tx.Bucket(bucketBaseResolved).Put(r.Ref[:], r.Target[:]); err != nil {
 			return fmt.Errorf("resolve %d base refs: %w", len(pr.rs), err)
@@ -884,7 +883,7 @@ func (s *Store) expandRef(id ID, r BaseRef) (*Tree, error) {
 	var start uint64
 	watched := false
 	ents, err := d.ReadDirWith(r.Path, func(fd int) error {
-		if w != nil && dirwatch.Supported(fd) {
+		if w != nil && s.watchers.Supported(fd) {
 			if _, err := w.Add(r.Path, fd); err == nil {
 				start, err = w.Sync()
 				watched = err == nil
@@ -958,7 +957,7 @@ func (s *Store) expandRef(id ID, r BaseRef) (*Tree, error) {
 // of expansion id (Expanded) from before it was listed, and its sequence
 // number seq after the listing: while w reports no event in that directory
 // after seq, DIR still holds the listing.
-func (s *Store) ExpansionWatch(id ID) (w *dirwatch.Watcher, seq uint64, ok bool) {
+func (s *Store) ExpansionWatch(id ID) (w Watcher, seq uint64, ok bool) {
 	m := &s.bases
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/acyclicfs/acyclicfs/internal/dirfd"
+	"github.com/acyclicfs/acyclicfs/internal/dirwatch"
 	"github.com/acyclicfs/acyclicfs/store"
 	"github.com/acyclicfs/acyclicfs/store/storetest"
 	bolt "go.etcd.io/bbolt"
@@ -1127,7 +1128,7 @@ func TestPublishGenerationWithResolve(t *testing.T) {
 // forgets the records (the watcher is closed).
 func TestExpansionWatch(t *testing.T) {
 	dir := baseDir(t)
-	s := openDir(t, t.TempDir(), store.Options{})
+	s := openDir(t, t.TempDir(), store.Options{Watchers: dirWatchers{}})
 	defer s.Close()
 	base, root, err := s.CreateBase(dir)
 	mustOK(t, err)
@@ -1170,5 +1171,43 @@ func TestExpansionWatch(t *testing.T) {
 	detach()
 	if _, _, ok := s.ExpansionWatch(sub); ok {
 		t.Fatal("detach kept the record of a closed watcher")
+	}
+}
+
+// dirWatchers supplies inotify watchers, as workspace does.
+type dirWatchers struct{}
+
+func (dirWatchers) Supported(fd int) bool { return dirwatch.Supported(fd) }
+
+func (dirWatchers) New(max int) (store.Watcher, error) {
+	w, err := dirwatch.New(max)
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// TestNoWatchersNoWatch: the store watches nothing by itself; without
+// Options.Watchers an attached base's expansions are listed unwatched.
+func TestNoWatchersNoWatch(t *testing.T) {
+	dir := baseDir(t)
+	s := openDir(t, t.TempDir(), store.Options{})
+	defer s.Close()
+	base, root, err := s.CreateBase(dir)
+	mustOK(t, err)
+	d, err := dirfd.Open(dir)
+	mustOK(t, err)
+	defer d.Close()
+	detach := s.AttachBase(base, d)
+	defer detach()
+	tr, err := s.GetTree(root)
+	mustOK(t, err)
+	_, err = s.GetTree(entry(t, tr, "sub").ID)
+	mustOK(t, err)
+	if _, _, ok := s.ExpansionWatch(entry(t, tr, "sub").ID); ok {
+		t.Fatal("an expansion was watched with no watchers supplied")
+	}
+	if _, ok := s.BaseWatching(base); ok {
+		t.Fatal("the base has a watcher with no watchers supplied")
 	}
 }

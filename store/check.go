@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -15,6 +14,8 @@ import (
 
 	"github.com/acyclicfs/acyclicfs/meta"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/acyclicfs/acyclicfs/blobs"
 )
 
 // Problem kinds reported by Check.
@@ -336,54 +337,14 @@ func checkBaseRecordsTx(tx *bolt.Tx) []Problem {
 	return out
 }
 
-func verifyBlobFile(path string, id ID) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return verifyObject(f, id)
-}
+func verifyBlobFile(path string, id ID) error { return blobs.VerifyFile(path, bid(id)) }
 
 // walkObjects calls fn for every file under objects/, with the ID its path
 // names or nameErr if the path is not an object name.
 func (s *Store) walkObjects(fn func(id ID, path string, fi fs.FileInfo, nameErr error) error) error {
-	fans, err := os.ReadDir(s.objectsDir())
-	if err != nil {
-		return err
-	}
-	for _, fan := range fans {
-		fanPath := filepath.Join(s.objectsDir(), fan.Name())
-		if !fan.IsDir() {
-			fi, _ := fan.Info()
-			if err := fn(ID{}, fanPath, fi, errors.New("not an object fan-out directory")); err != nil {
-				return err
-			}
-			continue
-		}
-		ents, err := os.ReadDir(fanPath)
-		if err != nil {
-			return err
-		}
-		for _, e := range ents {
-			p := filepath.Join(fanPath, e.Name())
-			fi, err := e.Info()
-			if errors.Is(err, fs.ErrNotExist) {
-				continue // removed concurrently
-			}
-			if err != nil {
-				return err
-			}
-			id, perr := ParseID(fan.Name() + e.Name())
-			if perr == nil && !fi.Mode().IsRegular() {
-				perr = errors.New("not a regular file")
-			}
-			if err := fn(id, p, fi, perr); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return s.objs.Walk(func(id blobs.ID, path string, fi fs.FileInfo, nameErr error) error {
+		return fn(ID(id), path, fi, nameErr)
+	})
 }
 
 // GC deletes every blob, tree and generation that no head-log entry of any
@@ -449,15 +410,15 @@ func (s *Store) GC(extraRoots IDSet) (int64, error) {
 	}
 	var freed int64
 	var removeErrs []error
-	err = s.walkObjects(func(id ID, path string, fi fs.FileInfo, nameErr error) error {
-		if nameErr != nil || r.blobs.Has(id) || !fi.ModTime().Before(start) {
+	err = s.objs.List(func(in blobs.Info) error {
+		if r.blobs.Has(ID(in.ID)) || !in.ModTime.Before(start) {
 			return nil
 		}
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := s.objs.Delete(in.ID); err != nil {
 			removeErrs = append(removeErrs, err)
 			return nil
 		}
-		freed += fi.Size()
+		freed += in.Size
 		return nil
 	})
 	if err == nil {

@@ -6,11 +6,15 @@
 // # Overview
 //
 // Every object is named by the BLAKE3-256 hash of a domain-separated
-// encoding (id.go). Blobs live in STORE/objects/ab/cdef… (mode 0400, in a store directory that is 0700) and are
-// written temp → fsync → rename → fsync dir; a BlobBatch defers the syncs
-// to one syncfs at Commit for bulk imports. Trees and generations are
-// canonical encodings stored in meta.db under their ID and re-hashed on
-// every read: a mismatch is ErrCorrupt, never a silent default.
+// encoding (id.go). Blobs live in the blob plane (package blobs), here the
+// directory STORE/objects/ab/cdef… (mode 0400, in a store directory that
+// is 0700), written temp → fsync → rename → fsync dir; a BlobBatch defers
+// the syncs to one syncfs at Commit for bulk imports. Base references of
+// in-place workspaces are layered above the plane: a blob ID that is no
+// object may name a file of a base directory (baseref_blobs.go). Trees
+// and generations are canonical encodings stored in meta.db under their ID
+// and re-hashed on every read: a mismatch is ErrCorrupt, never a silent
+// default.
 //
 // A workspace's head changes only through CompareAndAppend(Many), which in
 // one transaction checks an optional publication Permit against its lease

@@ -1,17 +1,23 @@
 package store
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/acyclicfs/acyclicfs/blobs"
+)
 
 var (
 	// ErrInvalidID is returned when a string is not a valid ID or ID prefix.
 	ErrInvalidID = errors.New("invalid id")
-	// ErrNotFound is returned when an object, generation or workspace does not exist.
-	ErrNotFound = errors.New("not found")
+	// ErrNotFound is returned when an object, generation or workspace does
+	// not exist. It is the blob plane's (blobs.ErrNotFound), as are
+	// ErrCorrupt and ErrReadOnly: errors from the plane match them.
+	ErrNotFound = blobs.ErrNotFound
 	// ErrAmbiguous is returned when a generation prefix matches more than one generation.
 	ErrAmbiguous = errors.New("ambiguous id prefix")
 	// ErrCorrupt is returned when stored bytes do not match their address or
 	// cannot be decoded. It is never silently ignored.
-	ErrCorrupt = errors.New("corrupt object")
+	ErrCorrupt = blobs.ErrCorrupt
 	// ErrExists is returned when creating something that already exists.
 	ErrExists = errors.New("already exists")
 	// ErrHeadMoved is returned by CompareAndAppend when the workspace head is
@@ -30,7 +36,7 @@ var (
 
 var (
 	// ErrReadOnly is returned when writing to a store opened read-only.
-	ErrReadOnly = errors.New("store is read-only")
+	ErrReadOnly = blobs.ErrReadOnly
 	// ErrHasChildren is returned when deleting a workspace that still has
 	// child workspaces.
 	ErrHasChildren = errors.New("workspace has children")

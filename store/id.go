@@ -28,7 +28,6 @@ type ID [IDSize]byte
 // Domain separators keep a blob, a tree and a generation with the same
 // bytes from ever sharing an address.
 const (
-	domainBlob       = "acyclicfs blob v1\x00"
 	domainTree       = "acyclicfs tree v1\x00"
 	domainGeneration = "acyclicfs generation v1\x00"
 )
@@ -110,31 +109,4 @@ func hashWithDomain(domain string, payload []byte) ID {
 	var id ID
 	h.Sum(id[:0])
 	return id
-}
-
-// BlobHasher hashes blob content incrementally; Sum gives the blob's ID.
-type BlobHasher struct{ h *blake3.Hasher }
-
-// NewBlobHasher returns a hasher primed with the blob domain separator.
-func NewBlobHasher() *BlobHasher {
-	h := blake3.New(IDSize, nil)
-	h.Write([]byte(domainBlob))
-	return &BlobHasher{h: h}
-}
-
-// Write adds content.
-func (b *BlobHasher) Write(p []byte) (int, error) { return b.h.Write(p) }
-
-// Sum returns the ID of everything written so far.
-func (b *BlobHasher) Sum() ID {
-	var id ID
-	b.h.Sum(id[:0])
-	return id
-}
-
-// BlobID returns the ID of a blob with the given content.
-func BlobID(content []byte) ID {
-	h := NewBlobHasher()
-	h.Write(content)
-	return h.Sum()
 }

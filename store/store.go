@@ -20,6 +20,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 	"golang.org/x/sys/unix"
 
+	"github.com/acyclicfs/acyclicfs/blobs"
 	"github.com/acyclicfs/acyclicfs/internal/lockfile"
 )
 
@@ -86,6 +87,9 @@ type Options struct {
 	// Warn, if set, is told when Open had to make an existing store
 	// private (its directory was open to other users).
 	Warn func(msg string)
+	// Watchers, if set, makes the change watchers of attached bases
+	// (OpenBaseWatched); nil: bases are not watched.
+	Watchers Watchers
 }
 
 // Store is an open store directory. All methods are safe for concurrent use.
@@ -104,17 +108,15 @@ type Store struct {
 	gcHolds   int  // outstanding HoldGC holds
 	gcRunning bool // a GC is marking or sweeping
 
-	// verified holds the IDs (ID -> struct{}) whose blob files OpenBlobFile
-	// has checked in this process; sync.Map, safe for concurrent use.
-	verified sync.Map
+	// objs is the blob plane: the objects directory (package blobs).
+	objs *blobs.Dir
 
 	// bases is the in-process state of in-place bases (baseref_store.go).
 	bases baseMemo
+	// watchers makes base watchers (Options.Watchers); nil: none.
+	watchers Watchers
 	// baseReads counts opens of base files' content (BaseReads).
 	baseReads atomic.Int64
-
-	tmpNext atomic.Uint64          // next tmp shard (tmpShard)
-	tmpMade [tmpShards]atomic.Bool // tmp shards made by this process
 }
 
 // Open opens the store in dir, creating it unless opt.ReadOnly. It never
@@ -125,8 +127,9 @@ func Open(dir string, opt Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
-	s := &Store{dir: abs, clock: opt.Clock, readOnly: opt.ReadOnly, noSync: opt.NoSync}
+	s := &Store{dir: abs, clock: opt.Clock, readOnly: opt.ReadOnly, noSync: opt.NoSync, watchers: opt.Watchers}
 	s.gcCond = sync.NewCond(&s.gcMu)
+	s.objs = blobs.OpenDir(s.objectsDir(), blobs.Options{Tmp: s.tmpDir(), ReadOnly: opt.ReadOnly, NoSync: opt.NoSync, Fail: fail})
 	if s.clock == nil {
 		s.clock = func() int64 { return time.Now().UnixMilli() }
 	}
@@ -300,12 +303,9 @@ func (s *Store) createDirs(warn func(string)) error {
 	return nil
 }
 
-// Modes of what the store makes: private to its owner (see createDirs);
-// blobs are read-only.
-const (
-	privateDirMode = 0o700
-	blobMode       = 0o400
-)
+// privateDirMode is the mode of what directories the store makes: private
+// to its owner (see createDirs). Blobs are 0400 (package blobs).
+const privateDirMode = 0o700
 
 // initMeta creates meta.db atomically: built in tmp/, synced and linked
 // into place, so a meta.db that exists was complete once.
@@ -439,11 +439,11 @@ func removeContents(dir string) error {
 }
 
 // cleanTmp removes temp files left by a crash.
-// isShardName reports whether name is one of tmpShard's directories
+// isShardName reports whether name is one of the blob plane's temp shards
 // (anything else in tmp/ — a merge's scratch git directory — goes whole).
 func isShardName(name string) bool {
 	n, err := strconv.Atoi(name)
-	return err == nil && n >= 0 && n < tmpShards && strconv.Itoa(n) == name
+	return err == nil && n >= 0 && n < blobs.TmpShards && strconv.Itoa(n) == name
 }
 
 func (s *Store) cleanTmp() error {
@@ -454,7 +454,7 @@ func (s *Store) cleanTmp() error {
 	for _, e := range ents {
 		p := filepath.Join(s.tmpDir(), e.Name())
 		if fi, err := e.Info(); err == nil && fi.IsDir() && fi.Size() <= maxTmpDirSize && isShardName(e.Name()) {
-			// A shard (tmpShard) of normal size is kept, emptied: removing
+			// A shard of normal size is kept, emptied: removing
 			// a directory that a batch has grown costs 13-25 ms here, and
 			// only a grown one needs making again (see below).
 			if err := removeContents(p); err != nil {

@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 
 	"github.com/acyclicfs/acyclicfs/internal/dirfd"
-	"github.com/acyclicfs/acyclicfs/internal/dirwatch"
 	"github.com/acyclicfs/acyclicfs/store"
 	"lukechampine.com/blake3"
 )
@@ -28,7 +27,7 @@ type detectMemo struct {
 	seen  map[detectKey]detectSeen
 	quiet map[detectKey]detectQuiet // listings remembered for the change watcher (detect_watch.go)
 	// primed is, per base, the watcher its root was primed with.
-	primed map[store.ID]*dirwatch.Watcher
+	primed map[store.ID]store.Watcher
 	hits   atomic.Int64 // directories whose files were known unchanged (tests)
 	// quietHits counts directories answered from events, not listed;
 	// listings the directories listed (tests).
@@ -125,7 +124,7 @@ func (dm *detectMemo) rememberQuiet(key detectKey, q detectQuiet) {
 
 // primeOnce reports whether base's root is to be primed for w: true the
 // first time it is asked for w.
-func (dm *detectMemo) primeOnce(base store.ID, w *dirwatch.Watcher) bool {
+func (dm *detectMemo) primeOnce(base store.ID, w store.Watcher) bool {
 	dm.mu.Lock()
 	defer dm.mu.Unlock()
 	if dm.primed[base] == w {
@@ -139,7 +138,7 @@ func (dm *detectMemo) primeOnce(base store.ID, w *dirwatch.Watcher) bool {
 		}
 	}
 	if dm.primed == nil {
-		dm.primed = map[store.ID]*dirwatch.Watcher{}
+		dm.primed = map[store.ID]store.Watcher{}
 	}
 	dm.primed[base] = w
 	return true

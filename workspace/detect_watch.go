@@ -53,7 +53,7 @@ type leafDir struct {
 
 // detectQuiet is a directory's listing that matched tree at seq of w.
 type detectQuiet struct {
-	w          *dirwatch.Watcher
+	w          store.Watcher
 	seq        uint64
 	tree       store.ID
 	shadowRoot store.ID

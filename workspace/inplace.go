@@ -12,7 +12,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/acyclicfs/acyclicfs/internal/dirfd"
-	"github.com/acyclicfs/acyclicfs/internal/dirwatch"
 	"github.com/acyclicfs/acyclicfs/internal/fusectl"
 	"github.com/acyclicfs/acyclicfs/rebase"
 	"github.com/acyclicfs/acyclicfs/store"
@@ -419,7 +418,7 @@ type detector struct {
 	uses *[]shadowUse
 	// w reports changes in DIR (nil: none); seqNow is its sequence number
 	// when this detection began.
-	w      *dirwatch.Watcher
+	w      store.Watcher
 	seqNow uint64
 	stats  *detectStats
 }

@@ -77,7 +77,7 @@ func Open(dir string, opt Options) (*Manager, error) {
 	if fi, err := os.Stat(abs); err == nil && !fi.IsDir() {
 		return nil, fmt.Errorf("store %s: %w: not a directory", abs, ErrInvalidInput)
 	}
-	st, err := store.Open(abs, store.Options{Clock: opt.Clock, NoSync: opt.NoSync, Warn: opt.Warn})
+	st, err := store.Open(abs, store.Options{Clock: opt.Clock, NoSync: opt.NoSync, Warn: opt.Warn, Watchers: baseWatchers{}})
 	if err != nil {
 		return nil, err // "open store DIR: …" already
 	}

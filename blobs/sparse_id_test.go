@@ -1,4 +1,4 @@
-package store
+package blobs
 
 import (
 	"bytes"
@@ -38,7 +38,7 @@ func TestSparseIDIsAFunctionOfContent(t *testing.T) {
 	dir := t.TempDir()
 	rapid.Check(t, func(rt *rapid.T) {
 		segs, content := drawSegments(rt)
-		want := SparseBlobID(content)
+		want := SparseSum(content)
 
 		h := newSparseHasher()
 		for _, s := range segs {
@@ -94,12 +94,12 @@ func TestSparseIDDistinguishes(t *testing.T) {
 	a[0], b[sparseBlock] = 1, 1
 	ids := map[ID]string{}
 	for name, c := range map[string][]byte{"a": a, "b": b, "a+zeros": append(bytes.Clone(a), 0), "empty": nil, "zeros": make([]byte, sparseBlock)} {
-		id := SparseBlobID(c)
+		id := SparseSum(c)
 		if other, dup := ids[id]; dup {
 			t.Fatalf("%s and %s share sparse ID %s", name, other, id.Short())
 		}
 		ids[id] = name
-		if BlobID(c) == id {
+		if Sum(c) == id {
 			t.Fatalf("%s: sparse and dense IDs are equal", name)
 		}
 	}
@@ -113,7 +113,7 @@ func FuzzSparseID(f *testing.F) {
 	f.Fuzz(func(t *testing.T, seed []byte, gap uint16, cut uint16) {
 		// content: seed, gap zeros, seed again.
 		content := append(append(bytes.Clone(seed), make([]byte, gap)...), seed...)
-		want := SparseBlobID(content)
+		want := SparseSum(content)
 		h := newSparseHasher()
 		step := int(cut%512) + 1
 		for b := seed; len(b) > 0; b = b[min(step, len(b)):] {

@@ -1,4 +1,4 @@
-package store
+package blobs
 
 import (
 	"encoding/binary"
@@ -6,11 +6,18 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 
 	"lukechampine.com/blake3"
 
 	"github.com/acyclicfs/acyclicfs/internal/osfile"
 )
+
+// copyBufSize is large enough for BLAKE3's SIMD paths to hash several
+// chunks per call, small enough that many concurrent imports stay cheap.
+const copyBufSize = 256 << 10
+
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
 
 // Sparse blobs. A file with at least sparseMinHoles bytes of holes is
 // stored sparse: the object file has the same logical content and real
@@ -160,11 +167,18 @@ func (h *sparseHasher) Sum() ID {
 	binary.LittleEndian.PutUint64(payload[:8], uint64(h.n))
 	h.extents.Sum(payload[8:8])
 	h.data.Sum(payload[8+IDSize : 8+IDSize])
-	return hashWithDomain(domainSparseBlob, payload[:])
+	return sparseID(payload[:])
 }
 
-// SparseBlobID returns the ID of content stored as a sparse blob.
-func SparseBlobID(content []byte) ID {
+// sparseID hashes a sparse blob's payload under its domain.
+func sparseID(payload []byte) ID {
+	var buf [len(domainSparseBlob) + 8 + 2*IDSize]byte
+	b := append(append(buf[:0], domainSparseBlob...), payload...)
+	return ID(blake3.Sum256(b))
+}
+
+// SparseSum returns the ID of content stored as a sparse object.
+func SparseSum(content []byte) ID {
 	h := newSparseHasher()
 	h.Write(content)
 	return h.Sum()
@@ -238,7 +252,7 @@ func hashObject(f *os.File, size int64, sparse bool) (ID, int64, error) {
 		}
 		return h.Sum(), n, nil
 	}
-	h := NewBlobHasher()
+	h := NewHasher()
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	n, err := io.CopyBuffer(h, io.NewSectionReader(f, 0, size), *bp)
@@ -262,9 +276,9 @@ func hashOpenFile(f *os.File) (ID, int64, error) {
 	return hashObject(f, fi.Size(), sparse)
 }
 
-// FileBlobID returns the ID WriteBlobFile gives the content of the file at
-// path, and its length, without storing it.
-func FileBlobID(path string) (ID, int64, error) {
+// FileSum returns the ID PutFile gives the content of the file at path,
+// and its length, without storing it.
+func FileSum(path string) (ID, int64, error) {
 	f, err := osfile.Open(path, os.O_RDONLY, 0)
 	if err != nil {
 		return ID{}, 0, err
@@ -299,37 +313,13 @@ func verifyObject(f *os.File, id ID) error {
 	return fmt.Errorf("%w: blob %s: content hashes to %s", ErrCorrupt, id.Short(), got.Short())
 }
 
-// CopyBlob writes blob id's content into dst (empty, opened for writing)
-// and keeps its holes: a sparse blob's holes are holes in dst. The
-// content is verified first (once per process, as OpenBlobFile).
-func (s *Store) CopyBlob(id ID, dst *os.File) (int64, error) {
-	f, err := s.openBlobObjectFile(id)
-	if errors.Is(err, ErrNotFound) {
-		st, ok, rerr := s.blobRef(id)
-		switch {
-		case rerr != nil:
-			return 0, rerr
-		case ok && st.resolved:
-			f, err = s.openBlobObjectFile(st.target)
-		case ok: // in the base directory: OpenBlob rechecks its fingerprint
-			rc, err := s.OpenBlob(id)
-			if err != nil {
-				return 0, err
-			}
-			defer rc.Close()
-			return io.Copy(dst, rc)
-		}
-	}
+// VerifyFile checks the object file at path against id (in either
+// encoding): an error wrapping ErrCorrupt if its content does not match.
+func VerifyFile(path string, id ID) error {
+	f, err := os.Open(path)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return 0, blobOpenError(id, err)
-	}
-	if err := osfile.CopySparse(dst, f, fi.Size()); err != nil {
-		return 0, fmt.Errorf("copy blob %s: %w", id.Short(), err)
-	}
-	return fi.Size(), nil
+	return verifyObject(f, id)
 }

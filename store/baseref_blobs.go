@@ -1,0 +1,94 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+
+	"github.com/acyclicfs/acyclicfs/blobs"
+)
+
+// Base references as a layer above the blob plane. A blob ID in a tree is
+// an object of the plane, or a file or symlink base reference: resolved
+// to an object (Resolve), or still read from the base directory under
+// its fingerprint. viaRefs is the one place that falls back from the
+// plane to the references; each blob read names what it does on an
+// object and on an unresolved reference.
+
+// viaRefs runs onObject on blob id in the plane; if the plane has no such
+// object and id is a file or symlink base reference, it runs onObject on
+// the reference's resolution, or onRef on the unresolved reference. An ID
+// that is neither gives onObject's ErrNotFound; a directory reference an
+// error wrapping ErrNotFound.
+//
+// onObject is a method expression ((*blobs.Dir).Open), not a method value,
+// so that a read allocates no closure.
+func viaRefs[T any](s *Store, id ID, onObject func(*blobs.Dir, blobs.ID) (T, error), onRef func(*unresolvedRef) (T, error)) (T, error) {
+	v, err := onObject(s.objs, bid(id))
+	if !errors.Is(err, ErrNotFound) {
+		return v, err
+	}
+	var zero T
+	st, ok, rerr := s.blobRef(id)
+	switch {
+	case rerr != nil:
+		return zero, rerr
+	case !ok:
+		return zero, err
+	case st.resolved:
+		return onObject(s.objs, bid(st.target))
+	}
+	return onRef(&unresolvedRef{s: s, id: id, ref: st.ref})
+}
+
+// unresolvedRef is a file or symlink base reference with no resolution:
+// its content is what its path in the base directory holds, as long as
+// the path keeps the reference's fingerprint (ErrBaseChanged otherwise).
+type unresolvedRef struct {
+	s   *Store
+	id  ID
+	ref BaseRef
+}
+
+// stat checks the fingerprint and returns the size.
+func (u *unresolvedRef) stat() (blobs.Info, error) {
+	st, err := u.s.statRef(u.id, u.ref)
+	if err != nil {
+		return blobs.Info{}, err
+	}
+	return blobs.Info{ID: bid(u.id), Size: st.Size}, nil
+}
+
+// open streams the content; the Read that reaches its end checks the
+// fingerprint again.
+func (u *unresolvedRef) open() (io.ReadCloser, error) {
+	if u.ref.Kind == KindSymlink {
+		b, err := u.s.readRefLink(u.id, u.ref)
+		if err != nil {
+			return nil, err
+		}
+		return io.NopCloser(bytes.NewReader(b)), nil
+	}
+	f, err := u.s.openRefFile(u.id, u.ref)
+	if err != nil {
+		return nil, err
+	}
+	return &refReader{f: f, id: u.id, ref: u.ref}, nil
+}
+
+// read returns the whole content (a symlink's target).
+func (u *unresolvedRef) read() ([]byte, error) { return u.s.readRef(u.id, u.ref) }
+
+// openFile opens the file in the base directory (a symlink: an in-memory
+// file holding its target).
+func (u *unresolvedRef) openFile() (*os.File, error) {
+	if u.ref.Kind == KindSymlink {
+		b, err := u.s.readRefLink(u.id, u.ref)
+		if err != nil {
+			return nil, err
+		}
+		return memfdWith("acyclicfs-symlink", b)
+	}
+	return u.s.openRefFile(u.id, u.ref)
+}
