@@ -308,6 +308,9 @@ func (o *overlay) storeFile(c *inode, e *store.Entry, cw *captureWriter) error {
 		cw.memo(func() {
 			o.mu.Lock()
 			c.capStat, c.capID, c.capRacy = us, id, racy
+			if racy {
+				o.markRacy(c)
+			}
 			o.mu.Unlock()
 		})
 	}

@@ -388,6 +388,7 @@ func (m *Mount) open(in *inode, flags uint32) (fs.FileHandle, uint32, syscall.Er
 		in.upperOpens++
 		if write || trunc {
 			h.writable = true
+			in.wopens++
 			ov.fsmOpened(in)
 		}
 	} else {

@@ -71,7 +71,11 @@ type inode struct {
 	// and the blob it produced, so an unchanged upper file is not rehashed.
 	capStat upperStat
 	capID   store.ID
-	capRacy bool // capStat was taken within racyWindow of the last change
+	capRacy bool // capStat was taken within racyWindow of the last change (then in overlay.racy)
+	// wopens counts the opens of the inode for writing or truncation, so
+	// that a view switch can tell whether a file it hashed without the
+	// lock may have been written since (hashRacy).
+	wopens uint64
 	// capTree (directories) is the tree this directory had in the last
 	// capture, used by SwitchView to tell names deleted after the capture
 	// from names added by a rebase.
@@ -208,6 +212,12 @@ type overlay struct {
 
 	capturing                  atomic.Int32
 	captureFiles, captureBytes atomic.Int64
+
+	// racy holds the inodes whose capture memo may be racy (capRacy; an
+	// entry may be stale: hashRacy drops those). prehashed is what
+	// hashRacy found, during a view switch. Both guarded by mu.
+	racy      map[*inode]struct{}
+	prehashed map[*inode]racyHash
 
 	// fsm is the change bookkeeping that answers git's fsmonitor hook
 	// (fsmonitor.go). Guarded by mu.
@@ -494,6 +504,15 @@ func (o *overlay) dropUpper(c *inode) {
 	o.trashUpper(c.num)
 	c.upper = false
 	c.capStat, c.capID = upperStat{}, store.ID{}
+}
+
+// markRacy records that c's capture memo is racy (c.capRacy), for the
+// next view switch to hash it before taking the lock. Caller holds mu.
+func (o *overlay) markRacy(c *inode) {
+	if o.racy == nil {
+		o.racy = map[*inode]struct{}{}
+	}
+	o.racy[c] = struct{}{}
 }
 
 // retain keeps c's upper file, whose content a view switch found equal to
