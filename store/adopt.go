@@ -71,3 +71,16 @@ func (b *BlobBatch) AdoptBlobFile(path string) (id ID, size int64, adopted bool,
 	keep = true
 	return id, n, true, nil
 }
+
+// storedAt is when a blob file became an object, as far as GC's grace for
+// objects written during a sweep is concerned: its ctime, which a write,
+// the chmod to blobMode and the link of an adopted file all set (an
+// adopted file keeps the mtime the tool gave it, maybe long before).
+func storedAt(fi os.FileInfo) time.Time {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		if c := time.Unix(0, st.Ctim.Nano()); c.After(fi.ModTime()) {
+			return c
+		}
+	}
+	return fi.ModTime()
+}

@@ -522,7 +522,7 @@ func (s *Store) GC(extraRoots IDSet) (int64, error) {
 	var freed int64
 	var removeErrs []error
 	err = s.walkObjects(func(id ID, path string, fi fs.FileInfo, nameErr error) error {
-		if nameErr != nil || r.blobs.Has(id) || !fi.ModTime().Before(start) {
+		if nameErr != nil || r.blobs.Has(id) || !storedAt(fi).Before(start) {
 			return nil
 		}
 		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
