@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/acyclicfs/acyclicfs/internal/osfile"
 )
 
@@ -50,6 +52,11 @@ func (b *BlobBatch) AdoptBlobFile(path string) (id ID, size int64, adopted bool,
 	f, err := osfile.Open(tmp, os.O_RDONLY, 0)
 	if err != nil {
 		return ID{}, 0, false, fmt.Errorf("adopt blob %s: %w", path, err)
+	}
+	if !s.noSync {
+		// Start writing the data back now, so the disk works while the
+		// CPU hashes; Commit's fsync then waits only for what is left.
+		_ = unix.SyncFileRange(int(f.Fd()), 0, 0, unix.SYNC_FILE_RANGE_WRITE)
 	}
 	id, n, err := hashOpenFile(f)
 	f.Close()
