@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -106,7 +108,7 @@ func (d *Dir) Stat(id ID) (Info, error) {
 	if err != nil {
 		return Info{}, openError(id, err)
 	}
-	return Info{ID: id, Size: fi.Size(), ModTime: fi.ModTime()}, nil
+	return Info{ID: id, Size: fi.Size(), ModTime: storedAt(fi)}, nil
 }
 
 // Put streams r into the plane. Memory use is constant in the content
@@ -441,7 +443,7 @@ func (d *Dir) List(fn func(Info) error) error {
 		if nameErr != nil {
 			return nil
 		}
-		return fn(Info{ID: id, Size: fi.Size(), ModTime: fi.ModTime()})
+		return fn(Info{ID: id, Size: fi.Size(), ModTime: storedAt(fi)})
 	})
 }
 
@@ -541,4 +543,17 @@ func (d *Dir) syncfs() error {
 		return fmt.Errorf("syncfs %s: %w", d.dir, err)
 	}
 	return nil
+}
+
+// storedAt is when a blob file became an object, as far as GC's grace for
+// objects written during a sweep is concerned: its ctime, which a write,
+// the chmod to the object mode and the link of an adopted file all set (an
+// adopted file keeps the mtime the tool gave it, maybe long before).
+func storedAt(fi os.FileInfo) time.Time {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		if c := time.Unix(0, st.Ctim.Nano()); c.After(fi.ModTime()) {
+			return c
+		}
+	}
+	return fi.ModTime()
 }

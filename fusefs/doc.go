@@ -76,7 +76,9 @@
 // One mutex (overlay.mu) protects the whole table. It is never held
 // across file data I/O (copy-up, hashing) or tree loads during requests;
 // SwitchView holds it while it loads the trees it compares, so a switch
-// looks atomic to requests. Kernel notifications are sent by a separate
+// looks atomic to requests, but hashes the racily clean upper files it
+// must compare before taking it (hashRacy; a file opened for writing in
+// between counts as changed). Kernel notifications are sent by a separate
 // goroutine, after the switch, holding no lock (go-fuse deadlocks if a
 // handler notifies for its own inode).
 //

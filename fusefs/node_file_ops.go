@@ -102,7 +102,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 			if err := syscall.Ftruncate(h.fd, int64(size)); err != nil {
 				return toErrno(err)
 			}
-		} else if err := syscall.Truncate(ov.upperPath(ino.num), int64(size)); err != nil {
+		} else if err := ov.truncateUpper(ino, int64(size)); err != nil {
 			return toErrno(err)
 		}
 	}
@@ -374,8 +374,30 @@ func (m *Mount) open(in *inode, flags uint32) (fs.FileHandle, uint32, syscall.Er
 		}
 	}
 	ov.mu.Lock()
+	for in.upper && in.shared && (write || trunc) {
+		// A capture adopted the upper file as a blob (adoptUpper): it is
+		// never opened for writing; the writer gets a copy.
+		ov.mu.Unlock()
+		if err := ov.unshare(in, false); err != nil {
+			return nil, 0, toErrno(err)
+		}
+		ov.mu.Lock()
+	}
 	defer ov.mu.Unlock()
 	h := &handle{m: m, in: in}
+	if in.upper && in.shared {
+		// A reader of an adopted upper file reads it as a blob: its own
+		// read-only descriptor, served by the daemon, so that a writer's
+		// copy (unshare) can move it to the new upper file (redirect).
+		f, err := osfile.Open(ov.upperPath(in.num), os.O_RDONLY, 0)
+		if err != nil {
+			return nil, 0, toErrno(err)
+		}
+		h.fd, h.own, h.blob = int(f.Fd()), f, true
+		in.opens++
+		ov.openHandles++
+		return in.plain(h), fuse.FOPEN_KEEP_CACHE, 0
+	}
 	if in.upper {
 		if in.upperFile == nil {
 			f, err := osfile.Open(ov.upperPath(in.num), os.O_RDWR, 0)
@@ -388,6 +410,7 @@ func (m *Mount) open(in *inode, flags uint32) (fs.FileHandle, uint32, syscall.Er
 		in.upperOpens++
 		if write || trunc {
 			h.writable = true
+			in.wopens++
 			ov.fsmOpened(in)
 		}
 	} else {

@@ -71,7 +71,18 @@ type inode struct {
 	// and the blob it produced, so an unchanged upper file is not rehashed.
 	capStat upperStat
 	capID   store.ID
-	capRacy bool // capStat was taken within racyWindow of the last change
+	capRacy bool // capStat was taken within racyWindow of the last change (then in overlay.racy)
+	// shared: a capture adopted the upper file as a store blob (a hard
+	// link, capture.go adoptUpper): it must never be written in place
+	// again, so any open or truncation first gives the inode a private
+	// copy (unshare). pathWriters counts truncations by path in flight
+	// (Setattr), during which a capture must not adopt the file.
+	shared      bool
+	pathWriters int
+	// wopens counts the opens of the inode for writing or truncation, so
+	// that a view switch can tell whether a file it hashed without the
+	// lock may have been written since (hashRacy).
+	wopens uint64
 	// capTree (directories) is the tree this directory had in the last
 	// capture, used by SwitchView to tell names deleted after the capture
 	// from names added by a rebase.
@@ -102,13 +113,16 @@ type inode struct {
 	plainOpens int
 }
 
-// upperStat identifies a version of an upper file's content.
+// upperStat identifies a version of an upper file's content. The inode
+// number tells an unshared copy (upper.go unshare) from the adopted file
+// it replaced, even within one timestamp tick.
 type upperStat struct {
 	size, mtime, ctime int64
+	ino                uint64
 }
 
 func statOf(st *syscall.Stat_t) upperStat {
-	return upperStat{size: st.Size, mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano()}
+	return upperStat{size: st.Size, mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano(), ino: st.Ino}
 }
 
 func (in *inode) isDir() bool     { return in.mode&syscall.S_IFMT == syscall.S_IFDIR }
@@ -208,6 +222,12 @@ type overlay struct {
 
 	capturing                  atomic.Int32
 	captureFiles, captureBytes atomic.Int64
+
+	// racy holds the inodes whose capture memo may be racy (capRacy; an
+	// entry may be stale: hashRacy drops those). prehashed is what
+	// hashRacy found, during a view switch. Both guarded by mu.
+	racy      map[*inode]struct{}
+	prehashed map[*inode]racyHash
 
 	// fsm is the change bookkeeping that answers git's fsmonitor hook
 	// (fsmonitor.go). Guarded by mu.
@@ -492,8 +512,17 @@ func (o *overlay) trashIndex(num uint64) int {
 func (o *overlay) dropUpper(c *inode) {
 	o.unretain(c)
 	o.trashUpper(c.num)
-	c.upper = false
+	c.upper, c.shared = false, false
 	c.capStat, c.capID = upperStat{}, store.ID{}
+}
+
+// markRacy records that c's capture memo is racy (c.capRacy), for the
+// next view switch to hash it before taking the lock. Caller holds mu.
+func (o *overlay) markRacy(c *inode) {
+	if o.racy == nil {
+		o.racy = map[*inode]struct{}{}
+	}
+	o.racy[c] = struct{}{}
 }
 
 // retain keeps c's upper file, whose content a view switch found equal to

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
+	"golang.org/x/sync/errgroup"
 
+	"github.com/acyclicfs/acyclicfs/internal/failpoint"
 	"github.com/acyclicfs/acyclicfs/internal/osfile"
 	"github.com/acyclicfs/acyclicfs/store"
 )
@@ -79,8 +81,11 @@ var _ = (*fs.Inode).NotifyEntry
 // links are the new generation's link groups: files they name that show
 // the new tree's entry become one inode (applyLinks).
 func (o *overlay) switchView(newRoot store.ID, links [][]string, notes *[]note) (bool, error) {
+	hashed := o.hashRacy() // file reads happen here, before the lock is taken
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.prehashed = hashed
+	defer func() { o.prehashed = nil }()
 	o.fsmSwitching(newRoot)
 	o.walRebase() // the switch changes the table in bulk: the next frame needs a new base
 	keep, err := o.reconcileDir(o.root, store.Entry{Kind: store.KindDir, ID: newRoot, Mtime: o.root.mtime}, nil, notes)
@@ -102,7 +107,10 @@ func addNote(notes *[]note, dir []string, name string, content bool) {
 }
 
 // changedSinceCapture reports whether c has changes the last capture did
-// not see. Caller holds mu.
+// not see. Caller holds mu. It reads no file data: a racily clean upper
+// file counts as unchanged only if hashRacy hashed it before the lock was
+// taken, found the captured content, and nothing could have written it
+// since (no open for writing in between, the same stat now).
 func (o *overlay) changedSinceCapture(c *inode) bool {
 	if c.seq > o.capSeq || c.isDir() && c.subSeq > o.capSeq {
 		return true
@@ -113,19 +121,80 @@ func (o *overlay) changedSinceCapture(c *inode) bool {
 			return true
 		}
 		if c.capRacy {
-			start := time.Now().UnixNano()
-			id, err := hashFile(o.upperPath(c.num))
-			if err != nil || id != c.capID {
+			h, ok := o.prehashed[c]
+			if !ok || h.err != nil || h.id != c.capID || h.stat != c.capStat || h.wopens != c.wopens {
 				return true
 			}
-			if start-c.capStat.ctime > racyWindow.Nanoseconds() {
+			if h.start-c.capStat.ctime > racyWindow.Nanoseconds() {
 				// Hashed after the last change's timestamp tick: a later
 				// write shows in the stat, so the memo is trusted again.
 				c.capRacy = false
+				delete(o.racy, c)
 			}
 		}
 	}
 	return false
+}
+
+// racyHash is what hashRacy found for one racily clean upper file.
+type racyHash struct {
+	id     store.ID
+	err    error
+	stat   upperStat // the file's stat before it was hashed
+	start  int64     // when hashing began (ns since epoch)
+	wopens uint64    // the inode's writable opens when it was chosen
+}
+
+// racyHashers bounds the files hashRacy hashes at once.
+const racyHashers = 4
+
+// hashRacy hashes the upper files whose capture memo is racy (capRacy),
+// so that a view switch can tell them clean without reading files while
+// it holds mu: candidates are chosen under mu, hashed without it, and
+// changedSinceCapture checks under mu that nothing changed in between.
+func (o *overlay) hashRacy() map[*inode]racyHash {
+	type job struct {
+		c    *inode
+		path string
+		h    racyHash
+	}
+	var jobs []*job
+	o.mu.Lock()
+	for c := range o.racy {
+		if !c.upper || !c.capRacy || c.capID.IsZero() || c.seq > o.capSeq {
+			if !c.upper || !c.capRacy {
+				delete(o.racy, c)
+			}
+			continue
+		}
+		jobs = append(jobs, &job{c: c, path: o.upperPath(c.num), h: racyHash{wopens: c.wopens}})
+	}
+	o.mu.Unlock()
+	if len(jobs) == 0 {
+		return nil
+	}
+	var g errgroup.Group
+	g.SetLimit(racyHashers)
+	for _, j := range jobs {
+		g.Go(func() error {
+			var st syscall.Stat_t
+			if err := syscall.Stat(j.path, &st); err != nil {
+				j.h.err = err
+				return nil
+			}
+			j.h.stat = statOf(&st)
+			j.h.start = time.Now().UnixNano()
+			failpoint.Hit("switch.hash-racy")
+			j.h.id, j.h.err = hashFile(j.path)
+			return nil
+		})
+	}
+	_ = g.Wait() // the jobs record their errors
+	out := make(map[*inode]racyHash, len(jobs))
+	for _, j := range jobs {
+		out[j.c] = j.h
+	}
+	return out
 }
 
 // sameType reports whether c can be re-based on e in place: the same file
@@ -305,7 +374,9 @@ func (o *overlay) reconcileLeaf(c *inode, ne store.Entry, dir []string, name str
 		// has the captured bytes and times, the upper file stays as the
 		// clean inode's backing file; otherwise it goes.
 		same := c.isReg() && ne.Kind.IsRegular() && c.capID == ne.ID && c.capStat.mtime == ne.Mtime
-		if !same || !o.retain(c, c.capStat.size) {
+		if !same || c.shared || !o.retain(c, c.capStat.size) {
+			// An adopted upper file is the blob itself: the clean inode
+			// reads it as its lower entry, and a write copies it up.
 			o.dropUpper(c)
 		}
 	}
@@ -352,6 +423,7 @@ func (o *overlay) replaceOpenUpper(c *inode, ne store.Entry) error {
 		if err := os.Rename(tmp.Name(), path); err != nil {
 			return err
 		}
+		c.shared = false // a new file: the overlay's own
 	}
 	mt := time.Unix(0, ne.Mtime)
 	if err := os.Chtimes(path, mt, mt); err != nil {
@@ -366,6 +438,7 @@ func (o *overlay) replaceOpenUpper(c *inode, ne store.Entry) error {
 	}
 	c.mtime, c.ctime = ne.Mtime, ne.Mtime
 	c.capStat, c.capID, c.capRacy = statOf(&st), ne.ID, true
+	o.markRacy(c)
 	return nil
 }
 

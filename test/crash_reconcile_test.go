@@ -2,6 +2,7 @@ package test
 
 import (
 	"bufio"
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -59,8 +60,16 @@ func TestReconcileCrashRecovery(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer rf.Close()
+			// big.bin is big enough that the capture adopts its upper
+			// file as the blob (a hard link): the crash leaves the state
+			// directory sharing it with the store.
+			big := bytes.Repeat([]byte("big file of the tool\n"), 9<<20/21+1)
+			bigSrc := filepath.Join(e.dir, "big.src")
+			if err := os.WriteFile(bigSrc, big, 0o600); err != nil {
+				t.Fatal(err)
+			}
 			tool := exec.Command(bin, "--store", e.store, "exec", mp, "--", "sh", "-c",
-				`echo "tool wrote" > mine.txt && sync mine.txt && echo wrote > `+ready+` && read x < `+gate)
+				`echo "tool wrote" > mine.txt && cp `+bigSrc+` big.bin && sync mine.txt big.bin && echo wrote > `+ready+` && read x < `+gate)
 			tool.Stderr = os.Stderr
 			if err := tool.Start(); err != nil {
 				t.Fatal(err)
@@ -99,6 +108,9 @@ func TestReconcileCrashRecovery(t *testing.T) {
 			}
 			if got := e.content("child", "mine.txt"); got != "tool wrote\n" {
 				t.Fatalf("tool's write after recovery = %q", got)
+			}
+			if got := e.content("child", "big.bin"); got != string(big) {
+				t.Fatalf("tool's big file after recovery: %d bytes, want %d", len(got), len(big))
 			}
 			if got := e.content("child", "parent.txt"); got != "from parent\n" {
 				t.Fatalf("parent's change after recovery = %q (status:\n%s)", got, e.run("status").stdout)
