@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -315,7 +316,7 @@ func (m *Manager) landRoots(pub *Publication, rev uint64) (ContextLandResult, er
 			// The root itself moves onto its parent root with the
 			// conflicts recorded (as a single land does); no parent
 			// root moves.
-			if rr, err := m.rebaseOnce(r.Workspace, RebaseOptions{}); err != nil {
+			if rr, err := m.rebaseOnce(context.Background(), r.Workspace, RebaseOptions{}); err != nil {
 				return res, err
 			} else if rr.Outcome == OutcomeConflicted {
 				rl.Conflicts = rr.Conflicts
@@ -463,8 +464,8 @@ func (m *Manager) afterLanding(pub Publication) {
 			// An in-place parent root gets the landing in its directory now
 			// (or at its mount's next reconciliation); a failure leaves the
 			// directory as it was and is retried by the next sync.
-			_ = m.afterInPlaceMoved(r.ParentWorkspace)
-			m.propagate(r.ParentWorkspace, true)
+			_ = m.afterInPlaceMoved(context.Background(), r.ParentWorkspace)
+			m.propagate(context.Background(), r.ParentWorkspace, true)
 		}
 	}
 }

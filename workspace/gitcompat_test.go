@@ -141,7 +141,7 @@ func TestGitCompatRejectsForeignRecord(t *testing.T) {
 // Removing a workspace removes its binding.
 func TestRemoveDeletesGitBinding(t *testing.T) {
 	m := openTest(t)
-	if _, _, err := m.Create("ws", ""); err != nil {
+	if _, _, err := m.Create(context.Background(), "ws", ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.SetGitBinding("ws", 0, GitBinding{Repo: "/r"}); err != nil {

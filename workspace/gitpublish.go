@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -209,7 +210,12 @@ type PublishResult struct {
 // (fast-forward only), its uncommitted changes become one commit on top,
 // and the branch moves by compare-and-swap. REPO's working tree, index and
 // other refs are not touched; neither is the workspace.
-func (m *Manager) GitPublish(ws string, opt PublishOptions) (PublishResult, error) {
+//
+// A cancelled ctx stops it between its steps (object copy, commit
+// writing, the branch's compare-and-swap): the branch and the binding are
+// then as they were; objects already written into REPO are unreferenced
+// (git gc drops them).
+func (m *Manager) GitPublish(ctx context.Context, ws string, opt PublishOptions) (PublishResult, error) {
 	w, err := m.Get(ws)
 	if err != nil {
 		return PublishResult{}, err
@@ -267,6 +273,9 @@ func (m *Manager) GitPublish(ws string, opt PublishOptions) (PublishResult, erro
 			}
 		}
 	}
+	if err := ctx.Err(); err != nil {
+		return res, fmt.Errorf("publish %s: %w", ws, err)
+	}
 	if local != "" && local != old && !g.connected(local, old) {
 		if res.Copied, err = m.copyObjects(gitE.ID, filepath.Join(b.Repo, "objects")); err != nil {
 			return res, fmt.Errorf("publish %s: copy objects: %w", ws, err)
@@ -321,6 +330,9 @@ func (m *Manager) GitPublish(ws string, opt PublishOptions) (PublishResult, erro
 		}
 	}
 
+	if err := ctx.Err(); err != nil {
+		return res, fmt.Errorf("publish %s: %w", ws, err)
+	}
 	tb, err := m.newPubTrees(g, format)
 	if err != nil {
 		return res, fmt.Errorf("publish %s: %w", ws, err)
@@ -341,6 +353,9 @@ func (m *Manager) GitPublish(ws string, opt PublishOptions) (PublishResult, erro
 	}
 	if publishBeforeCAS != nil {
 		publishBeforeCAS(b.Repo, branch)
+	}
+	if err := ctx.Err(); err != nil {
+		return res, fmt.Errorf("publish %s: %w; %s was not moved", ws, err, branch)
 	}
 	if _, err := g.run(nil, "update-ref", "-m", "acyclicfs publish "+ws, branch, newOID, oldArg); err != nil {
 		if now, rerr := g.resolve(branch); rerr == nil && now != old {

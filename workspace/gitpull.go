@@ -120,7 +120,7 @@ func (m *Manager) GitPull(ctx context.Context, ws string, env []string) (PullRes
 	if err := m.settleOutcome(ws, &res.Result); err != nil {
 		return res, err
 	}
-	m.propagate(ws, true)
+	m.propagate(ctx, ws, true)
 	return res, nil
 }
 

@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -62,8 +63,7 @@ func (m *Manager) CreateInPlace(name, dir string) (store.ID, error) {
 	if err != nil {
 		return store.ID{}, err
 	}
-	m.inPlaceMu.Lock()
-	defer m.inPlaceMu.Unlock()
+	defer m.inPlaceLocks.lock(name)()
 	release := m.st.HoldGC()
 	defer release()
 	base, root, err := m.st.CreateBase(abs)
@@ -210,15 +210,19 @@ func (m *Manager) InPlace(name string) (InPlaceInfo, bool, error) {
 // conflict markers and are reported), then the head is materialized into
 // DIR under a journal. Outcome: current (nothing came from DIR), rebased
 // (external changes merged) or conflicted.
-func (m *Manager) SyncInPlace(name string) (Result, error) {
-	m.inPlaceMu.Lock()
-	defer m.inPlaceMu.Unlock()
+//
+// Syncs of one workspace are serialized; those of different workspaces run
+// concurrently. A cancelled ctx stops the sync between its steps (before
+// detection, before the materialization): each step is atomic, and a head
+// not yet written into DIR is written by the next sync.
+func (m *Manager) SyncInPlace(ctx context.Context, name string) (Result, error) {
+	defer m.inPlaceLocks.lock(name)()
 	release := m.st.HoldGC()
 	defer release()
 	if err := m.finishMaterialization(name); err != nil {
 		return Result{Workspace: name}, err
 	}
-	res, err := m.syncInPlace(name, nil)
+	res, err := m.syncInPlace(ctx, name, nil)
 	if !errors.Is(err, store.ErrBaseChanged) {
 		return res, err
 	}
@@ -228,12 +232,15 @@ func (m *Manager) SyncInPlace(name string) (Result, error) {
 	if lerr != nil || len(lost) == 0 {
 		return res, errors.Join(err, lerr)
 	}
-	return m.syncInPlace(name, lost)
+	return m.syncInPlace(ctx, name, lost)
 }
 
 // syncInPlace is SyncInPlace after recovery; lost are the paths
 // dropLostContent gave DIR's side, reported as conflicts with the merge's.
-func (m *Manager) syncInPlace(name string, lost []ConflictInfo) (Result, error) {
+func (m *Manager) syncInPlace(ctx context.Context, name string, lost []ConflictInfo) (Result, error) {
+	if err := ctx.Err(); err != nil {
+		return Result{Workspace: name}, fmt.Errorf("sync %s: %w", name, err)
+	}
 	w, st, rev, err := m.inPlace(name)
 	if err != nil {
 		return Result{Workspace: name}, err
@@ -342,6 +349,14 @@ func (m *Manager) syncInPlace(name string, lost []ConflictInfo) (Result, error) 
 	}
 	res.Sync.Detect = time.Since(start)
 	if w.Head != st.Materialized {
+		if err := ctx.Err(); err != nil {
+			// The head moved (and is announced below when it came
+			// from DIR); the next sync writes it into DIR.
+			if changed || len(lost) > 0 {
+				m.headChanged(name)
+			}
+			return res, fmt.Errorf("sync %s: %w", name, err)
+		}
 		mstart := time.Now()
 		n, err := m.materializeInPlace(name, st, rev, w.Head)
 		if err != nil {

@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -192,7 +193,7 @@ func BenchmarkInPlaceLand10(b *testing.B) {
 				}
 				files := commitTen(b, m, child, paths, fmt.Sprintf("%s/%d", run, i))
 				b.StartTimer()
-				res, err := m.Land(child, RebaseOptions{})
+				res, err := m.Land(context.Background(), child, RebaseOptions{})
 				b.StopTimer()
 				if err != nil || res.Outcome != OutcomeRebased {
 					b.Fatalf("land %s: %v %+v", child, err, res)
@@ -223,7 +224,7 @@ func BenchmarkInPlaceSync10(b *testing.B) {
 				b.StopTimer()
 				files := commitTen(b, m, "main", paths, fmt.Sprintf("%s/%d", run, i))
 				b.StartTimer()
-				res, err := m.SyncInPlace("main")
+				res, err := m.SyncInPlace(context.Background(), "main")
 				b.StopTimer()
 				if err != nil || res.Outcome != OutcomeCurrent {
 					b.Fatalf("sync: %v %+v", err, res)

@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -46,7 +47,7 @@ func (m *Manager) Recover() ([]string, error) {
 		if _, err := m.st.GetWorkspace(p); err != nil {
 			continue
 		}
-		m.propagate(p, true)
+		m.propagate(context.Background(), p, true)
 		done = append(done, "propagation from "+p+": finished")
 	}
 	return done, nil

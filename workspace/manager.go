@@ -44,14 +44,15 @@ type Hooks struct {
 // for use by several goroutines; operations on one workspace are serialized
 // by the store's compare-and-append, not by locks here.
 type Manager struct {
-	// inPlaceMu serializes syncs and materializations of in-place
-	// workspaces (one DIR, one writer).
-	inPlaceMu sync.Mutex
-	st        *store.Store
-	cs        *corestate.Store
-	opt       Options
-	dir       string
-	limit     rebase.Limits
+	// inPlaceLocks serialize the creation, syncs and materializations of
+	// each in-place workspace (one DIR, one writer), keyed by workspace
+	// name; different directories sync concurrently.
+	inPlaceLocks dirLocks
+	st           *store.Store
+	cs           *corestate.Store
+	opt          Options
+	dir          string
+	limit        rebase.Limits
 
 	hooksMu sync.RWMutex // protects hooks
 	hooks   Hooks

@@ -9,8 +9,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 
 	"github.com/acyclicfs/acyclicfs/internal/dirfd"
@@ -328,20 +328,19 @@ func (m *Manager) prepareWrites(d *dirfd.Dir, j *matJournal, from int) ([]string
 	temps := make([]string, n)
 	files := make([]*os.File, n)
 	errs := make([]error, n)
-	sem := make(chan struct{}, 8)
-	var wg sync.WaitGroup
+	// Part of one journaled step: every write runs (no cancellation
+	// here), and every error is reported.
+	var g errgroup.Group
+	g.SetLimit(8)
 	for k := range n {
 		i := from + k
 		e := &j.Edits[i]
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
+		g.Go(func() error {
 			temps[k], files[k], errs[k] = m.writeTemp(d, e.Path, e.Kind, e.ID, e.Rdev, e.Mtime, fmt.Sprintf("%s%s-%d", matTempPrefix, j.Op[:8], i), true)
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait() // the errors are in errs
 	if err := errors.Join(errs...); err != nil {
 		for k, t := range temps {
 			if files[k] != nil {
@@ -611,18 +610,15 @@ func syncApplied(d *dirfd.Dir, edits []matEdit, files []*os.File) error {
 		})
 	}
 	errs := make([]error, len(syncs))
-	sem := make(chan struct{}, 16)
-	var wg sync.WaitGroup
+	var g errgroup.Group
+	g.SetLimit(16)
 	for i, fn := range syncs {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
+		g.Go(func() error {
 			errs[i] = fn()
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait() // every sync runs; the errors are in errs
 	return errors.Join(errs...)
 }
 

@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"context"
 	"maps"
 	"os"
 	"path/filepath"
@@ -61,7 +62,7 @@ func TestInPlaceRollForwardAfterAnyCrash(t *testing.T) {
 		if _, err := m.CreateInPlace("ws", dir); err != nil {
 			rt.Fatal(err)
 		}
-		to, _, err := m.Create("target", target)
+		to, _, err := m.Create(context.Background(), "target", target)
 		if err != nil {
 			rt.Fatal(err)
 		}
@@ -160,10 +161,10 @@ func TestMaterializeSpecialFiles(t *testing.T) {
 	if err := unix.Mkfifo(filepath.Join(edit, "newpipe"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := m.Commit("agent", edit); err != nil {
+	if _, _, err := m.Commit(context.Background(), "agent", edit); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Land("agent", RebaseOptions{}); err != nil {
+	if _, err := m.Land(context.Background(), "agent", RebaseOptions{}); err != nil {
 		t.Fatalf("land: %v", err)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "p", "in")); err != nil || string(b) != "y" {
@@ -180,7 +181,7 @@ func TestMaterializeSpecialFiles(t *testing.T) {
 	if p, err := m.PendingMaterializations(); err != nil || len(p) != 0 {
 		t.Fatalf("pending: %v %v", p, err)
 	}
-	res, err := m.SyncInPlace("ws")
+	res, err := m.SyncInPlace(context.Background(), "ws")
 	if err != nil || res.Outcome != OutcomeCurrent {
 		t.Fatalf("sync after: %+v, %v; want current", res, err)
 	}
@@ -209,7 +210,7 @@ func TestRecoverLeavesAStuckMaterializationToItsWorkspace(t *testing.T) {
 	if _, err := m.CreateInPlace("ws", dir); err != nil {
 		t.Fatal(err)
 	}
-	to, _, err := m.Create("other", dir)
+	to, _, err := m.Create(context.Background(), "other", dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +232,7 @@ func TestRecoverLeavesAStuckMaterializationToItsWorkspace(t *testing.T) {
 	if p, err := m.PendingMaterializations(); err != nil || len(p) != 1 {
 		t.Errorf("pending: %v %v", p, err)
 	}
-	if _, err := m.SyncInPlace("ws"); err == nil || !strings.Contains(err.Error(), "a file is there") {
+	if _, err := m.SyncInPlace(context.Background(), "ws"); err == nil || !strings.Contains(err.Error(), "a file is there") {
 		t.Errorf("sync of the workspace: %v, want the roll forward's error", err)
 	}
 	if err := m.dropMaterialization("ws"); err != nil { // leave fsck a clean store
@@ -275,7 +276,7 @@ func TestExportDeeperThanPathMax(t *testing.T) {
 	m := openTest(t)
 	gen, deep := deepGeneration(t, m)
 	out := filepath.Join(t.TempDir(), "out")
-	if _, err := m.Export(gen, out, false); err != nil {
+	if _, err := m.Export(context.Background(), gen, out, false); err != nil {
 		t.Fatalf("export: %v", err)
 	}
 	d, err := dirfd.Open(out)
