@@ -134,14 +134,14 @@ func TestInPlaceEventsSeeEdits(t *testing.T) {
 		if _, err := m.SyncInPlace(context.Background(), "ws"); err != nil { // what the materialization wrote is listed again
 			rt.Fatal(err)
 		}
-		listings, quiet := m.detect.listings.Load(), m.detect.quietHits.Load()
+		listings, quiet := m.ip.detect.listings.Load(), m.ip.detect.quietHits.Load()
 		if _, err := m.SyncInPlace(context.Background(), "ws"); err != nil {
 			rt.Fatal(err)
 		}
-		if n := m.detect.listings.Load() - listings; n != 0 {
+		if n := m.ip.detect.listings.Load() - listings; n != 0 {
 			rt.Fatalf("a sync over an untouched, watched DIR listed %d directories", n)
 		}
-		if m.detect.quietHits.Load() == quiet {
+		if m.ip.detect.quietHits.Load() == quiet {
 			rt.Fatal("a sync over an untouched, watched DIR answered no directory from events")
 		}
 		want := maps.Clone(after)
@@ -227,11 +227,11 @@ func TestInPlaceEventBlindWriteNotOverwritten(t *testing.T) {
 	if err := os.WriteFile(outside, []byte("external\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	quiet := m.detect.quietHits.Load()
+	quiet := m.ip.detect.quietHits.Load()
 	if _, err := m.Land(context.Background(), "agent", RebaseOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if m.detect.quietHits.Load() == quiet {
+	if m.ip.detect.quietHits.Load() == quiet {
 		t.Fatal("the landing's sync answered no directory from events: the test does not test the check")
 	}
 	got, err := os.ReadFile(filepath.Join(dir, "a.txt"))

@@ -10,20 +10,21 @@
 //     fork, commit, undo, remove, rebase, land, export, conflicts and
 //     resolve, fsck and gc, the propagation of a moved head to children, the
 //     mount records, and the publication of a live mount's capture.
-//   - In-place workspaces (inplace.go, inplace_lost.go, inplace_locks.go,
-//     materialize.go, detect_memo.go, detect_watch.go, importdir.go): a
+//   - In-place workspaces (inplace_type.go, inplace.go, inplace_lost.go,
+//     inplace_locks.go, materialize.go, detect_memo.go, detect_watch.go;
+//     the type inPlaces, over the core, with its own locks), and the import
+//     of a directory (importdir.go, shared with create and commit): a
 //     workspace whose base is a real directory DIR named by store base
 //     references; detection of what other programs changed in DIR, the
 //     merge of it, the journaled materialization of the head into DIR,
-//     lost-directory handling, and the import of a directory (create --from,
-//     commit).
+//     lost-directory handling.
 //   - Contexts (context.go, context_check.go, context_mounts.go,
 //     context_names.go, context_publication.go): creating, forking, freezing,
 //     discarding and landing groups of root workspaces. The records
 //     themselves, their children index and their sentinels live in the
-//     sub-package workspace/contexts (below this one: it imports neither
-//     Manager nor store heads); context_names.go keeps workspace's names for
-//     them.
+//     sub-package workspace/contexts (below this one: it needs only
+//     corestate and the store's name rule); context_names.go keeps
+//     workspace's names for them.
 //   - Git-native workspaces (git*.go): create from git, bind, publish,
 //     pull, and the git-compatibility records.
 //
@@ -34,7 +35,7 @@
 // Locks. Operations on one ordinary workspace are serialized by the
 // store's compare-and-append on its head, not by locks here. The creation,
 // syncs and materializations of an in-place workspace are serialized by a
-// mutex per workspace (Manager.inPlaceLocks, dirLocks): one DIR, one
+// mutex per workspace (inPlaces.locks, dirLocks): one DIR, one
 // writer; different directories sync concurrently. Smaller locks guard
 // in-memory caches only: hooksMu (the live-mount hooks), detectMemo.mu
 // (detection verdicts per base directory), the oid cache and treeBuffer

@@ -153,7 +153,7 @@ func commitTen(b *testing.B, m *Manager, ws string, paths []string, tag string) 
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := m.preserveReplaced(root, nroot); err != nil {
+	if err := m.ip.preserveReplaced(root, nroot); err != nil {
 		b.Fatal(err)
 	}
 	if _, err := m.publish(w, nroot, nil, store.GenCommit, newOperationID(), nil, nil); err != nil {

@@ -62,7 +62,7 @@ func TestInPlaceSyncsOfTwoDirectoriesRunAtOnce(t *testing.T) {
 		aDone <- err
 	}()
 	<-entered
-	if !m.inPlaceLocks.held("a") {
+	if !m.ip.locks.held("a") {
 		t.Fatal("a's materialization is under way without its directory's lock")
 	}
 
@@ -82,7 +82,7 @@ func TestInPlaceSyncsOfTwoDirectoriesRunAtOnce(t *testing.T) {
 	if got, want := snapshot(t, dirs["b"]), map[string]string{"f": "after b", "g/": "", "g/h": "new b"}; !maps.Equal(got, want) {
 		t.Fatalf("b's directory while a's sync is held:\n got %v\nwant %v", got, want)
 	}
-	if m.inPlaceLocks.held("b") {
+	if m.ip.locks.held("b") {
 		t.Fatal("b's lock outlived its sync")
 	}
 	select {
@@ -90,7 +90,7 @@ func TestInPlaceSyncsOfTwoDirectoriesRunAtOnce(t *testing.T) {
 		t.Fatalf("a's landing finished while its materialization was held: %v", err)
 	default:
 	}
-	if !m.inPlaceLocks.held("a") {
+	if !m.ip.locks.held("a") {
 		t.Fatal("a's lock was released while its materialization is held")
 	}
 

@@ -191,13 +191,13 @@ func TestInPlaceDetectionMemoSeesEdits(t *testing.T) {
 		if _, err := m.Land(context.Background(), "agent", RebaseOptions{}); err != nil {
 			rt.Fatal(err)
 		}
-		hits := m.detect.hits.Load()
+		hits := m.ip.detect.hits.Load()
 		for range 2 {
 			if _, err := m.SyncInPlace(context.Background(), "ws"); err != nil {
 				rt.Fatal(err)
 			}
 		}
-		if m.detect.hits.Load() == hits {
+		if m.ip.detect.hits.Load() == hits {
 			rt.Fatal("the second sync over an unchanged DIR used no remembered directory")
 		}
 		// Another program edits DIR.

@@ -31,7 +31,7 @@ func (m *Manager) Recover() ([]string, error) {
 	if err != nil {
 		return done, err
 	}
-	mat, err := m.recoverMaterializations()
+	mat, err := m.ip.recoverMaterializations()
 	done = append(done, mat...)
 	if err != nil {
 		return done, err
@@ -186,7 +186,7 @@ func (m *Manager) gcObjects() (int64, error) {
 		return 0, err
 	}
 	for _, n := range names {
-		if st, _, found, err := m.loadInPlace(n); err == nil && found {
+		if st, _, found, err := m.ip.loadInPlace(n); err == nil && found {
 			roots.Add(st.Materialized)
 		}
 	}

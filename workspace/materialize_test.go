@@ -66,7 +66,7 @@ func TestInPlaceRollForwardAfterAnyCrash(t *testing.T) {
 		if err != nil {
 			rt.Fatal(err)
 		}
-		st, _, _, err := m.loadInPlace("ws")
+		st, _, _, err := m.ip.loadInPlace("ws")
 		if err != nil {
 			rt.Fatal(err)
 		}
@@ -82,7 +82,7 @@ func TestInPlaceRollForwardAfterAnyCrash(t *testing.T) {
 		if err != nil {
 			rt.Fatal(err)
 		}
-		edits, err := m.planEdits(fromRoot, toRoot, changes)
+		edits, err := m.ip.planEdits(fromRoot, toRoot, changes)
 		if err != nil {
 			rt.Fatal(err)
 		}
@@ -95,7 +95,7 @@ func TestInPlaceRollForwardAfterAnyCrash(t *testing.T) {
 		// applyEdits (temporaries, renames, the wave of fsyncs).
 		done := rapid.IntRange(0, len(edits)+1).Draw(rt, "edits before the crash")
 		if done > len(edits) {
-			if err := m.applyEdits(&j); err != nil {
+			if err := m.ip.applyEdits(&j); err != nil {
 				rt.Fatalf("apply: %v", err)
 			}
 		} else {
@@ -104,21 +104,21 @@ func TestInPlaceRollForwardAfterAnyCrash(t *testing.T) {
 				rt.Fatal(err)
 			}
 			for i := range done {
-				if err := m.applyEdit(d, &j, i); err != nil {
+				if err := m.ip.applyEdit(d, &j, i); err != nil {
 					release()
 					rt.Fatalf("edit %d %+v: %v", i, edits[i], err)
 				}
 			}
 			release()
 		}
-		if err := m.finishMaterialization("ws"); err != nil {
+		if err := m.ip.finishMaterialization("ws"); err != nil {
 			rt.Fatalf("roll forward after %d of %d edits: %v", done, len(edits), err)
 		}
 		want := snapshot(t, target)
 		if got := snapshot(t, dir); !maps.Equal(got, want) {
 			rt.Fatalf("directory after the roll forward:\n got %v\nwant %v", got, want)
 		}
-		if err := m.finishMaterialization("ws"); err != nil {
+		if err := m.ip.finishMaterialization("ws"); err != nil {
 			rt.Fatalf("a second roll forward: %v", err)
 		}
 		if got := snapshot(t, dir); !maps.Equal(got, want) {
@@ -214,7 +214,7 @@ func TestRecoverLeavesAStuckMaterializationToItsWorkspace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, _, _, err := m.loadInPlace("ws")
+	st, _, _, err := m.ip.loadInPlace("ws")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +235,7 @@ func TestRecoverLeavesAStuckMaterializationToItsWorkspace(t *testing.T) {
 	if _, err := m.SyncInPlace(context.Background(), "ws"); err == nil || !strings.Contains(err.Error(), "a file is there") {
 		t.Errorf("sync of the workspace: %v, want the roll forward's error", err)
 	}
-	if err := m.dropMaterialization("ws"); err != nil { // leave fsck a clean store
+	if err := m.ip.dropMaterialization("ws"); err != nil { // leave fsck a clean store
 		t.Fatal(err)
 	}
 }
@@ -252,11 +252,11 @@ func TestMaterializeDeeperThanPathMax(t *testing.T) {
 		t.Fatal(err)
 	}
 	to, deep := deepGeneration(t, m)
-	st, rev, _, err := m.loadInPlace("ws")
+	st, rev, _, err := m.ip.loadInPlace("ws")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.materializeInPlace("ws", st, rev, to); err != nil {
+	if _, err := m.ip.materializeInPlace("ws", st, rev, to); err != nil {
 		t.Fatalf("materialize a deep tree: %v", err)
 	}
 	d, err := dirfd.Open(dir)

@@ -108,8 +108,8 @@ func (m *Manager) Commit(ctx context.Context, name, dir string) (store.ID, Impor
 		return store.ID{}, stats, err
 	}
 	var pr *store.PreparedResolve
-	if m.derivesFromInPlace(name) {
-		if pr, err = m.preparePreserve(prevRoot, root, nil, nil); err != nil {
+	if m.ip.derivesFromInPlace(name) {
+		if pr, err = m.ip.preparePreserve(prevRoot, root, nil, nil); err != nil {
 			return store.ID{}, stats, fmt.Errorf("preserve the base of %s's commit: %w", name, err)
 		}
 	}
@@ -249,7 +249,7 @@ func (m *Manager) Remove(name string, recursive bool) ([]string, error) {
 			return nil, fmt.Errorf("remove %s: %w", n, err)
 		}
 		_ = m.st.DeleteMeta(metaConflicts, n)
-		if _, rev, found, err := m.loadInPlace(n); err == nil && found {
+		if _, rev, found, err := m.ip.loadInPlace(n); err == nil && found {
 			_ = m.cs.CompareAndDelete(familyInPlace, n, rev)
 		}
 		if _, rev, found, err := m.GitBinding(n); err == nil && found {
