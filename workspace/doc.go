@@ -25,8 +25,9 @@
 //     sub-package workspace/contexts (below this one: it needs only
 //     corestate and the store's name rule); context_names.go keeps
 //     workspace's names for them.
-//   - Git-native workspaces (git*.go): create from git, bind, publish,
-//     pull, and the git-compatibility records.
+//   - Git-native workspaces (gitnative.go, git*.go; the type gitNative,
+//     over the core, with its own object-name cache): create from git,
+//     bind, publish, pull, and the git-compatibility records.
 //
 // Sub-packages: workspace/contexts (context records; layer 2) and
 // workspace/errs (the sentinels ErrInvalidInput and ErrBusy, shared so

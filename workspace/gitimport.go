@@ -48,7 +48,7 @@ var ErrBadGitTree = errors.New("tree cannot be checked out")
 // a clean fsmonitor token of the tree, so that with fsmonitor git stats
 // nothing at all. The workspace is bound to the repository and branch
 // (GitBinding). The repository is only read.
-func (m *Manager) CreateFromGit(ctx context.Context, name, repoPath, rev string) (GitImport, error) {
+func (m *gitNative) CreateFromGit(ctx context.Context, name, repoPath, rev string) (GitImport, error) {
 	var res GitImport
 	if err := ValidateName(name); err != nil {
 		return res, err
@@ -165,7 +165,7 @@ func (m *Manager) CreateFromGit(ctx context.Context, name, repoPath, rev string)
 // its trees into the store. It returns the builder holding the tree (for
 // the caller to add .git to), the work tree's ID and the index entries of
 // its files, stat data as a mount reports them with fileTime as mtime.
-func (m *Manager) importGitWorktree(ctx context.Context, repo *gitrepo.Repo, commit string, fileTime int64, batch *store.BlobBatch, res *GitImport) (*treeBuilder, store.ID, []gitrepo.IndexEntry, error) {
+func (m *gitNative) importGitWorktree(ctx context.Context, repo *gitrepo.Repo, commit string, fileTime int64, batch *store.BlobBatch, res *GitImport) (*treeBuilder, store.ID, []gitrepo.IndexEntry, error) {
 	b := newTreeBuilder()
 	var index []gitrepo.IndexEntry
 	entries, err := repo.ListTree(ctx, commit)
@@ -348,7 +348,7 @@ var catStreams = max(2, runtime.GOMAXPROCS(0))
 // blobs are hashed in memory first and written only when the store lacks
 // them, by a few writer goroutines, so that file creation in the store
 // overlaps the streams.
-func (m *Manager) storeGitBlobs(ctx context.Context, repo *gitrepo.Repo, batch *store.BlobBatch, blobs []string) (map[string]store.ID, int64, error) {
+func (m *gitNative) storeGitBlobs(ctx context.Context, repo *gitrepo.Repo, batch *store.BlobBatch, blobs []string) (map[string]store.ID, int64, error) {
 	ids := m.knownGitBlobs(blobs)
 	var todo []string
 	for _, b := range blobs {

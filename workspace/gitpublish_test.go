@@ -107,9 +107,9 @@ func TestGitPublishCacheAgrees(t *testing.T) {
 	}
 	tree := pubGit(t, repo, "rev-parse", "feature^{tree}")
 	// As another process would: the cache comes from its file.
-	m.oids.mu.Lock()
-	m.oids.m, m.oids.loaded, m.oids.dirty = nil, nil, nil
-	m.oids.mu.Unlock()
+	m.gn.oids.mu.Lock()
+	m.gn.oids.m, m.gn.oids.loaded, m.gn.oids.dirty = nil, nil, nil
+	m.gn.oids.mu.Unlock()
 	res2, err := m.GitPublish(context.Background(), "ws", PublishOptions{Env: testGitEnv})
 	if err != nil || !res2.Already || res2.New != res.New {
 		t.Fatalf("second publish = %+v, %v", res2, err)

@@ -60,7 +60,7 @@ type Manager struct {
 	gitOnce sync.Once
 	git     bool // set once by hasGit
 
-	oids oidCache // git object names of store objects (publish)
+	gn *gitNative // the git-native workspaces (gitnative.go)
 }
 
 // Open opens (creating if needed) the store at dir and recovers any
@@ -84,6 +84,7 @@ func Open(dir string, opt Options) (*Manager, error) {
 	}
 	m := &Manager{st: st, cs: cs, opt: opt, dir: abs, limit: opt.Limits}
 	m.ip = &inPlaces{Manager: m}
+	m.gn = &gitNative{Manager: m}
 	if m.limit == (rebase.Limits{}) {
 		m.limit = rebase.DefaultLimits()
 	}
