@@ -38,16 +38,7 @@ type GitImport struct {
 // hold as a checkout would (a ".git" entry, a name git itself refuses).
 var ErrBadGitTree = errors.New("tree cannot be checked out")
 
-// CreateFromGit makes a new root workspace whose tree is rev's tree in the
-// repository at repoPath, read from its objects (no checkout), with a
-// working .git: objects shared with the repository through
-// objects/info/alternates, HEAD on rev's branch (or detached at the
-// commit), the repository's branches and tags as packed refs, and an
-// index whose stat data is what a mount of the workspace reports, so that
-// git status inside is clean without reading any file. The index carries
-// a clean fsmonitor token of the tree, so that with fsmonitor git stats
-// nothing at all. The workspace is bound to the repository and branch
-// (GitBinding). The repository is only read.
+// CreateFromGit is Manager.CreateFromGit.
 func (m *gitNative) CreateFromGit(ctx context.Context, name, repoPath, rev string) (GitImport, error) {
 	var res GitImport
 	if err := ValidateName(name); err != nil {

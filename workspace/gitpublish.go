@@ -67,8 +67,7 @@ func gitDirOf(repo string, env []string) (string, error) {
 	return filepath.Clean(s), nil
 }
 
-// GitBind binds ws to REPO's branch: Base is the branch's current commit,
-// and the workspace's head is taken to be that commit's tree (BaseTree).
+// GitBind is Manager.GitBind.
 func (m *gitNative) GitBind(ws, repo string, opt GitBindOptions) (GitBinding, error) {
 	w, err := m.Get(ws)
 	if err != nil {
@@ -205,16 +204,7 @@ type PublishResult struct {
 	Already bool `json:"already_published"`
 }
 
-// GitPublish makes ws's head a value of REPO's branch (docs/git.md
-// "Publishing"): the workspace's commits on the branch are transferred
-// (fast-forward only), its uncommitted changes become one commit on top,
-// and the branch moves by compare-and-swap. REPO's working tree, index and
-// other refs are not touched; neither is the workspace.
-//
-// A cancelled ctx stops it between its steps (object copy, commit
-// writing, the branch's compare-and-swap): the branch and the binding are
-// then as they were; objects already written into REPO are unreferenced
-// (git gc drops them).
+// GitPublish is Manager.GitPublish.
 func (m *gitNative) GitPublish(ctx context.Context, ws string, opt PublishOptions) (PublishResult, error) {
 	w, err := m.Get(ws)
 	if err != nil {

@@ -25,14 +25,7 @@ type PullResult struct {
 	Already bool `json:"already_up_to_date"`
 }
 
-// GitPull takes in what REPO's bound branch received since Base, as a
-// parent advance (docs/git.md "Pulling"): the branch's commit is imported
-// (its tree from REPO's objects, as create --from-git does) with the
-// workspace's .git as it was at Base but the branch pointing at the commit
-// (its objects in a pack, its index), and merged three-way — git-aware —
-// with the workspace's head against BaseTree. Conflicts are recorded in
-// the new head as a rebase records them. Base and BaseTree move by
-// compare-and-swap on the binding.
+// GitPull is Manager.GitPull.
 func (m *gitNative) GitPull(ctx context.Context, ws string, env []string) (PullResult, error) {
 	release := m.st.HoldGC() // merged objects must not be swept before the append
 	defer release()

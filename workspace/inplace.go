@@ -204,17 +204,7 @@ func (m *inPlaces) InPlace(name string) (InPlaceInfo, bool, error) {
 	return InPlaceInfo{Dir: st.Dir, Base: st.Base, Materialized: st.Materialized}, true, nil
 }
 
-// SyncInPlace reconciles an in-place workspace with its directory: changes
-// other programs made to DIR are detected from fingerprints and merged like
-// a parent advance (3-way; overlapping edits keep both versions with
-// conflict markers and are reported), then the head is materialized into
-// DIR under a journal. Outcome: current (nothing came from DIR), rebased
-// (external changes merged) or conflicted.
-//
-// Syncs of one workspace are serialized; those of different workspaces run
-// concurrently. A cancelled ctx stops the sync between its steps (before
-// detection, before the materialization): each step is atomic, and a head
-// not yet written into DIR is written by the next sync.
+// SyncInPlace is Manager.SyncInPlace.
 func (m *inPlaces) SyncInPlace(ctx context.Context, name string) (Result, error) {
 	defer m.locks.lock(name)()
 	release := m.st.HoldGC()

@@ -32,14 +32,22 @@ func (m *Manager) CreateInPlace(name, dir string) (store.ID, error) {
 // other workspaces.
 func (m *Manager) InPlace(name string) (InPlaceInfo, bool, error) { return m.ip.InPlace(name) }
 
-// SyncInPlace reconciles an in-place workspace with its directory (see
-// inPlaces.SyncInPlace).
+// SyncInPlace reconciles an in-place workspace with its directory: changes
+// other programs made to DIR are detected from fingerprints and merged like
+// a parent advance (3-way; overlapping edits keep both versions with
+// conflict markers and are reported), then the head is materialized into
+// DIR under a journal. Outcome: current (nothing came from DIR), rebased
+// (external changes merged) or conflicted.
+//
+// Syncs of one workspace are serialized; those of different workspaces run
+// concurrently. A cancelled ctx stops the sync between its steps (before
+// detection, before the materialization): each step is atomic, and a head
+// not yet written into DIR is written by the next sync.
 func (m *Manager) SyncInPlace(ctx context.Context, name string) (Result, error) {
 	return m.ip.SyncInPlace(ctx, name)
 }
 
-// PendingMaterializations lists the in-place workspaces whose
-// materialization was interrupted (see inPlaces.PendingMaterializations).
+// PendingMaterializations lists materializations with journals (status).
 func (m *Manager) PendingMaterializations() ([]string, error) { return m.ip.PendingMaterializations() }
 
 // DerivesFromInPlace reports whether ws or one of its ancestors is an

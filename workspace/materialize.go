@@ -759,7 +759,7 @@ func deadMount(dir string) bool {
 	return errors.Is(err, unix.ENOTCONN) || errors.Is(err, unix.EIO) || errors.Is(err, unix.ECONNABORTED)
 }
 
-// PendingMaterializations lists materializations with journals (status).
+// PendingMaterializations is Manager.PendingMaterializations.
 func (m *inPlaces) PendingMaterializations() ([]string, error) {
 	names, err := m.cs.Keys(familyMaterialize)
 	if err != nil {
