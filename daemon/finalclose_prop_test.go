@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -115,7 +116,7 @@ func TestFinalCloseProperties(t *testing.T) {
 				n++
 				name := fmt.Sprintf("p%d.txt", n)
 				write(rt, parentDir, name, name+"\n")
-				if _, _, err := f.m.Commit("p", parentDir); err != nil {
+				if _, _, err := f.m.Commit(context.Background(), "p", parentDir); err != nil {
 					rt.Fatal(err)
 				}
 				parentFiles = append(parentFiles, name)

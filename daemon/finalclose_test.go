@@ -113,14 +113,14 @@ func newFixtureIn(t tb, dir string) *fixture {
 	}
 	src := filepath.Join(dir, "src")
 	write(t, src, "a.txt", "a\n")
-	if _, _, err := m.Create("p", src); err != nil {
+	if _, _, err := m.Create(context.Background(), "p", src); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.Fork("p", "c", ""); err != nil {
 		t.Fatal(err)
 	}
 	write(t, src, "edit.txt", "edited in the mount\n")
-	if _, _, err := m.Create("edits", src); err != nil {
+	if _, _, err := m.Create(context.Background(), "edits", src); err != nil {
 		t.Fatal(err)
 	}
 	e, _ := m.Get("edits")
@@ -222,7 +222,7 @@ func (f *fixture) moveParent(name string) store.ID {
 	src := filepath.Join(f.dir, "src-"+name)
 	write(f.t, src, "a.txt", "a\n")
 	write(f.t, src, name, name+"\n")
-	gen, _, err := f.m.Commit("p", src)
+	gen, _, err := f.m.Commit(context.Background(), "p", src)
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -238,7 +238,7 @@ func (d *Daemon) MountWorkspace(ws, mp string, opt MountOptions) (*Mount, []stri
 		return nil, notes, err
 	}
 	if isInPlace {
-		res, err := m.SyncInPlace(ws)
+		res, err := m.SyncInPlace(context.Background(), ws)
 		if err != nil {
 			return nil, notes, fmt.Errorf("sync %s with %s: %w", ws, inPlace.Dir, err)
 		}
@@ -251,7 +251,7 @@ func (d *Daemon) MountWorkspace(ws, mp string, opt MountOptions) (*Mount, []stri
 	}
 	// An unmounted child whose parent moved follows it before mounting.
 	if w.Parent != "" {
-		if res, err := m.Rebase(ws, workspace.RebaseOptions{}); err == nil && res.Outcome != workspace.OutcomeCurrent {
+		if res, err := m.Rebase(context.Background(), ws, workspace.RebaseOptions{}); err == nil && res.Outcome != workspace.OutcomeCurrent {
 			notes = append(notes, fmt.Sprintf("%s: %s onto %s", ws, res.Outcome, w.Parent))
 		}
 	}
@@ -478,7 +478,7 @@ func (d *Daemon) RecoverMount(rec workspace.MountRecord) ([]string, error) {
 	// The mount record stays until here: while it exists, nothing but this
 	// recovery writes the in-place directory the dead mount covered.
 	if _, ok, err := m.InPlace(rec.Workspace); err == nil && ok {
-		res, err := m.SyncInPlace(rec.Workspace)
+		res, err := m.SyncInPlace(context.Background(), rec.Workspace)
 		if err != nil {
 			return notes, fmt.Errorf("materialize recovered %s: %w", rec.Workspace, err)
 		}
@@ -522,7 +522,7 @@ func (d *Daemon) rebaseForTicket(ws string, r window.Reconcile) (workspace.Resul
 	if w.Parent == "" {
 		return workspace.Result{Workspace: ws, Outcome: workspace.OutcomeCurrent, Head: w.Head, Base: w.Base}, nil
 	}
-	return d.m.Rebase(ws, workspace.RebaseOptions{Key: "reconcile " + r.Ticket.String()})
+	return d.m.Rebase(context.Background(), ws, workspace.RebaseOptions{Key: "reconcile " + r.Ticket.String()})
 }
 
 // Begin implements sessions.Handler: a new tool session opens a lease.
@@ -700,7 +700,7 @@ func (s *Mount) reconcileLast(lease window.Lease) (_ workspace.Result, err error
 // programs wrote to the directory, materialize the head into it, and show
 // the result. Called with s.lock held, after the capture was published.
 func (s *Mount) syncInPlace() (workspace.Result, error) {
-	res, err := s.d.m.SyncInPlace(s.ws)
+	res, err := s.d.m.SyncInPlace(context.Background(), s.ws)
 	if err != nil {
 		return res, err
 	}

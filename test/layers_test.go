@@ -26,6 +26,8 @@ var layers = map[string]int{
 	"rebase/gitmerge":    2,
 	"rebase/mergedriver": 2,
 	"workspace":          3,
+	"workspace/contexts": 2,
+	"workspace/errs":     0,
 	"fusefs":             4,
 	"fusefs/sessions":    0,
 	"fusefs/uring":       3,

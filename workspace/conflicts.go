@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"path"
 	"slices"
@@ -358,7 +359,7 @@ func (m *Manager) Resolve(name string, paths []string, opt ResolveOptions) (Reso
 	res.Head = gen
 	res.Remaining = infosOf(remaining)
 	m.headChanged(name)
-	if err := m.afterInPlaceMoved(name); err != nil {
+	if err := m.afterInPlaceMoved(context.Background(), name); err != nil {
 		return res, fmt.Errorf("resolve %s: resolved, but writing it into its directory failed: %w", name, err)
 	}
 	return res, nil

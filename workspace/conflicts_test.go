@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"context"
 	"errors"
 	"path/filepath"
 	"testing"
@@ -14,11 +15,11 @@ func commitFiles(t *testing.T, m *Manager, ws string, files map[string]string) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "x")
-	if _, err := m.Export(w.Head, dir, false); err != nil {
+	if _, err := m.Export(context.Background(), w.Head, dir, false); err != nil {
 		t.Fatal(err)
 	}
 	write(t, dir, files)
-	if _, _, err := m.Commit(ws, dir); err != nil {
+	if _, _, err := m.Commit(context.Background(), ws, dir); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -42,7 +43,7 @@ func TestInheritedConflictsLand(t *testing.T) {
 	m := openTest(t)
 	src := filepath.Join(t.TempDir(), "src")
 	write(t, src, map[string]string{"f": "base\n", "g": "g\n"})
-	if _, _, err := m.Create("main", src); err != nil {
+	if _, _, err := m.Create(context.Background(), "main", src); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.Fork("main", "p", ""); err != nil {
@@ -50,7 +51,7 @@ func TestInheritedConflictsLand(t *testing.T) {
 	}
 	commitFiles(t, m, "p", map[string]string{"f": "p\n"})
 	commitFiles(t, m, "main", map[string]string{"f": "main\n"})
-	if res, err := m.Rebase("p", RebaseOptions{}); err != nil || res.Outcome != OutcomeConflicted {
+	if res, err := m.Rebase(context.Background(), "p", RebaseOptions{}); err != nil || res.Outcome != OutcomeConflicted {
 		t.Fatalf("rebase p: %v %+v", err, res)
 	}
 	if _, err := m.Fork("p", "c", ""); err != nil {
@@ -58,7 +59,7 @@ func TestInheritedConflictsLand(t *testing.T) {
 	}
 	commitFiles(t, m, "p", map[string]string{"h": "from p\n"})
 	commitFiles(t, m, "c", map[string]string{"g": "from c\n"})
-	res, err := m.Land("c", RebaseOptions{})
+	res, err := m.Land(context.Background(), "c", RebaseOptions{})
 	if err != nil || res.Outcome == OutcomeConflicted {
 		t.Fatalf("land of a fork that only inherited p's conflict: %v %+v", err, res)
 	}
@@ -71,7 +72,7 @@ func TestInheritedConflictsLand(t *testing.T) {
 	}
 	commitFiles(t, m, "c2", map[string]string{"f": "edited stand-in\n"})
 	pHead, _ := m.Get("p")
-	if res, err := m.Land("c2", RebaseOptions{}); err != nil || res.Outcome != OutcomeConflicted {
+	if res, err := m.Land(context.Background(), "c2", RebaseOptions{}); err != nil || res.Outcome != OutcomeConflicted {
 		t.Fatalf("land of a changed stand-in: %v %+v", err, res)
 	}
 	if now, _ := m.Get("p"); now.Head != pHead.Head {
@@ -85,7 +86,7 @@ func TestResolveSides(t *testing.T) {
 	m := openTest(t)
 	src := filepath.Join(t.TempDir(), "src")
 	write(t, src, map[string]string{"a": "1\n2\n3\n", "b": "base\n", "c": "base\n", "d": "base\n"})
-	if _, _, err := m.Create("main", src); err != nil {
+	if _, _, err := m.Create(context.Background(), "main", src); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.Fork("main", "w", ""); err != nil {
@@ -93,7 +94,7 @@ func TestResolveSides(t *testing.T) {
 	}
 	commitFiles(t, m, "w", map[string]string{"a": "1\nours\n3\n", "b": "ours\n", "c": "ours\n", "d": "ours\n"})
 	commitFiles(t, m, "main", map[string]string{"a": "1\ntheirs\n3\n", "b": "theirs\n", "c": "theirs\n", "d": "theirs\n"})
-	if res, err := m.Rebase("w", RebaseOptions{Markers: true}); err != nil || len(res.Conflicts) != 4 {
+	if res, err := m.Rebase(context.Background(), "w", RebaseOptions{Markers: true}); err != nil || len(res.Conflicts) != 4 {
 		t.Fatalf("rebase --markers: %v %+v", err, res)
 	}
 	if _, err := m.Resolve("w", []string{"a"}, ResolveOptions{}); !errors.Is(err, ErrUnresolved) {

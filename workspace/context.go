@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -33,17 +34,6 @@ func (m *Manager) GetContext(name string) (Context, error) {
 
 // ListContexts returns every context sorted by name.
 func (m *Manager) ListContexts() ([]Context, error) { return m.Contexts().List() }
-
-// usable refuses contexts that fork and land may not touch.
-func (c Context) usable() error {
-	switch c.State {
-	case ContextFrozen:
-		return fmt.Errorf("%w: %s", ErrContextFrozen, c.Name)
-	case ContextDiscarded:
-		return fmt.Errorf("%w: %s", ErrContextDiscarded, c.Name)
-	}
-	return nil
-}
 
 // CreateContext groups existing workspaces into a new active context.
 // Mountpoints must be absolute (or empty).
@@ -95,7 +85,7 @@ func (m *Manager) ForkContext(parent, child string) (Context, error) {
 	if err != nil {
 		return Context{}, err
 	}
-	if err := p.usable(); err != nil {
+	if err := p.Usable(); err != nil {
 		return Context{}, err
 	}
 	if _, found, err := m.Contexts().Load(child); err != nil {
@@ -241,20 +231,20 @@ func (m *Manager) LandContext(child string) (ContextLandResult, error) {
 	if c.Parent == "" {
 		return ContextLandResult{}, fmt.Errorf("%w: %s", ErrContextNoParent, child)
 	}
-	if err := c.usable(); err != nil {
+	if err := c.Usable(); err != nil {
 		return ContextLandResult{}, err
 	}
 	p, err := m.GetContext(c.Parent)
 	if err != nil {
 		return ContextLandResult{}, fmt.Errorf("parent context: %w", err)
 	}
-	if err := p.usable(); err != nil {
+	if err := p.Usable(); err != nil {
 		return ContextLandResult{}, fmt.Errorf("parent context: %w", err)
 	}
 	op := newOperationID()
 	pub := Publication{Version: publicationVersion, Operation: op, Child: child, Parent: p.Name, Started: m.now()}
 	for _, r := range c.Roots {
-		if !p.hasRoot(r.ParentWorkspace) {
+		if !p.HasRoot(r.ParentWorkspace) {
 			return ContextLandResult{}, fmt.Errorf("%w: root %s's parent %q is not a root of %s", ErrIncompatibleState, r.Workspace, r.ParentWorkspace, p.Name)
 		}
 		pub.Roots = append(pub.Roots, PublicationRoot{Workspace: r.Workspace, ParentWorkspace: r.ParentWorkspace})
@@ -276,15 +266,6 @@ func (m *Manager) LandContext(child string) (ContextLandResult, error) {
 		return res, err
 	}
 	return res, nil
-}
-
-func (c Context) hasRoot(ws string) bool {
-	for _, r := range c.Roots {
-		if r.Workspace == ws {
-			return true
-		}
-	}
-	return false
 }
 
 func (m *Manager) publicationRev(op string) uint64 {
@@ -315,7 +296,7 @@ func (m *Manager) landRoots(pub *Publication, rev uint64) (ContextLandResult, er
 			// The root itself moves onto its parent root with the
 			// conflicts recorded (as a single land does); no parent
 			// root moves.
-			if rr, err := m.rebaseOnce(r.Workspace, RebaseOptions{}); err != nil {
+			if rr, err := m.rebaseOnce(context.Background(), r.Workspace, RebaseOptions{}); err != nil {
 				return res, err
 			} else if rr.Outcome == OutcomeConflicted {
 				rl.Conflicts = rr.Conflicts
@@ -463,8 +444,8 @@ func (m *Manager) afterLanding(pub Publication) {
 			// An in-place parent root gets the landing in its directory now
 			// (or at its mount's next reconciliation); a failure leaves the
 			// directory as it was and is retried by the next sync.
-			_ = m.afterInPlaceMoved(r.ParentWorkspace)
-			m.propagate(r.ParentWorkspace, true)
+			_ = m.afterInPlaceMoved(context.Background(), r.ParentWorkspace)
+			m.propagate(context.Background(), r.ParentWorkspace, true)
 		}
 	}
 }

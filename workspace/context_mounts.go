@@ -15,22 +15,10 @@ func (m *Manager) ReadOnlyRootOf(ws string) (context string, readOnly bool, err 
 		return "", false, fmt.Errorf("contexts of %s: %w", ws, err)
 	}
 	for _, c := range cs {
-		if c.State == ContextActive || !c.hasRoot(ws) {
+		if c.State == ContextActive || !c.HasRoot(ws) {
 			continue
 		}
 		return c.Name, true, nil
 	}
 	return "", false, nil
-}
-
-// RootsWithoutMountpoint lists c's roots that have no recorded mountpoint
-// (a context mount refuses them).
-func (c Context) RootsWithoutMountpoint() []string {
-	var out []string
-	for _, r := range c.Roots {
-		if r.Mountpoint == "" {
-			out = append(out, r.Workspace)
-		}
-	}
-	return out
 }

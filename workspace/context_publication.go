@@ -3,6 +3,7 @@ package workspace
 import (
 	"errors"
 	"fmt"
+	"github.com/acyclicfs/acyclicfs/workspace/contexts"
 	"sort"
 	"sync"
 
@@ -90,7 +91,7 @@ func (m *Manager) PublicationOperations() ([]string, error) {
 // ClaimParent claims parent context for operation op. It is idempotent for
 // the same operation and fails with ErrContextClaimed for another one.
 func (m *Manager) ClaimParent(parent, op string) error {
-	claim, rev, found, err := m.claims().Load(contextKey(parent))
+	claim, rev, found, err := m.claims().Load(contexts.Key(parent))
 	if err != nil {
 		return fmt.Errorf("claim of %s: %w", parent, err)
 	}
@@ -100,7 +101,7 @@ func (m *Manager) ClaimParent(parent, op string) error {
 		}
 		return fmt.Errorf("%w: %s is claimed by landing %s", ErrContextClaimed, parent, claim.Operation)
 	}
-	if _, err := m.claims().CompareAndSwap(contextKey(parent), rev, parentClaim{Operation: op}); err != nil {
+	if _, err := m.claims().CompareAndSwap(contexts.Key(parent), rev, parentClaim{Operation: op}); err != nil {
 		if errors.Is(err, corestate.ErrConflict) {
 			return fmt.Errorf("%w: %s was claimed meanwhile", ErrContextClaimed, parent)
 		}
@@ -112,17 +113,17 @@ func (m *Manager) ClaimParent(parent, op string) error {
 // ReleaseParent drops op's claim on parent; a claim held by another
 // operation (or none) is left as it is.
 func (m *Manager) ReleaseParent(parent, op string) error {
-	claim, rev, found, err := m.claims().Load(contextKey(parent))
+	claim, rev, found, err := m.claims().Load(contexts.Key(parent))
 	if err != nil || !found || claim.Operation != op {
 		return err
 	}
-	return m.claims().CompareAndDelete(contextKey(parent), rev)
+	return m.claims().CompareAndDelete(contexts.Key(parent), rev)
 }
 
 // beginPublication creates pub's record and claims its parent context in
 // one transaction: a claim never exists without the record that releases it.
 func (m *Manager) beginPublication(pub Publication) (uint64, error) {
-	claim, claimRev, found, err := m.claims().Load(contextKey(pub.Parent))
+	claim, claimRev, found, err := m.claims().Load(contexts.Key(pub.Parent))
 	if err != nil {
 		return 0, fmt.Errorf("claim of %s: %w", pub.Parent, err)
 	}
@@ -131,9 +132,9 @@ func (m *Manager) beginPublication(pub Publication) (uint64, error) {
 	}
 	writes := []corestate.Write{m.publications().Put(pub.Operation, 0, pub)}
 	if found {
-		writes = append(writes, corestate.Write{Family: familyClaims, Key: contextKey(pub.Parent), ExpectRev: claimRev, Assert: true})
+		writes = append(writes, corestate.Write{Family: familyClaims, Key: contexts.Key(pub.Parent), ExpectRev: claimRev, Assert: true})
 	} else {
-		writes = append(writes, m.claims().Put(contextKey(pub.Parent), 0, parentClaim{Operation: pub.Operation}))
+		writes = append(writes, m.claims().Put(contexts.Key(pub.Parent), 0, parentClaim{Operation: pub.Operation}))
 	}
 	if err := m.cs.Commit("land-begin-"+pub.Operation, writes); err != nil {
 		if errors.Is(err, corestate.ErrConflict) {
@@ -152,12 +153,12 @@ func (m *Manager) endPublication(pub Publication, rev uint64) error {
 	if rev != 0 { // 0: the record is already gone; only the claim may remain
 		writes = append(writes, m.publications().Remove(pub.Operation, rev))
 	}
-	claim, claimRev, found, err := m.claims().Load(contextKey(pub.Parent))
+	claim, claimRev, found, err := m.claims().Load(contexts.Key(pub.Parent))
 	if err != nil {
 		return fmt.Errorf("claim of %s: %w", pub.Parent, err)
 	}
 	if found && claim.Operation == pub.Operation {
-		writes = append(writes, m.claims().Remove(contextKey(pub.Parent), claimRev))
+		writes = append(writes, m.claims().Remove(contexts.Key(pub.Parent), claimRev))
 	}
 	if err := m.cs.Commit("land-end-"+pub.Operation, writes); err != nil {
 		return fmt.Errorf("end landing %s: %w", pub.Child, err)

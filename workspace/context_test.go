@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -21,7 +22,7 @@ func twoRootContext(t *testing.T, m *Manager) {
 	for _, ws := range []string{"app", "lib"} {
 		src := filepath.Join(dir, ws)
 		write(t, src, map[string]string{"f": ws + "\n"})
-		if _, _, err := m.Create(ws, src); err != nil {
+		if _, _, err := m.Create(context.Background(), ws, src); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -34,7 +35,7 @@ func twoRootContext(t *testing.T, m *Manager) {
 	for _, ws := range []string{"app", "lib"} {
 		src := filepath.Join(dir, "c1-"+ws)
 		write(t, src, map[string]string{"f": ws + "\n", "new-" + ws: "x"})
-		if _, _, err := m.Commit("c1."+ws, src); err != nil {
+		if _, _, err := m.Commit(context.Background(), "c1."+ws, src); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -81,12 +82,12 @@ func TestLandContextConflictLandsNothing(t *testing.T) {
 	// lib's parent changes f too: c1.lib conflicts, c1.app would merge.
 	src := filepath.Join(t.TempDir(), "lib2")
 	write(t, src, map[string]string{"f": "changed in lib\n"})
-	if _, _, err := m.Commit("lib", src); err != nil {
+	if _, _, err := m.Commit(context.Background(), "lib", src); err != nil {
 		t.Fatal(err)
 	}
 	src = filepath.Join(t.TempDir(), "c1lib")
 	write(t, src, map[string]string{"f": "changed in c1.lib\n"})
-	if _, _, err := m.Commit("c1.lib", src); err != nil {
+	if _, _, err := m.Commit(context.Background(), "c1.lib", src); err != nil {
 		t.Fatal(err)
 	}
 	before := heads(t, m, "app", "lib")
@@ -245,7 +246,7 @@ func TestContextOperationsMatchModel(t *testing.T) {
 			rt.Fatal(err)
 		}
 		defer m.Close()
-		if _, _, err := m.Create("ws", ""); err != nil {
+		if _, _, err := m.Create(context.Background(), "ws", ""); err != nil {
 			rt.Fatal(err)
 		}
 		md := &contextModel{parent: map[string]string{}, state: map[string]ContextState{}}
@@ -367,7 +368,7 @@ func TestContextOperationsMatchModel(t *testing.T) {
 // bookkeeping, so every fork succeeds and the index lists every child.
 func TestConcurrentForksOfOneParent(t *testing.T) {
 	m := openTest(t)
-	if _, _, err := m.Create("ws", ""); err != nil {
+	if _, _, err := m.Create(context.Background(), "ws", ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.CreateContext("p", []ContextRoot{{Workspace: "ws"}}); err != nil {
@@ -403,7 +404,7 @@ func TestConcurrentLandingsIntoOneParent(t *testing.T) {
 	}
 	src := filepath.Join(t.TempDir(), "c2")
 	write(t, src, map[string]string{"f": "app\n", "c2-only": "x"})
-	if _, _, err := m.Commit("c2.app", src); err != nil {
+	if _, _, err := m.Commit(context.Background(), "c2.app", src); err != nil {
 		t.Fatal(err)
 	}
 	errs := make(chan error, 2)
@@ -453,7 +454,7 @@ func TestForkContextAdoptsForksOfAnInterruptedFork(t *testing.T) {
 	if len(c.Roots) != 2 || c.Roots[0].Workspace != "c2.app" || c.Roots[1].Workspace != "c2.lib" {
 		t.Fatalf("roots = %+v", c.Roots)
 	}
-	if _, _, err := m.Create("c3.lib", ""); err != nil {
+	if _, _, err := m.Create(context.Background(), "c3.lib", ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.ForkContext("main", "c3"); !errors.Is(err, ErrExists) {

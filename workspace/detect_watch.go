@@ -351,7 +351,7 @@ func (d detector) prime(e, cur *store.Entry) error {
 // checks each with an lstat (a directory mroot names there is checked
 // whole), not trusting events, which miss writes through shared mappings
 // and hard links.
-func (m *Manager) plannedUnchanged(st inPlaceState, mroot, head store.ID) (bool, error) {
+func (m *inPlaces) plannedUnchanged(st inPlaceState, mroot, head store.ID) (bool, error) {
 	hroot, err := m.rootOf(head)
 	if err != nil {
 		return false, err

@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"os"
@@ -41,10 +42,10 @@ func landEdit(t testing.TB, m *Manager, ws string, files map[string]string) {
 	}
 	edit := filepath.Join(t.TempDir(), "edit")
 	write(t, edit, files)
-	if _, _, err := m.Commit("agent", edit); err != nil {
+	if _, _, err := m.Commit(context.Background(), "agent", edit); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Land("agent", RebaseOptions{}); err != nil {
+	if _, err := m.Land(context.Background(), "agent", RebaseOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.Remove("agent", false); err != nil {
@@ -102,7 +103,7 @@ func publishEdits(t testing.TB, m *Manager, ws string, edits map[string]string) 
 	if _, _, err := m.PublishCapture(ws, w.Head, rewrite("", root), nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.SyncInPlace(ws); err != nil {
+	if _, err := m.SyncInPlace(context.Background(), ws); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -123,24 +124,24 @@ func TestInPlaceEventsSeeEdits(t *testing.T) {
 		}
 		detach := attach(t, m, "ws", dir)
 		defer detach()
-		if _, err := m.SyncInPlace("ws"); err != nil { // the root is listed and watched
+		if _, err := m.SyncInPlace(context.Background(), "ws"); err != nil { // the root is listed and watched
 			rt.Fatal(err)
 		}
 		// The root and a are stored now; b, b/c, d and d/e stay references.
 		after := maps.Clone(before)
 		after["a/x"], after["top"] = "1 changed", "5 changed"
 		publishEdits(t, m, "ws", map[string]string{"a/x": after["a/x"], "top": after["top"]})
-		if _, err := m.SyncInPlace("ws"); err != nil { // what the materialization wrote is listed again
+		if _, err := m.SyncInPlace(context.Background(), "ws"); err != nil { // what the materialization wrote is listed again
 			rt.Fatal(err)
 		}
-		listings, quiet := m.detect.listings.Load(), m.detect.quietHits.Load()
-		if _, err := m.SyncInPlace("ws"); err != nil {
+		listings, quiet := m.ip.detect.listings.Load(), m.ip.detect.quietHits.Load()
+		if _, err := m.SyncInPlace(context.Background(), "ws"); err != nil {
 			rt.Fatal(err)
 		}
-		if n := m.detect.listings.Load() - listings; n != 0 {
+		if n := m.ip.detect.listings.Load() - listings; n != 0 {
 			rt.Fatalf("a sync over an untouched, watched DIR listed %d directories", n)
 		}
-		if m.detect.quietHits.Load() == quiet {
+		if m.ip.detect.quietHits.Load() == quiet {
 			rt.Fatal("a sync over an untouched, watched DIR answered no directory from events")
 		}
 		want := maps.Clone(after)
@@ -169,7 +170,7 @@ func TestInPlaceEventsSeeEdits(t *testing.T) {
 				rt.Fatal(err)
 			}
 		}
-		res, err := m.SyncInPlace("ws")
+		res, err := m.SyncInPlace(context.Background(), "ws")
 		if err != nil {
 			rt.Fatal(err)
 		}
@@ -181,7 +182,7 @@ func TestInPlaceEventsSeeEdits(t *testing.T) {
 			rt.Fatal(err)
 		}
 		out := filepath.Join(t.TempDir(), "out")
-		if _, err := m.Export(w.Head, out, false); err != nil {
+		if _, err := m.Export(context.Background(), w.Head, out, false); err != nil {
 			rt.Fatal(err)
 		}
 		if got := files(snapshot(t, out)); !maps.Equal(got, want) || !maps.Equal(got, files(snapshot(t, dir))) {
@@ -211,7 +212,7 @@ func TestInPlaceEventBlindWriteNotOverwritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 { // remembered, then answered from events
-		if _, err := m.SyncInPlace("ws"); err != nil {
+		if _, err := m.SyncInPlace(context.Background(), "ws"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -220,17 +221,17 @@ func TestInPlaceEventBlindWriteNotOverwritten(t *testing.T) {
 	}
 	edit := filepath.Join(t.TempDir(), "edit")
 	write(t, edit, map[string]string{"a.txt": "agent\n", "b.txt": "b changed\n"})
-	if _, _, err := m.Commit("agent", edit); err != nil {
+	if _, _, err := m.Commit(context.Background(), "agent", edit); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(outside, []byte("external\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	quiet := m.detect.quietHits.Load()
-	if _, err := m.Land("agent", RebaseOptions{}); err != nil {
+	quiet := m.ip.detect.quietHits.Load()
+	if _, err := m.Land(context.Background(), "agent", RebaseOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if m.detect.quietHits.Load() == quiet {
+	if m.ip.detect.quietHits.Load() == quiet {
 		t.Fatal("the landing's sync answered no directory from events: the test does not test the check")
 	}
 	got, err := os.ReadFile(filepath.Join(dir, "a.txt"))

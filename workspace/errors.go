@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/acyclicfs/acyclicfs/store"
+	"github.com/acyclicfs/acyclicfs/workspace/errs"
 )
 
 var (
@@ -17,10 +18,11 @@ var (
 	ErrExists = errors.New("workspace already exists")
 	// ErrInvalidInput is returned for bad arguments: a --from that is not a
 	// directory, a malformed generation, an export target that is a file.
-	ErrInvalidInput = errors.New("invalid input")
+	// It is errs.ErrInvalidInput, shared with the sub-packages.
+	ErrInvalidInput = errs.ErrInvalidInput
 	// ErrBusy is returned when a workspace is mounted or a lock could not be
-	// had in time.
-	ErrBusy = errors.New("busy")
+	// had in time. It is errs.ErrBusy, shared with the sub-packages.
+	ErrBusy = errs.ErrBusy
 	// ErrConflict is returned (wrapped in a *ConflictError) when a rebase or
 	// land cannot merge cleanly; nothing was changed.
 	ErrConflict = errors.New("conflict")

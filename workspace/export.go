@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -47,8 +48,10 @@ const stagingPrefix = ".acyclicfs-export-"
 
 // Export writes generation gen into dir and returns the number of files
 // (non-directories) written. A non-empty dir is refused unless force, in
-// which case dir ends up holding exactly the tree.
-func (m *Manager) Export(gen store.ID, dir string, force bool) (int, error) {
+// which case dir ends up holding exactly the tree. A cancelled ctx stops
+// the export between files: the staging directory is removed and dir is as
+// it was.
+func (m *Manager) Export(ctx context.Context, gen store.ID, dir string, force bool) (int, error) {
 	target, err := filepath.Abs(dir)
 	if err != nil {
 		return 0, fmt.Errorf("%w: %s: %w", ErrInvalidInput, dir, err)
@@ -95,7 +98,7 @@ func (m *Manager) Export(gen store.ID, dir string, force bool) (int, error) {
 		return 0, m.abortExport(&j, fmt.Errorf("create staging %s: %w", newDir, err))
 	}
 	total := -1 // unknown: the tree is not walked twice
-	count, err := m.materialize(root, newDir, target, func(done int) { m.opt.Progress("export", done, total) })
+	count, err := m.materialize(ctx, root, newDir, target, func(done int) { m.opt.Progress("export", done, total) })
 	if err != nil {
 		return 0, m.abortExport(&j, err)
 	}
@@ -313,26 +316,29 @@ func (m *Manager) PendingExports() ([]string, error) {
 // is written through a symlink, not even one this export created. Every
 // call is relative to its directory's descriptor, so a tree deeper than
 // PATH_MAX exports too.
-func (m *Manager) materialize(root store.ID, dir, shown string, progress func(done int)) (int, error) {
+func (m *Manager) materialize(ctx context.Context, root store.ID, dir, shown string, progress func(done int)) (int, error) {
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return 0, fmt.Errorf("export %s: %w", dir, err)
 	}
 	defer unix.Close(fd)
 	count := 0
-	err = m.materializeAt(root, fd, shown, &count, progress)
+	err = m.materializeAt(ctx, root, fd, shown, &count, progress)
 	return count, err
 }
 
 // materializeAt writes tree root into the directory open as dfd; dir is
 // its path, for messages.
-func (m *Manager) materializeAt(root store.ID, dfd int, dir string, count *int, progress func(done int)) error {
+func (m *Manager) materializeAt(ctx context.Context, root store.ID, dfd int, dir string, count *int, progress func(done int)) error {
 	t, err := m.st.GetTree(root)
 	if err != nil {
 		return fmt.Errorf("tree %s: %w", root.Short(), err)
 	}
 	for _, e := range t.Entries {
 		p := filepath.Join(dir, e.Name)
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("export %s: %w", p, err)
+		}
 		switch e.Kind {
 		case store.KindDir:
 			if err := unix.Mkdirat(dfd, e.Name, 0o755); err != nil {
@@ -342,7 +348,7 @@ func (m *Manager) materializeAt(root store.ID, dfd int, dir string, count *int, 
 			if err != nil {
 				return fmt.Errorf("export %s: %w", p, err)
 			}
-			err = m.materializeAt(e.ID, sub, p, count, progress)
+			err = m.materializeAt(ctx, e.ID, sub, p, count, progress)
 			unix.Close(sub)
 			if err != nil {
 				return err

@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -68,7 +69,7 @@ func TestGitHistoriesProperty(t *testing.T) {
 				rt.Fatal(err)
 			}
 		}
-		if _, _, err := m.Create("main", src); err != nil {
+		if _, _, err := m.Create(context.Background(), "main", src); err != nil {
 			rt.Fatal(err)
 		}
 		for _, f := range []string{"f1", "f2"} {
@@ -85,7 +86,7 @@ func TestGitHistoriesProperty(t *testing.T) {
 			}
 			n++
 			dir := filepath.Join(root, fmt.Sprintf("x%d-%s", n, ws))
-			if _, err := m.Export(w.Head, dir, false); err != nil {
+			if _, err := m.Export(context.Background(), w.Head, dir, false); err != nil {
 				rt.Fatal(err)
 			}
 			return dir
@@ -125,11 +126,11 @@ func TestGitHistoriesProperty(t *testing.T) {
 					rt.Fatal(err)
 				}
 				made[strings.TrimSpace(head)] = step
-				if _, _, err := m.Commit(ws, dir); err != nil {
+				if _, _, err := m.Commit(context.Background(), ws, dir); err != nil {
 					rt.Fatal(err)
 				}
 			case "land":
-				res, err := m.Land(ws, RebaseOptions{})
+				res, err := m.Land(context.Background(), ws, RebaseOptions{})
 				if err != nil {
 					rt.Fatalf("%s: %v", step, err)
 				}
@@ -139,7 +140,7 @@ func TestGitHistoriesProperty(t *testing.T) {
 						rt.Fatalf("%s: resolve: %v", step, err)
 					}
 					if rapid.Bool().Draw(rt, "land again") {
-						if res, err := m.Land(ws, RebaseOptions{}); err != nil || res.Outcome == OutcomeConflicted {
+						if res, err := m.Land(context.Background(), ws, RebaseOptions{}); err != nil || res.Outcome == OutcomeConflicted {
 							rt.Fatalf("%s: land after resolving everything: %v %+v", step, err, res)
 						}
 					}

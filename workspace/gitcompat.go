@@ -51,14 +51,14 @@ type GitBinding struct {
 // GitBinding.
 var ErrNotBound = errors.New("workspace is not bound to a git repository")
 
-func (m *Manager) gitCompat() corestate.Family[GitBinding] {
+func (m *gitNative) gitCompat() corestate.Family[GitBinding] {
 	f, _ := corestate.NewFamily[GitBinding](m.cs, familyGitCompat) // constant, valid name
 	return f
 }
 
 // GitBinding returns ws's git-compatibility record and its revision;
 // found is false (rev 0) when ws is not bound.
-func (m *Manager) GitBinding(ws string) (b GitBinding, rev uint64, found bool, err error) {
+func (m *gitNative) GitBinding(ws string) (b GitBinding, rev uint64, found bool, err error) {
 	b, rev, found, err = m.gitCompat().LoadBounded(ws, 1<<20)
 	if err != nil {
 		return b, 0, false, fmt.Errorf("git binding of %s: %w", ws, err)
@@ -72,7 +72,7 @@ func (m *Manager) GitBinding(ws string) (b GitBinding, rev uint64, found bool, e
 // SetGitBinding stores b as ws's record if the record is at expectRev (0:
 // absent) and returns the new revision. A record moved meanwhile is
 // corestate.ErrConflict and changes nothing.
-func (m *Manager) SetGitBinding(ws string, expectRev uint64, b GitBinding) (uint64, error) {
+func (m *gitNative) SetGitBinding(ws string, expectRev uint64, b GitBinding) (uint64, error) {
 	b.Version, b.Workspace = gitBindingVersion, ws
 	rev, err := m.gitCompat().CompareAndSwap(ws, expectRev, b)
 	if err != nil {
@@ -83,7 +83,7 @@ func (m *Manager) SetGitBinding(ws string, expectRev uint64, b GitBinding) (uint
 
 // DeleteGitBinding removes ws's record if it is at expectRev; a stale
 // revision is corestate.ErrConflict and deletes nothing.
-func (m *Manager) DeleteGitBinding(ws string, expectRev uint64) error {
+func (m *gitNative) DeleteGitBinding(ws string, expectRev uint64) error {
 	if err := m.gitCompat().CompareAndDelete(ws, expectRev); err != nil {
 		return fmt.Errorf("git binding of %s: %w", ws, err)
 	}

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"os"
@@ -141,7 +142,7 @@ func TestGitCompatRejectsForeignRecord(t *testing.T) {
 // Removing a workspace removes its binding.
 func TestRemoveDeletesGitBinding(t *testing.T) {
 	m := openTest(t)
-	if _, _, err := m.Create("ws", ""); err != nil {
+	if _, _, err := m.Create(context.Background(), "ws", ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.SetGitBinding("ws", 0, GitBinding{Repo: "/r"}); err != nil {
@@ -199,4 +200,21 @@ func TestCreateFromGitReadsKnownBlobsOnce(t *testing.T) {
 	if have, err := m.st.HasBlob(id); err != nil || !have {
 		t.Fatalf("the lost blob is not back: %v %v", have, err)
 	}
+}
+
+// recordFile is the current file of a corestate record (see corestate/doc.go).
+func recordFile(cs *corestate.Store, family, key string) string {
+	return filepath.Join(cs.Root(), family, hex.EncodeToString([]byte(key))+".json")
+}
+
+// crashAt makes corestate fail at step, as a crash there would.
+func crashAt(t *testing.T, step string) {
+	t.Helper()
+	restore := corestate.SetFailpointForTest(func(got string) error {
+		if got == step {
+			return errors.New("crash")
+		}
+		return nil
+	})
+	t.Cleanup(restore)
 }

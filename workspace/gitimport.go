@@ -38,17 +38,8 @@ type GitImport struct {
 // hold as a checkout would (a ".git" entry, a name git itself refuses).
 var ErrBadGitTree = errors.New("tree cannot be checked out")
 
-// CreateFromGit makes a new root workspace whose tree is rev's tree in the
-// repository at repoPath, read from its objects (no checkout), with a
-// working .git: objects shared with the repository through
-// objects/info/alternates, HEAD on rev's branch (or detached at the
-// commit), the repository's branches and tags as packed refs, and an
-// index whose stat data is what a mount of the workspace reports, so that
-// git status inside is clean without reading any file. The index carries
-// a clean fsmonitor token of the tree, so that with fsmonitor git stats
-// nothing at all. The workspace is bound to the repository and branch
-// (GitBinding). The repository is only read.
-func (m *Manager) CreateFromGit(ctx context.Context, name, repoPath, rev string) (GitImport, error) {
+// CreateFromGit is Manager.CreateFromGit.
+func (m *gitNative) CreateFromGit(ctx context.Context, name, repoPath, rev string) (GitImport, error) {
 	var res GitImport
 	if err := ValidateName(name); err != nil {
 		return res, err
@@ -165,7 +156,7 @@ func (m *Manager) CreateFromGit(ctx context.Context, name, repoPath, rev string)
 // its trees into the store. It returns the builder holding the tree (for
 // the caller to add .git to), the work tree's ID and the index entries of
 // its files, stat data as a mount reports them with fileTime as mtime.
-func (m *Manager) importGitWorktree(ctx context.Context, repo *gitrepo.Repo, commit string, fileTime int64, batch *store.BlobBatch, res *GitImport) (*treeBuilder, store.ID, []gitrepo.IndexEntry, error) {
+func (m *gitNative) importGitWorktree(ctx context.Context, repo *gitrepo.Repo, commit string, fileTime int64, batch *store.BlobBatch, res *GitImport) (*treeBuilder, store.ID, []gitrepo.IndexEntry, error) {
 	b := newTreeBuilder()
 	var index []gitrepo.IndexEntry
 	entries, err := repo.ListTree(ctx, commit)
@@ -348,7 +339,7 @@ var catStreams = max(2, runtime.GOMAXPROCS(0))
 // blobs are hashed in memory first and written only when the store lacks
 // them, by a few writer goroutines, so that file creation in the store
 // overlaps the streams.
-func (m *Manager) storeGitBlobs(ctx context.Context, repo *gitrepo.Repo, batch *store.BlobBatch, blobs []string) (map[string]store.ID, int64, error) {
+func (m *gitNative) storeGitBlobs(ctx context.Context, repo *gitrepo.Repo, batch *store.BlobBatch, blobs []string) (map[string]store.ID, int64, error) {
 	ids := m.knownGitBlobs(blobs)
 	var todo []string
 	for _, b := range blobs {

@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -66,9 +67,8 @@ func gitDirOf(repo string, env []string) (string, error) {
 	return filepath.Clean(s), nil
 }
 
-// GitBind binds ws to REPO's branch: Base is the branch's current commit,
-// and the workspace's head is taken to be that commit's tree (BaseTree).
-func (m *Manager) GitBind(ws, repo string, opt GitBindOptions) (GitBinding, error) {
+// GitBind is Manager.GitBind.
+func (m *gitNative) GitBind(ws, repo string, opt GitBindOptions) (GitBinding, error) {
 	w, err := m.Get(ws)
 	if err != nil {
 		return GitBinding{}, err
@@ -133,7 +133,7 @@ func bindingErr(err error) error {
 }
 
 // GitUnbind removes ws's binding.
-func (m *Manager) GitUnbind(ws string) error {
+func (m *gitNative) GitUnbind(ws string) error {
 	if _, err := m.Get(ws); err != nil {
 		return err
 	}
@@ -157,7 +157,7 @@ type GitState struct {
 }
 
 // GitShow returns ws's binding and whether REPO's branch moved since Base.
-func (m *Manager) GitShow(ws string, env []string) (GitState, error) {
+func (m *gitNative) GitShow(ws string, env []string) (GitState, error) {
 	if _, err := m.Get(ws); err != nil {
 		return GitState{}, err
 	}
@@ -204,12 +204,8 @@ type PublishResult struct {
 	Already bool `json:"already_published"`
 }
 
-// GitPublish makes ws's head a value of REPO's branch (docs/git.md
-// "Publishing"): the workspace's commits on the branch are transferred
-// (fast-forward only), its uncommitted changes become one commit on top,
-// and the branch moves by compare-and-swap. REPO's working tree, index and
-// other refs are not touched; neither is the workspace.
-func (m *Manager) GitPublish(ws string, opt PublishOptions) (PublishResult, error) {
+// GitPublish is Manager.GitPublish.
+func (m *gitNative) GitPublish(ctx context.Context, ws string, opt PublishOptions) (PublishResult, error) {
 	w, err := m.Get(ws)
 	if err != nil {
 		return PublishResult{}, err
@@ -267,6 +263,9 @@ func (m *Manager) GitPublish(ws string, opt PublishOptions) (PublishResult, erro
 			}
 		}
 	}
+	if err := ctx.Err(); err != nil {
+		return res, fmt.Errorf("publish %s: %w", ws, err)
+	}
 	if local != "" && local != old && !g.connected(local, old) {
 		if res.Copied, err = m.copyObjects(gitE.ID, filepath.Join(b.Repo, "objects")); err != nil {
 			return res, fmt.Errorf("publish %s: copy objects: %w", ws, err)
@@ -321,6 +320,9 @@ func (m *Manager) GitPublish(ws string, opt PublishOptions) (PublishResult, erro
 		}
 	}
 
+	if err := ctx.Err(); err != nil {
+		return res, fmt.Errorf("publish %s: %w", ws, err)
+	}
 	tb, err := m.newPubTrees(g, format)
 	if err != nil {
 		return res, fmt.Errorf("publish %s: %w", ws, err)
@@ -341,6 +343,9 @@ func (m *Manager) GitPublish(ws string, opt PublishOptions) (PublishResult, erro
 	}
 	if publishBeforeCAS != nil {
 		publishBeforeCAS(b.Repo, branch)
+	}
+	if err := ctx.Err(); err != nil {
+		return res, fmt.Errorf("publish %s: %w; %s was not moved", ws, err, branch)
 	}
 	if _, err := g.run(nil, "update-ref", "-m", "acyclicfs publish "+ws, branch, newOID, oldArg); err != nil {
 		if now, rerr := g.resolve(branch); rerr == nil && now != old {
@@ -365,7 +370,7 @@ func (m *Manager) GitPublish(ws string, opt PublishOptions) (PublishResult, erro
 // it reload and apply set again, while the record still names the same
 // repository and branch; one that rebound or unbound the workspace wins
 // and the record is left as it set it.
-func (m *Manager) moveBinding(ws string, b GitBinding, rev uint64, set func(*GitBinding)) error {
+func (m *gitNative) moveBinding(ws string, b GitBinding, rev uint64, set func(*GitBinding)) error {
 	for range 8 {
 		nb := b
 		set(&nb)
@@ -388,7 +393,7 @@ func (m *Manager) moveBinding(ws string, b GitBinding, rev uint64, set func(*Git
 // publishCommit builds the workspace's tree in REPO and returns the commit
 // to publish: the first parent itself when the tree is its tree and there
 // is one parent, else a new commit.
-func (m *Manager) publishCommit(tb *pubTrees, ws string, w store.Workspace, b GitBinding, root store.ID, gitE *store.Entry, parents []string, tracked, old string, opt PublishOptions, res *PublishResult) (string, error) {
+func (m *gitNative) publishCommit(tb *pubTrees, ws string, w store.Workspace, b GitBinding, root store.ID, gitE *store.Entry, parents []string, tracked, old string, opt PublishOptions, res *PublishResult) (string, error) {
 	for attempt := 0; ; attempt++ {
 		sets, fp, err := m.topIgnore(gitE)
 		if err != nil {
@@ -453,7 +458,7 @@ func (m *Manager) publishCommit(tb *pubTrees, ws string, w store.Workspace, b Gi
 
 // publishMessage is the commit message of the uncommitted changes: subject,
 // then the workspace's log since the last publish (acyclicfs log's lines).
-func (m *Manager) publishMessage(ws string, w store.Workspace, b GitBinding, subject string) (string, error) {
+func (m *gitNative) publishMessage(ws string, w store.Workspace, b GitBinding, subject string) (string, error) {
 	if subject == "" {
 		subject = "acyclicfs: publish workspace " + ws
 	}
@@ -480,7 +485,7 @@ func (m *Manager) publishMessage(ws string, w store.Workspace, b GitBinding, sub
 
 // wsRef returns the workspace's value of ref (loose, else packed-refs)
 // read from its .git tree; "" when it has none.
-func (m *Manager) wsRef(gitTree store.ID, ref string) (string, error) {
+func (m *gitNative) wsRef(gitTree store.ID, ref string) (string, error) {
 	e, err := m.entryAt(gitTree, ref)
 	if err != nil {
 		return "", err
@@ -514,7 +519,7 @@ func (m *Manager) wsRef(gitTree store.ID, ref string) (string, error) {
 
 // wsHead returns the commit the workspace's HEAD names (through its
 // branch, or detached); "" when it names none.
-func (m *Manager) wsHead(gitTree store.ID) (string, error) {
+func (m *gitNative) wsHead(gitTree store.ID) (string, error) {
 	e, err := m.entryAt(gitTree, "HEAD")
 	if err != nil || e == nil || !e.Kind.IsRegular() {
 		return "", err
@@ -565,7 +570,7 @@ func short40(s string) string {
 // index). Each file is written to a temporary name and renamed, as git
 // writes objects, so a reader never sees half an object. It returns how
 // many files it copied.
-func (m *Manager) copyObjects(gitTree store.ID, dst string) (int, error) {
+func (m *gitNative) copyObjects(gitTree store.ID, dst string) (int, error) {
 	oe, err := m.entryAt(gitTree, "objects")
 	if err != nil || oe == nil || oe.Kind != store.KindDir {
 		return 0, err
@@ -625,7 +630,7 @@ func (m *Manager) copyObjects(gitTree store.ID, dst string) (int, error) {
 	return n, nil
 }
 
-func (m *Manager) copyObject(e store.Entry, p string) error {
+func (m *gitNative) copyObject(e store.Entry, p string) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return err
 	}
@@ -648,7 +653,7 @@ func (m *Manager) copyObject(e store.Entry, p string) error {
 
 // copyBlobTo writes blob id's content to the file p (created or
 // truncated) with mode, streamed, synced when sync.
-func (m *Manager) copyBlobTo(id store.ID, p string, mode os.FileMode, sync bool) error {
+func (m *gitNative) copyBlobTo(id store.ID, p string, mode os.FileMode, sync bool) error {
 	r, err := m.st.OpenBlob(id)
 	if err != nil {
 		return err
@@ -676,7 +681,7 @@ func (m *Manager) copyBlobTo(id store.ID, p string, mode os.FileMode, sync bool)
 
 // topIgnore returns the lowest-precedence ignore rules: the workspace's
 // .git/info/exclude.
-func (m *Manager) topIgnore(gitE *store.Entry) ([]ignoreSet, [32]byte, error) {
+func (m *gitNative) topIgnore(gitE *store.Entry) ([]ignoreSet, [32]byte, error) {
 	var fp [32]byte
 	if gitE == nil || gitE.Kind != store.KindDir {
 		return nil, fp, nil

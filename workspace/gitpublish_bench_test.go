@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -50,7 +51,7 @@ func BenchmarkGitPublishGoTree(b *testing.B) {
 		"sort/sort.go", "errors/errors.go", "bufio/bufio.go", "path/path.go", "time/time.go"}
 	// The first publish fills the directory cache, as a workspace's first
 	// publish does.
-	if _, err := m.GitPublish("ws", PublishOptions{Env: gitTestEnv}); err != nil {
+	if _, err := m.GitPublish(context.Background(), "ws", PublishOptions{Env: gitTestEnv}); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
@@ -58,7 +59,7 @@ func BenchmarkGitPublishGoTree(b *testing.B) {
 		b.StopTimer()
 		edit(b, m, "ws", files, i)
 		b.StartTimer()
-		res, err := m.GitPublish("ws", PublishOptions{Env: gitTestEnv})
+		res, err := m.GitPublish(context.Background(), "ws", PublishOptions{Env: gitTestEnv})
 		if err != nil || res.Committed == "" {
 			b.Fatalf("publish %d: %+v %v", i, res, err)
 		}

@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -52,7 +53,7 @@ func TestGitPublishProperty(t *testing.T) {
 		for _, ws := range wss {
 			dirs[ws] = filepath.Join(root, "dir-"+ws)
 			write(t, dirs[ws], map[string]string{"a.txt": "a\n"})
-			if _, _, err := m.Create(ws, dirs[ws]); err != nil {
+			if _, _, err := m.Create(context.Background(), ws, dirs[ws]); err != nil {
 				rt.Fatal(err)
 			}
 			if _, err := m.GitBind(ws, repo, GitBindOptions{Branch: "b", Env: gitTestEnv}); err != nil {
@@ -84,7 +85,7 @@ func TestGitPublishProperty(t *testing.T) {
 			}
 		}
 		publish := func(ws string) (PublishResult, error) {
-			return m.GitPublish(ws, PublishOptions{Env: gitTestEnv})
+			return m.GitPublish(context.Background(), ws, PublishOptions{Env: gitTestEnv})
 		}
 		binding := func(ws string) GitBinding {
 			b, _, _, err := m.GitBinding(ws)
@@ -124,7 +125,7 @@ func TestGitPublishProperty(t *testing.T) {
 				ws := rapid.SampledFrom(wss).Draw(rt, "ws")
 				n++
 				write(t, dirs[ws], map[string]string{"a.txt": fmt.Sprintf("%s edit %d\n", ws, n)})
-				if _, _, err := m.Commit(ws, dirs[ws]); err != nil {
+				if _, _, err := m.Commit(context.Background(), ws, dirs[ws]); err != nil {
 					rt.Fatal(err)
 				}
 			},
@@ -188,7 +189,7 @@ func TestGitPublishProperty(t *testing.T) {
 					rt.Fatal(err)
 				}
 				os.RemoveAll(dirs[ws])
-				if _, err := m.Export(w.Head, dirs[ws], false); err != nil {
+				if _, err := m.Export(context.Background(), w.Head, dirs[ws], false); err != nil {
 					rt.Fatal(err)
 				}
 				if b, _, _, _ := m.GitBinding(ws); b.Base != git("rev-parse", "b") {

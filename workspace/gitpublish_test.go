@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -53,7 +54,7 @@ func boundWorkspace(t *testing.T) (m *Manager, repo string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	if _, _, err := m.Create("ws", co); err != nil {
+	if _, _, err := m.Create(context.Background(), "ws", co); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.GitBind("ws", repo, GitBindOptions{Branch: "feature", Env: testGitEnv}); err != nil {
@@ -78,7 +79,7 @@ func TestGitPublishLosesTheRace(t *testing.T) {
 		pubGit(t, repo, "update-ref", branch, theirs)
 	}
 	t.Cleanup(func() { publishBeforeCAS = nil })
-	_, err = m.GitPublish("ws", PublishOptions{Env: testGitEnv})
+	_, err = m.GitPublish(context.Background(), "ws", PublishOptions{Env: testGitEnv})
 	if !errors.Is(err, ErrRefMoved) {
 		t.Fatalf("publish = %v, want ErrRefMoved", err)
 	}
@@ -91,7 +92,7 @@ func TestGitPublishLosesTheRace(t *testing.T) {
 	}
 	// Without the race, the same publish is refused as not a fast-forward.
 	publishBeforeCAS = nil
-	if _, err := m.GitPublish("ws", PublishOptions{Env: testGitEnv}); !errors.Is(err, ErrNotFastForward) {
+	if _, err := m.GitPublish(context.Background(), "ws", PublishOptions{Env: testGitEnv}); !errors.Is(err, ErrNotFastForward) {
 		t.Fatalf("publish after the move = %v, want ErrNotFastForward", err)
 	}
 }
@@ -100,16 +101,16 @@ func TestGitPublishLosesTheRace(t *testing.T) {
 // from the object-name cache alone, names the same commit tree.
 func TestGitPublishCacheAgrees(t *testing.T) {
 	m, repo := boundWorkspace(t)
-	res, err := m.GitPublish("ws", PublishOptions{Env: testGitEnv})
+	res, err := m.GitPublish(context.Background(), "ws", PublishOptions{Env: testGitEnv})
 	if err != nil || res.Committed == "" {
 		t.Fatalf("publish = %+v, %v", res, err)
 	}
 	tree := pubGit(t, repo, "rev-parse", "feature^{tree}")
 	// As another process would: the cache comes from its file.
-	m.oids.mu.Lock()
-	m.oids.m, m.oids.loaded, m.oids.dirty = nil, nil, nil
-	m.oids.mu.Unlock()
-	res2, err := m.GitPublish("ws", PublishOptions{Env: testGitEnv})
+	m.gn.oids.mu.Lock()
+	m.gn.oids.m, m.gn.oids.loaded, m.gn.oids.dirty = nil, nil, nil
+	m.gn.oids.mu.Unlock()
+	res2, err := m.GitPublish(context.Background(), "ws", PublishOptions{Env: testGitEnv})
 	if err != nil || !res2.Already || res2.New != res.New {
 		t.Fatalf("second publish = %+v, %v", res2, err)
 	}
@@ -126,20 +127,20 @@ func TestGitPublishSkipsSpecialFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	if _, err := m.Export(w.Head, dir, false); err != nil {
+	if _, err := m.Export(context.Background(), w.Head, dir, false); err != nil {
 		t.Fatal(err)
 	}
 	if err := syscall.Mkfifo(filepath.Join(dir, "pipe"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := m.Commit("ws", dir); err != nil {
+	if _, _, err := m.Commit(context.Background(), "ws", dir); err != nil {
 		t.Fatal(err)
 	}
 	root, _ := m.rootOf(mustHead(t, m, "ws"))
 	if e, err := m.entryAt(root, "pipe"); err != nil || e == nil || !e.Kind.IsSpecial() {
 		t.Fatalf("the workspace does not hold the FIFO: %+v %v", e, err)
 	}
-	if _, err := m.GitPublish("ws", PublishOptions{Env: testGitEnv}); err != nil {
+	if _, err := m.GitPublish(context.Background(), "ws", PublishOptions{Env: testGitEnv}); err != nil {
 		t.Fatal(err)
 	}
 	if files := pubGit(t, repo, "ls-tree", "--name-only", "feature"); files != "a.txt" {

@@ -25,15 +25,8 @@ type PullResult struct {
 	Already bool `json:"already_up_to_date"`
 }
 
-// GitPull takes in what REPO's bound branch received since Base, as a
-// parent advance (docs/git.md "Pulling"): the branch's commit is imported
-// (its tree from REPO's objects, as create --from-git does) with the
-// workspace's .git as it was at Base but the branch pointing at the commit
-// (its objects in a pack, its index), and merged three-way — git-aware —
-// with the workspace's head against BaseTree. Conflicts are recorded in
-// the new head as a rebase records them. Base and BaseTree move by
-// compare-and-swap on the binding.
-func (m *Manager) GitPull(ctx context.Context, ws string, env []string) (PullResult, error) {
+// GitPull is Manager.GitPull.
+func (m *gitNative) GitPull(ctx context.Context, ws string, env []string) (PullResult, error) {
 	release := m.st.HoldGC() // merged objects must not be swept before the append
 	defer release()
 	w, err := m.Get(ws)
@@ -120,7 +113,7 @@ func (m *Manager) GitPull(ctx context.Context, ws string, env []string) (PullRes
 	if err := m.settleOutcome(ws, &res.Result); err != nil {
 		return res, err
 	}
-	m.propagate(ws, true)
+	m.propagate(ctx, ws, true)
 	return res, nil
 }
 
@@ -128,7 +121,7 @@ func (m *Manager) GitPull(ctx context.Context, ws string, env []string) (PullRes
 // .git of the base tree (if it has one) changed as a fetch and a checkout
 // of commit would change it: the branch names commit, the index is
 // commit's, and a pack holds the objects commit has and Base had not.
-func (m *Manager) pulledTree(ctx context.Context, g *gitRepo, b GitBinding, baseRoot store.ID, commit string) (store.ID, error) {
+func (m *gitNative) pulledTree(ctx context.Context, g *gitRepo, b GitBinding, baseRoot store.ID, commit string) (store.ID, error) {
 	repo, err := gitrepo.Open(ctx, b.Repo)
 	if err != nil {
 		return store.ID{}, err
@@ -162,7 +155,7 @@ func (m *Manager) pulledTree(ctx context.Context, g *gitRepo, b GitBinding, base
 // pulledGitDir returns the .git tree gitTree with b.Branch at commit, the
 // index of commit's tree, and the objects of commit not reachable from
 // b.Base in a new pack.
-func (m *Manager) pulledGitDir(g *gitRepo, gitTree store.ID, b GitBinding, commit string, index []gitrepo.IndexEntry, mtime int64) (store.ID, error) {
+func (m *gitNative) pulledGitDir(g *gitRepo, gitTree store.ID, b GitBinding, commit string, index []gitrepo.IndexEntry, mtime int64) (store.ID, error) {
 	edits := map[string]*store.Entry{}
 	file := func(p string, data []byte) error {
 		id, err := m.st.WriteBlobBytes(data)

@@ -47,13 +47,13 @@ const oidCacheMax = 1 << 21
 
 const oidCacheMagic = "acyclicfs-git-oids 1\n"
 
-func (m *Manager) oidCachePath(format string) string {
+func (m *gitNative) oidCachePath(format string) string {
 	return filepath.Join(m.dir, "git-oids-"+format)
 }
 
 // oidTable returns the cache for format, loading it from its file once.
 // Callers hold c.mu.
-func (m *Manager) oidTable(format string) map[[32]byte]oidSlot {
+func (m *gitNative) oidTable(format string) map[[32]byte]oidSlot {
 	c := &m.oids
 	if c.m == nil {
 		c.m, c.loaded, c.dirty = map[string]map[[32]byte]oidSlot{}, map[string]bool{}, map[string]bool{}
@@ -100,7 +100,7 @@ func loadOIDCache(p, format string) map[[32]byte]oidSlot {
 }
 
 // saveOIDCache writes the cache of format if it changed (temp + rename).
-func (m *Manager) saveOIDCache(format string) error {
+func (m *gitNative) saveOIDCache(format string) error {
 	c := &m.oids
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -148,7 +148,7 @@ func (m *Manager) saveOIDCache(format string) error {
 
 // pubTrees turns store trees into git trees in REPO.
 type pubTrees struct {
-	m       *Manager
+	m       *gitNative
 	g       *gitRepo
 	format  string
 	cat     *catFile
@@ -167,7 +167,7 @@ type pendingObj struct {
 	blob store.ID // a blob's store ID
 }
 
-func (m *Manager) newPubTrees(g *gitRepo, format string) (*pubTrees, error) {
+func (m *gitNative) newPubTrees(g *gitRepo, format string) (*pubTrees, error) {
 	if format != "sha1" && format != "sha256" {
 		return nil, fmt.Errorf("%w: object format %q", ErrInvalidInput, format)
 	}
@@ -594,7 +594,7 @@ func (tb *pubTrees) missing(objs []pendingObj) ([]pendingObj, error) {
 // knownGitBlobs returns the store IDs of the blobs in oids that the
 // object-name cache names and the store holds: an import need not read
 // them. The cache is a hint; the store's answer is what counts.
-func (m *Manager) knownGitBlobs(oids []string) map[string]store.ID {
+func (m *gitNative) knownGitBlobs(oids []string) map[string]store.ID {
 	known := make(map[string]store.ID, len(oids))
 	if len(oids) == 0 {
 		return known
@@ -623,7 +623,7 @@ func (m *Manager) knownGitBlobs(oids []string) map[string]store.ID {
 	return known
 }
 
-func (m *Manager) rememberGitBlobs(_ string, ids map[string]store.ID) {
+func (m *gitNative) rememberGitBlobs(_ string, ids map[string]store.ID) {
 	formats := map[string]bool{}
 	c := &m.oids
 	c.mu.Lock()

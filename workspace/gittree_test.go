@@ -59,25 +59,25 @@ func TestOIDCacheRoundTrip(t *testing.T) {
 		{1}: {oid: "0123456789abcdef0123456789abcdef01234567"},
 		{2}: {empty: true},
 	}
-	m.oids.mu.Lock()
-	t1 := m.oidTable("sha1")
+	m.gn.oids.mu.Lock()
+	t1 := m.gn.oidTable("sha1")
 	for k, v := range want {
 		t1[k] = v
 	}
-	m.oids.dirty["sha1"] = true
-	m.oids.mu.Unlock()
-	if err := m.saveOIDCache("sha1"); err != nil {
+	m.gn.oids.dirty["sha1"] = true
+	m.gn.oids.mu.Unlock()
+	if err := m.gn.saveOIDCache("sha1"); err != nil {
 		t.Fatal(err)
 	}
-	got := loadOIDCache(m.oidCachePath("sha1"), "sha1")
+	got := loadOIDCache(m.gn.oidCachePath("sha1"), "sha1")
 	if len(got) != len(want) || got[[32]byte{1}] != want[[32]byte{1}] || got[[32]byte{2}] != want[[32]byte{2}] {
 		t.Fatalf("loaded %v, saved %v", got, want)
 	}
 	// One flipped byte: the file reads as empty.
-	data, _ := os.ReadFile(m.oidCachePath("sha1"))
+	data, _ := os.ReadFile(m.gn.oidCachePath("sha1"))
 	data[len(oidCacheMagic)+5] ^= 1
-	os.WriteFile(m.oidCachePath("sha1"), data, 0o644)
-	if got := loadOIDCache(m.oidCachePath("sha1"), "sha1"); len(got) != 0 {
+	os.WriteFile(m.gn.oidCachePath("sha1"), data, 0o644)
+	if got := loadOIDCache(m.gn.oidCachePath("sha1"), "sha1"); len(got) != 0 {
 		t.Fatalf("a damaged file loaded %d names", len(got))
 	}
 }

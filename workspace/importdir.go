@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -10,6 +11,8 @@ import (
 	"sort"
 	"sync"
 	"syscall"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/acyclicfs/acyclicfs/store"
 )
@@ -76,7 +79,7 @@ type fileJob struct {
 // and mtime match its previous entry keeps that entry's content ID without
 // being read (a stat scan, like git's index). Files with several names
 // inside dir are returned as link groups (store.Generation.Links).
-func (m *Manager) importDir(dir string, prevRoot store.ID) (store.ID, [][]string, ImportStats, error) {
+func (m *Manager) importDir(ctx context.Context, dir string, prevRoot store.ID) (store.ID, [][]string, ImportStats, error) {
 	var stats ImportStats
 	fi, err := os.Stat(dir)
 	if err != nil {
@@ -87,12 +90,12 @@ func (m *Manager) importDir(dir string, prevRoot store.ID) (store.ID, [][]string
 	}
 	root := &importNode{path: dir, prev: prevRoot, hl: &linkScan{top: dir, names: map[[2]uint64][]string{}}}
 	var jobs []fileJob
-	if err := m.scanDir(root, &jobs, &stats); err != nil {
+	if err := m.scanDir(ctx, root, &jobs, &stats); err != nil {
 		return store.ID{}, nil, stats, err
 	}
 	batch := m.st.NewBlobBatch()
 	progress := func(done int) { m.opt.Progress("import", done, len(jobs)) }
-	if err := hashFiles(batch, jobs, &stats, progress); err != nil {
+	if err := hashFiles(ctx, batch, jobs, &stats, progress); err != nil {
 		return store.ID{}, nil, stats, err
 	}
 	if err := batch.Commit(); err != nil {
@@ -111,7 +114,10 @@ func (m *Manager) importDir(dir string, prevRoot store.ID) (store.ID, [][]string
 	return id, links, stats, nil
 }
 
-func (m *Manager) scanDir(n *importNode, jobs *[]fileJob, stats *ImportStats) error {
+func (m *Manager) scanDir(ctx context.Context, n *importNode, jobs *[]fileJob, stats *ImportStats) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("import %s: %w", n.path, err)
+	}
 	stats.Dirs++
 	var prev *store.Tree
 	if !n.prev.IsZero() {
@@ -207,7 +213,7 @@ func (m *Manager) scanDir(n *importNode, jobs *[]fileJob, stats *ImportStats) er
 		(*jobs)[i].entry = &n.entries[idx]
 	}
 	for _, c := range n.subdirs {
-		if err := m.scanDir(c, jobs, stats); err != nil {
+		if err := m.scanDir(ctx, c, jobs, stats); err != nil {
 			return err
 		}
 	}
@@ -234,67 +240,58 @@ func (m *Manager) warn(stats *ImportStats, msg string) {
 }
 
 // hashFiles stores every job's content, in parallel: hashing is CPU-bound
-// and the disk is rarely the limit on a warm cache.
-func hashFiles(batch *store.BlobBatch, jobs []fileJob, stats *ImportStats, progress func(done int)) error {
+// and the disk is rarely the limit on a warm cache. A cancelled ctx stops
+// it between files (a file is stored whole or not at all).
+func hashFiles(ctx context.Context, batch *store.BlobBatch, jobs []fileJob, stats *ImportStats, progress func(done int)) error {
 	workers := runtime.GOMAXPROCS(0)
 	if workers < 2 {
 		workers = 2
 	}
-	var (
-		mu       sync.Mutex // protects firstErr and the stats counters
-		firstErr error
-		wg       sync.WaitGroup
-		next     = make(chan fileJob)
-	)
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range next {
-				var id store.ID
-				var n int64
-				var err error
-				if j.entry.Kind == store.KindSymlink {
-					var target string
-					target, err = os.Readlink(j.path)
-					if err == nil {
-						id, err = batch.WriteBlobBytes([]byte(target))
-						n = int64(len(target))
-					}
-				} else {
-					id, n, err = batch.WriteBlobFile(j.path)
-				}
-				mu.Lock()
-				if err != nil {
-					if firstErr == nil {
-						firstErr = fmt.Errorf("import %s: %w", j.path, err)
-					}
-				} else {
-					j.entry.ID = id
-					j.entry.Size = n
-					stats.Hashed++
-					stats.Bytes += n
-					progress(stats.Hashed)
-				}
-				mu.Unlock()
-			}
-		}()
-	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(workers)
+	var mu sync.Mutex // protects the stats counters
 	for _, j := range jobs {
-		mu.Lock()
-		failed := firstErr != nil
-		mu.Unlock()
-		if failed {
+		if gctx.Err() != nil {
 			break
 		}
-		next <- j
+		g.Go(func() error {
+			if err := gctx.Err(); err != nil {
+				return err
+			}
+			var id store.ID
+			var n int64
+			var err error
+			if j.entry.Kind == store.KindSymlink {
+				var target string
+				target, err = os.Readlink(j.path)
+				if err == nil {
+					id, err = batch.WriteBlobBytes([]byte(target))
+					n = int64(len(target))
+				}
+			} else {
+				id, n, err = batch.WriteBlobFile(j.path)
+			}
+			if err != nil {
+				return fmt.Errorf("import %s: %w", j.path, err)
+			}
+			mu.Lock()
+			j.entry.ID = id
+			j.entry.Size = n
+			stats.Hashed++
+			stats.Bytes += n
+			progress(stats.Hashed)
+			mu.Unlock()
+			return nil
+		})
 	}
-	close(next)
-	wg.Wait()
-	if errors.Is(firstErr, syscall.ENOSPC) {
-		return fmt.Errorf("store is full: %w", firstErr)
+	err := g.Wait()
+	if err == nil {
+		err = ctx.Err() // cancelled before the first file
 	}
-	return firstErr
+	if errors.Is(err, syscall.ENOSPC) {
+		return fmt.Errorf("store is full: %w", err)
+	}
+	return err
 }
 
 // putImportedTrees writes trees bottom-up and returns the root's ID.

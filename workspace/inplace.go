@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -48,7 +49,7 @@ var ErrNotInPlace = fmt.Errorf("%w: not an in-place workspace", ErrInvalidInput)
 
 // CreateInPlace makes name a root workspace whose base is the directory dir,
 // read lazily: nothing under dir is read or hashed here.
-func (m *Manager) CreateInPlace(name, dir string) (store.ID, error) {
+func (m *inPlaces) CreateInPlace(name, dir string) (store.ID, error) {
 	if err := ValidateName(name); err != nil {
 		return store.ID{}, err
 	}
@@ -61,8 +62,7 @@ func (m *Manager) CreateInPlace(name, dir string) (store.ID, error) {
 	if err != nil {
 		return store.ID{}, err
 	}
-	m.inPlaceMu.Lock()
-	defer m.inPlaceMu.Unlock()
+	defer m.locks.lock(name)()
 	release := m.st.HoldGC()
 	defer release()
 	base, root, err := m.st.CreateBase(abs)
@@ -93,7 +93,7 @@ func (m *Manager) CreateInPlace(name, dir string) (store.ID, error) {
 // inPlaceDir validates an in-place directory: an existing directory (not a
 // symlink to one), not holding the store, not inside the store, and not
 // already the directory of another in-place workspace.
-func (m *Manager) inPlaceDir(dir string) (string, error) {
+func (m *inPlaces) inPlaceDir(dir string) (string, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return "", fmt.Errorf("%w: %s: %w", ErrInvalidInput, dir, err)
@@ -143,7 +143,7 @@ func (m *Manager) inPlaceDir(dir string) (string, error) {
 	return abs, nil
 }
 
-func (m *Manager) loadInPlace(name string) (inPlaceState, uint64, bool, error) {
+func (m *inPlaces) loadInPlace(name string) (inPlaceState, uint64, bool, error) {
 	var st inPlaceState
 	rev, found, err := m.cs.Load(familyInPlace, name, &st)
 	if err != nil {
@@ -152,7 +152,7 @@ func (m *Manager) loadInPlace(name string) (inPlaceState, uint64, bool, error) {
 	return st, rev, found, nil
 }
 
-func (m *Manager) putInPlace(name string, rev uint64, st inPlaceState, create bool) error {
+func (m *inPlaces) putInPlace(name string, rev uint64, st inPlaceState, create bool) error {
 	if create {
 		// Replace a record left by a crashed create of the same name.
 		var old inPlaceState
@@ -171,7 +171,7 @@ func (m *Manager) putInPlace(name string, rev uint64, st inPlaceState, create bo
 }
 
 // inPlace returns name's in-place state, or ErrNotInPlace.
-func (m *Manager) inPlace(name string) (store.Workspace, inPlaceState, uint64, error) {
+func (m *inPlaces) inPlace(name string) (store.Workspace, inPlaceState, uint64, error) {
 	w, err := m.Get(name)
 	if err != nil {
 		return w, inPlaceState{}, 0, err
@@ -191,7 +191,7 @@ func (m *Manager) inPlace(name string) (store.Workspace, inPlaceState, uint64, e
 
 // InPlace returns what an in-place workspace is over; ok is false for
 // other workspaces.
-func (m *Manager) InPlace(name string) (InPlaceInfo, bool, error) {
+func (m *inPlaces) InPlace(name string) (InPlaceInfo, bool, error) {
 	w, st, _, err := m.inPlace(name)
 	if errors.Is(err, ErrNotInPlace) {
 		return InPlaceInfo{}, false, nil
@@ -203,21 +203,15 @@ func (m *Manager) InPlace(name string) (InPlaceInfo, bool, error) {
 	return InPlaceInfo{Dir: st.Dir, Base: st.Base, Materialized: st.Materialized}, true, nil
 }
 
-// SyncInPlace reconciles an in-place workspace with its directory: changes
-// other programs made to DIR are detected from fingerprints and merged like
-// a parent advance (3-way; overlapping edits keep both versions with
-// conflict markers and are reported), then the head is materialized into
-// DIR under a journal. Outcome: current (nothing came from DIR), rebased
-// (external changes merged) or conflicted.
-func (m *Manager) SyncInPlace(name string) (Result, error) {
-	m.inPlaceMu.Lock()
-	defer m.inPlaceMu.Unlock()
+// SyncInPlace is Manager.SyncInPlace.
+func (m *inPlaces) SyncInPlace(ctx context.Context, name string) (Result, error) {
+	defer m.locks.lock(name)()
 	release := m.st.HoldGC()
 	defer release()
 	if err := m.finishMaterialization(name); err != nil {
 		return Result{Workspace: name}, err
 	}
-	res, err := m.syncInPlace(name, nil)
+	res, err := m.syncInPlace(ctx, name, nil)
 	if !errors.Is(err, store.ErrBaseChanged) {
 		return res, err
 	}
@@ -227,12 +221,15 @@ func (m *Manager) SyncInPlace(name string) (Result, error) {
 	if lerr != nil || len(lost) == 0 {
 		return res, errors.Join(err, lerr)
 	}
-	return m.syncInPlace(name, lost)
+	return m.syncInPlace(ctx, name, lost)
 }
 
 // syncInPlace is SyncInPlace after recovery; lost are the paths
 // dropLostContent gave DIR's side, reported as conflicts with the merge's.
-func (m *Manager) syncInPlace(name string, lost []ConflictInfo) (Result, error) {
+func (m *inPlaces) syncInPlace(ctx context.Context, name string, lost []ConflictInfo) (Result, error) {
+	if err := ctx.Err(); err != nil {
+		return Result{Workspace: name}, fmt.Errorf("sync %s: %w", name, err)
+	}
 	w, st, rev, err := m.inPlace(name)
 	if err != nil {
 		return Result{Workspace: name}, err
@@ -341,6 +338,14 @@ func (m *Manager) syncInPlace(name string, lost []ConflictInfo) (Result, error) 
 	}
 	res.Sync.Detect = time.Since(start)
 	if w.Head != st.Materialized {
+		if err := ctx.Err(); err != nil {
+			// The head moved (and is announced below when it came
+			// from DIR); the next sync writes it into DIR.
+			if changed || len(lost) > 0 {
+				m.headChanged(name)
+			}
+			return res, fmt.Errorf("sync %s: %w", name, err)
+		}
 		mstart := time.Now()
 		n, err := m.materializeInPlace(name, st, rev, w.Head)
 		if err != nil {
@@ -370,7 +375,7 @@ func (m *Manager) syncInPlace(name string, lost []ConflictInfo) (Result, error) 
 // listed again: only what its tree names differently from the verified
 // one is looked at (detect_watch.go). quiet reports whether any directory
 // was answered so.
-func (m *Manager) detectExternal(st inPlaceState, mroot store.ID, events bool) (_ store.ID, changed, quiet bool, _ error) {
+func (m *inPlaces) detectExternal(st inPlaceState, mroot store.ID, events bool) (_ store.ID, changed, quiet bool, _ error) {
 	d := detector{m: m, st: st, stats: &detectStats{}}
 	var bd *dirfd.Dir
 	var release func()
@@ -410,7 +415,7 @@ func (m *Manager) detectExternal(st inPlaceState, mroot store.ID, events bool) (
 }
 
 type detector struct {
-	m   *Manager
+	m   *inPlaces
 	st  inPlaceState
 	dir *dirfd.Dir // DIR (OpenBase)
 	// uses, when set, collects the shadow fingerprints a leaf's verdict
@@ -755,11 +760,7 @@ func joinRel(dir, name string) string {
 	return dir + "/" + name
 }
 
-// DerivesFromInPlace reports whether ws or one of its ancestors is an
-// in-place workspace, so that its trees may name base references.
-func (m *Manager) DerivesFromInPlace(ws string) bool { return m.derivesFromInPlace(ws) }
-
-func (m *Manager) derivesFromInPlace(ws string) bool {
+func (m *inPlaces) derivesFromInPlace(ws string) bool {
 	for i := 0; ws != "" && i < 1024; i++ {
 		w, err := m.st.GetWorkspace(ws)
 		if err != nil {
@@ -781,7 +782,7 @@ func (m *Manager) derivesFromInPlace(ws string) bool {
 // that changed, made durable together: the file contents in one blob
 // batch, then the listings and every resolution in one metadata
 // transaction. References resolved already are skipped.
-func (m *Manager) preserveReplaced(oldRoot, newRoot store.ID) error {
+func (m *inPlaces) preserveReplaced(oldRoot, newRoot store.ID) error {
 	pr, err := m.preparePreserve(oldRoot, newRoot, nil, nil)
 	if err != nil || pr == nil {
 		return err
@@ -798,7 +799,7 @@ func (m *Manager) preserveReplaced(oldRoot, newRoot store.ID) error {
 // pending are newRoot's trees not stored yet (a capture's, to be stored
 // with its generation by pt, which is written before the result); both
 // may be nil.
-func (m *Manager) preparePreserve(oldRoot, newRoot store.ID, pending []*store.Tree, pt *store.PreparedResolve) (*store.PreparedResolve, error) {
+func (m *inPlaces) preparePreserve(oldRoot, newRoot store.ID, pending []*store.Tree, pt *store.PreparedResolve) (*store.PreparedResolve, error) {
 	if oldRoot == newRoot {
 		return nil, nil
 	}
@@ -822,7 +823,7 @@ func (m *Manager) preparePreserve(oldRoot, newRoot store.ID, pending []*store.Tr
 // preserver gathers what preserveReplaced stores, for preparePreserve to
 // make durable at once.
 type preserver struct {
-	m     *Manager
+	m     *inPlaces
 	batch *store.BlobBatch
 	trees []*store.Tree
 	res   []store.Resolution
@@ -839,7 +840,7 @@ func (p *preserver) newTree(id store.ID) (*store.Tree, error) {
 	return p.m.st.GetTree(id)
 }
 
-func (m *Manager) newPreserver() *preserver {
+func (m *inPlaces) newPreserver() *preserver {
 	return &preserver{m: m, batch: m.st.NewBlobBatch(), seen: map[store.ID]bool{}}
 }
 

@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -152,7 +153,7 @@ func commitTen(b *testing.B, m *Manager, ws string, paths []string, tag string) 
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := m.preserveReplaced(root, nroot); err != nil {
+	if err := m.ip.preserveReplaced(root, nroot); err != nil {
 		b.Fatal(err)
 	}
 	if _, err := m.publish(w, nroot, nil, store.GenCommit, newOperationID(), nil, nil); err != nil {
@@ -192,7 +193,7 @@ func BenchmarkInPlaceLand10(b *testing.B) {
 				}
 				files := commitTen(b, m, child, paths, fmt.Sprintf("%s/%d", run, i))
 				b.StartTimer()
-				res, err := m.Land(child, RebaseOptions{})
+				res, err := m.Land(context.Background(), child, RebaseOptions{})
 				b.StopTimer()
 				if err != nil || res.Outcome != OutcomeRebased {
 					b.Fatalf("land %s: %v %+v", child, err, res)
@@ -223,7 +224,7 @@ func BenchmarkInPlaceSync10(b *testing.B) {
 				b.StopTimer()
 				files := commitTen(b, m, "main", paths, fmt.Sprintf("%s/%d", run, i))
 				b.StartTimer()
-				res, err := m.SyncInPlace("main")
+				res, err := m.SyncInPlace(context.Background(), "main")
 				b.StopTimer()
 				if err != nil || res.Outcome != OutcomeCurrent {
 					b.Fatalf("sync: %v %+v", err, res)

@@ -26,7 +26,7 @@ const ConflictLostUnderneath = "lost-underneath"
 // It compares the head with the generation DIR holds and looks only where
 // they differ (an entry both name holds what DIR holds, or detection takes
 // DIR's change in). It returns the paths it changed, as conflicts.
-func (m *Manager) dropLostContent(name string) ([]ConflictInfo, error) {
+func (m *inPlaces) dropLostContent(name string) ([]ConflictInfo, error) {
 	w, st, _, err := m.inPlace(name)
 	if err != nil {
 		return nil, err
@@ -82,7 +82,7 @@ func (m *Manager) dropLostContent(name string) ([]ConflictInfo, error) {
 // holds there, zero if none) with every lost entry replaced by DIR's. A
 // successor taken from another path is kept by pres (its bytes, its
 // listings): it names that path, and the materialization copies it.
-func (m *Manager) replaceLost(d detector, pres *preserver, p string, mid, hid store.ID, lost *[]ConflictInfo) (store.ID, bool, error) {
+func (m *inPlaces) replaceLost(d detector, pres *preserver, p string, mid, hid store.ID, lost *[]ConflictInfo) (store.ID, bool, error) {
 	ht, err := m.st.GetTree(hid)
 	if err != nil {
 		return store.ID{}, false, err
@@ -138,7 +138,7 @@ func (m *Manager) replaceLost(d detector, pres *preserver, p string, mid, hid st
 // rewriteTree stores tree t (id) with each entry replaced by what f
 // returns for it (nil: left out); changed reports whether f changed any,
 // and when none did the result is id itself, nothing stored.
-func (m *Manager) rewriteTree(id store.ID, t *store.Tree, f func(store.Entry) (_ *store.Entry, changed bool, _ error)) (store.ID, bool, error) {
+func (m *inPlaces) rewriteTree(id store.ID, t *store.Tree, f func(store.Entry) (_ *store.Entry, changed bool, _ error)) (store.ID, bool, error) {
 	out := &store.Tree{Entries: make([]store.Entry, 0, len(t.Entries))}
 	changed := false
 	for _, e := range t.Entries {
@@ -165,7 +165,7 @@ func (m *Manager) rewriteTree(id store.ID, t *store.Tree, f func(store.Entry) (_
 // mount then carries the program's change, as a merge would); else what p
 // holds (nil: nothing). moved reports the former: the entry names another
 // path than p.
-func (m *Manager) successor(d detector, p string, e store.Entry) (_ *store.Entry, moved bool, _ error) {
+func (m *inPlaces) successor(d detector, p string, e store.Entry) (_ *store.Entry, moved bool, _ error) {
 	r, _, err := m.st.BaseRefOf(e.ID)
 	if err != nil {
 		return nil, false, err
@@ -180,7 +180,7 @@ func (m *Manager) successor(d detector, p string, e store.Entry) (_ *store.Entry
 
 // holdsContent reports whether e's content can still be read: anything
 // but an unresolved base reference whose path in DIR changed.
-func (m *Manager) holdsContent(e store.Entry) (bool, error) {
+func (m *inPlaces) holdsContent(e store.Entry) (bool, error) {
 	if _, isRef, err := m.st.BaseRefOf(e.ID); err != nil || !isRef {
 		return true, err
 	}
@@ -206,7 +206,7 @@ func (m *Manager) holdsContent(e store.Entry) (bool, error) {
 // rewrote it too) is left out. Merged against nothing, what either side
 // holds there is kept (identical entries once; different ones as add/add
 // conflicts, both versions kept): a lost base can make nothing disappear.
-func (m *Manager) baseWithoutLost(b, o, t store.ID) (store.ID, bool, error) {
+func (m *inPlaces) baseWithoutLost(b, o, t store.ID) (store.ID, bool, error) {
 	bt, err := m.st.GetTree(b)
 	if errors.Is(err, store.ErrBaseChanged) {
 		return store.EmptyTreeID(), true, nil

@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"context"
 	"maps"
 	"os"
 	"path"
@@ -44,17 +45,17 @@ func TestInPlaceMaterializeMatchesTarget(t *testing.T) {
 			rt.Fatal(err)
 		}
 		write(t, edit, drawTree(rt, "after"))
-		if _, _, err := m.Commit("agent", edit); err != nil {
+		if _, _, err := m.Commit(context.Background(), "agent", edit); err != nil {
 			rt.Fatal(err)
 		}
-		if _, err := m.Land("agent", RebaseOptions{}); err != nil {
+		if _, err := m.Land(context.Background(), "agent", RebaseOptions{}); err != nil {
 			rt.Fatal(err)
 		}
 		if got, want := snapshot(t, dir), snapshot(t, edit); !maps.Equal(got, want) {
 			rt.Fatalf("directory after land:\n got %v\nwant %v", got, want)
 		}
 		w, _ := m.Get("ws")
-		res, err := m.SyncInPlace("ws")
+		res, err := m.SyncInPlace(context.Background(), "ws")
 		if err != nil {
 			rt.Fatal(err)
 		}
@@ -62,7 +63,7 @@ func TestInPlaceMaterializeMatchesTarget(t *testing.T) {
 			rt.Fatalf("a second sync found external changes: %+v", res)
 		}
 		old := filepath.Join(t.TempDir(), "old")
-		if _, err := m.Export(first, old, false); err != nil {
+		if _, err := m.Export(context.Background(), first, old, false); err != nil {
 			rt.Fatal(err)
 		}
 		if got := snapshot(t, old); !maps.Equal(got, wantBefore) {
@@ -96,7 +97,7 @@ func TestInPlaceExternalEditsMergeWithLanding(t *testing.T) {
 			rt.Fatal(err)
 		}
 		write(t, edit, after)
-		if _, _, err := m.Commit("agent", edit); err != nil {
+		if _, _, err := m.Commit(context.Background(), "agent", edit); err != nil {
 			rt.Fatal(err)
 		}
 		// The other program: rewrite files both trees have unchanged, and
@@ -114,7 +115,7 @@ func TestInPlaceExternalEditsMergeWithLanding(t *testing.T) {
 			write(t, dir, map[string]string{"zz/new": "ext"})
 			want["zz/new"] = "ext"
 		}
-		res, err := m.Land("agent", RebaseOptions{})
+		res, err := m.Land(context.Background(), "agent", RebaseOptions{})
 		if err != nil {
 			rt.Fatal(err)
 		}
@@ -150,7 +151,7 @@ func TestContextLandingReachesInPlaceRoot(t *testing.T) {
 	}
 	edit := filepath.Join(t.TempDir(), "edit")
 	write(t, edit, map[string]string{"a": "new", "keep": "k"})
-	if _, _, err := m.Commit("c.ws", edit); err != nil {
+	if _, _, err := m.Commit(context.Background(), "c.ws", edit); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.LandContext("c"); err != nil {
@@ -184,19 +185,19 @@ func TestInPlaceDetectionMemoSeesEdits(t *testing.T) {
 		after["a/x"], after["b/c/w"] = "1 changed", "4 changed"
 		edit := filepath.Join(t.TempDir(), "edit")
 		write(t, edit, after)
-		if _, _, err := m.Commit("agent", edit); err != nil {
+		if _, _, err := m.Commit(context.Background(), "agent", edit); err != nil {
 			rt.Fatal(err)
 		}
-		if _, err := m.Land("agent", RebaseOptions{}); err != nil {
+		if _, err := m.Land(context.Background(), "agent", RebaseOptions{}); err != nil {
 			rt.Fatal(err)
 		}
-		hits := m.detect.hits.Load()
+		hits := m.ip.detect.hits.Load()
 		for range 2 {
-			if _, err := m.SyncInPlace("ws"); err != nil {
+			if _, err := m.SyncInPlace(context.Background(), "ws"); err != nil {
 				rt.Fatal(err)
 			}
 		}
-		if m.detect.hits.Load() == hits {
+		if m.ip.detect.hits.Load() == hits {
 			rt.Fatal("the second sync over an unchanged DIR used no remembered directory")
 		}
 		// Another program edits DIR.
@@ -220,7 +221,7 @@ func TestInPlaceDetectionMemoSeesEdits(t *testing.T) {
 				rt.Fatal(err)
 			}
 		}
-		if _, err := m.SyncInPlace("ws"); err != nil {
+		if _, err := m.SyncInPlace(context.Background(), "ws"); err != nil {
 			rt.Fatal(err)
 		}
 		w, err := m.Get("ws")
@@ -228,7 +229,7 @@ func TestInPlaceDetectionMemoSeesEdits(t *testing.T) {
 			rt.Fatal(err)
 		}
 		out := filepath.Join(t.TempDir(), "out")
-		if _, err := m.Export(w.Head, out, false); err != nil {
+		if _, err := m.Export(context.Background(), w.Head, out, false); err != nil {
 			rt.Fatal(err)
 		}
 		got, inDir := snapshot(t, out), snapshot(t, dir)

@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -40,7 +41,7 @@ func TestLinkGroupsThroughCommitRebaseLand(t *testing.T) {
 	write(t, src, map[string]string{"a": "A", "k": "K", "other": "o", "x": "X"})
 	linkIn(t, src, "a", "d/b")
 	linkIn(t, src, "k", "d/k2")
-	if _, _, err := m.Create("main", src); err != nil {
+	if _, _, err := m.Create(context.Background(), "main", src); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := headLinks(t, m, "main"), [][]string{{"a", "d/b"}, {"d/k2", "k"}}; !store.EqualLinks(got, want) {
@@ -55,27 +56,27 @@ func TestLinkGroupsThroughCommitRebaseLand(t *testing.T) {
 	linkIn(t, c, "a", "d/b")
 	linkIn(t, c, "k", "d/k2")
 	linkIn(t, c, "n", "e/n2")
-	if _, _, err := m.Commit("c", c); err != nil {
+	if _, _, err := m.Commit(context.Background(), "c", c); err != nil {
 		t.Fatal(err)
 	}
 	// The parent changes another file and splits k from d/k2.
 	p := t.TempDir()
 	write(t, p, map[string]string{"a": "A", "k": "K", "d/k2": "K", "other": "parent", "x": "X"})
 	linkIn(t, p, "a", "d/b")
-	if _, _, err := m.Commit("main", p); err != nil {
+	if _, _, err := m.Commit(context.Background(), "main", p); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := headLinks(t, m, "main"), [][]string{{"a", "d/b"}}; !store.EqualLinks(got, want) {
 		t.Fatalf("parent: links %v, want %v", got, want)
 	}
-	r, err := m.Rebase("c", RebaseOptions{})
+	r, err := m.Rebase(context.Background(), "c", RebaseOptions{})
 	if err != nil || r.Outcome != OutcomeRebased {
 		t.Fatalf("rebase: %+v %v", r, err)
 	}
 	if got, want := headLinks(t, m, "c"), [][]string{{"a", "d/b"}, {"e/n2", "n"}}; !store.EqualLinks(got, want) {
 		t.Fatalf("rebased: links %v, want %v", got, want)
 	}
-	if _, err := m.Land("c", RebaseOptions{}); err != nil {
+	if _, err := m.Land(context.Background(), "c", RebaseOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := headLinks(t, m, "main"), [][]string{{"a", "d/b"}, {"e/n2", "n"}}; !store.EqualLinks(got, want) {
@@ -84,7 +85,7 @@ func TestLinkGroupsThroughCommitRebaseLand(t *testing.T) {
 	// An export makes them one file again.
 	out := filepath.Join(t.TempDir(), "out")
 	w, _ := m.Get("main")
-	if _, err := m.Export(w.Head, out, false); err != nil {
+	if _, err := m.Export(context.Background(), w.Head, out, false); err != nil {
 		t.Fatal(err)
 	}
 	a, err1 := os.Stat(filepath.Join(out, "e/n2"))

@@ -71,12 +71,12 @@ func (m *Manager) PublishCapture(ws string, pinned, root store.ID, links [][]str
 		return store.ID{}, nil, fmt.Errorf("publish capture of %s: %w", ws, err)
 	}
 	var pr *store.PreparedResolve
-	if m.derivesFromInPlace(ws) {
+	if m.ip.derivesFromInPlace(ws) {
 		pinnedRoot, err := m.rootOf(pinned)
 		if err != nil {
 			return store.ID{}, nil, err
 		}
-		if pr, err = m.preparePreserve(pinnedRoot, root, trees, pt); err != nil {
+		if pr, err = m.ip.preparePreserve(pinnedRoot, root, trees, pt); err != nil {
 			return store.ID{}, nil, fmt.Errorf("preserve the base of %s's capture: %w", ws, err)
 		}
 	}

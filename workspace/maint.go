@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -30,7 +31,7 @@ func (m *Manager) Recover() ([]string, error) {
 	if err != nil {
 		return done, err
 	}
-	mat, err := m.recoverMaterializations()
+	mat, err := m.ip.recoverMaterializations()
 	done = append(done, mat...)
 	if err != nil {
 		return done, err
@@ -46,7 +47,7 @@ func (m *Manager) Recover() ([]string, error) {
 		if _, err := m.st.GetWorkspace(p); err != nil {
 			continue
 		}
-		m.propagate(p, true)
+		m.propagate(context.Background(), p, true)
 		done = append(done, "propagation from "+p+": finished")
 	}
 	return done, nil
@@ -185,7 +186,7 @@ func (m *Manager) gcObjects() (int64, error) {
 		return 0, err
 	}
 	for _, n := range names {
-		if st, _, found, err := m.loadInPlace(n); err == nil && found {
+		if st, _, found, err := m.ip.loadInPlace(n); err == nil && found {
 			roots.Add(st.Materialized)
 		}
 	}

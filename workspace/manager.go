@@ -44,14 +44,12 @@ type Hooks struct {
 // for use by several goroutines; operations on one workspace are serialized
 // by the store's compare-and-append, not by locks here.
 type Manager struct {
-	// inPlaceMu serializes syncs and materializations of in-place
-	// workspaces (one DIR, one writer).
-	inPlaceMu sync.Mutex
-	st        *store.Store
-	cs        *corestate.Store
-	opt       Options
-	dir       string
-	limit     rebase.Limits
+	ip    *inPlaces // the in-place workspaces (inplace_type.go)
+	st    *store.Store
+	cs    *corestate.Store
+	opt   Options
+	dir   string
+	limit rebase.Limits
 
 	hooksMu sync.RWMutex // protects hooks
 	hooks   Hooks
@@ -62,9 +60,7 @@ type Manager struct {
 	gitOnce sync.Once
 	git     bool // set once by hasGit
 
-	detect detectMemo // in-place detection's per-directory verdicts
-
-	oids oidCache // git object names of store objects (publish)
+	gn *gitNative // the git-native workspaces (gitnative.go)
 }
 
 // Open opens (creating if needed) the store at dir and recovers any
@@ -87,6 +83,8 @@ func Open(dir string, opt Options) (*Manager, error) {
 		return nil, fmt.Errorf("open core state: %w", err)
 	}
 	m := &Manager{st: st, cs: cs, opt: opt, dir: abs, limit: opt.Limits}
+	m.ip = &inPlaces{Manager: m}
+	m.gn = &gitNative{Manager: m}
 	if m.limit == (rebase.Limits{}) {
 		m.limit = rebase.DefaultLimits()
 	}

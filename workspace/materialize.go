@@ -9,8 +9,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 
 	"github.com/acyclicfs/acyclicfs/internal/dirfd"
@@ -75,7 +75,7 @@ type matEdit struct {
 	PreRdev  uint64     `json:"pre_rdev,omitempty"`
 }
 
-func (m *Manager) materializeInPlace(name string, st inPlaceState, rev uint64, to store.ID) (int, error) {
+func (m *inPlaces) materializeInPlace(name string, st inPlaceState, rev uint64, to store.ID) (int, error) {
 	fromRoot, err := m.rootOf(st.Materialized)
 	if err != nil {
 		return 0, err
@@ -108,7 +108,7 @@ func (m *Manager) materializeInPlace(name string, st inPlaceState, rev uint64, t
 
 // planEdits turns a diff into ordered, idempotent edits: removals deepest
 // first, then directories parents first, then writes.
-func (m *Manager) planEdits(fromRoot, toRoot store.ID, changes []rebase.Change) ([]matEdit, error) {
+func (m *inPlaces) planEdits(fromRoot, toRoot store.ID, changes []rebase.Change) ([]matEdit, error) {
 	// Pin what DIR holds along every changed path (listings and replaced
 	// files), so that the generation DIR held stays readable and a later
 	// detection compares listings, not directory fingerprints our own
@@ -197,7 +197,7 @@ func (m *Manager) planEdits(fromRoot, toRoot store.ID, changes []rebase.Change) 
 
 // kindAt is the kind of the entry at p in root, 0 when absent. Trees it
 // loads are kept in trees (by ID; never modified).
-func (m *Manager) kindAt(trees map[store.ID]*store.Tree, root store.ID, p string) (store.Kind, error) {
+func (m *inPlaces) kindAt(trees map[store.ID]*store.Tree, root store.ID, p string) (store.Kind, error) {
 	id := root
 	parts := strings.Split(p, "/")
 	for i, name := range parts {
@@ -227,7 +227,7 @@ func (m *Manager) kindAt(trees map[store.ID]*store.Tree, root store.ID, p string
 // preserve makes sure e's content is a stored blob and returns its ID: a
 // base reference is read now and resolved to the blob, so neither this
 // materialization nor a later edit of DIR can lose it.
-func (m *Manager) preserve(e *store.Entry) (store.ID, error) {
+func (m *inPlaces) preserve(e *store.Entry) (store.ID, error) {
 	if _, isRef, err := m.st.BaseRefOf(e.ID); err != nil {
 		return store.ID{}, err
 	} else if !isRef {
@@ -256,7 +256,7 @@ func (m *Manager) preserve(e *store.Entry) (store.ID, error) {
 }
 
 // applyEdits applies every edit; on an error it rolls back what was done.
-func (m *Manager) applyEdits(j *matJournal) error {
+func (m *inPlaces) applyEdits(j *matJournal) error {
 	d, release, err := m.st.OpenBase(j.Base)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", j.Dir, err)
@@ -323,25 +323,24 @@ func (m *Manager) applyEdits(j *matJournal) error {
 // temporary names, a few at a time, not yet synced; it returns their names
 // and open files (nil for symlinks) in order, for syncApplied. On error
 // the temporaries already written are removed.
-func (m *Manager) prepareWrites(d *dirfd.Dir, j *matJournal, from int) ([]string, []*os.File, error) {
+func (m *inPlaces) prepareWrites(d *dirfd.Dir, j *matJournal, from int) ([]string, []*os.File, error) {
 	n := len(j.Edits) - from
 	temps := make([]string, n)
 	files := make([]*os.File, n)
 	errs := make([]error, n)
-	sem := make(chan struct{}, 8)
-	var wg sync.WaitGroup
+	// Part of one journaled step: every write runs (no cancellation
+	// here), and every error is reported.
+	var g errgroup.Group
+	g.SetLimit(8)
 	for k := range n {
 		i := from + k
 		e := &j.Edits[i]
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
+		g.Go(func() error {
 			temps[k], files[k], errs[k] = m.writeTemp(d, e.Path, e.Kind, e.ID, e.Rdev, e.Mtime, fmt.Sprintf("%s%s-%d", matTempPrefix, j.Op[:8], i), true)
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait() // the errors are in errs
 	if err := errors.Join(errs...); err != nil {
 		for k, t := range temps {
 			if files[k] != nil {
@@ -369,7 +368,7 @@ func (m *Manager) prepareWrites(d *dirfd.Dir, j *matJournal, from int) ([]string
 // tree drops but that still holds such entries is kept, and the next
 // detection takes it back into the workspace as DIR's: nothing is deleted
 // that the view never showed.
-func (m *Manager) applyEdit(d *dirfd.Dir, j *matJournal, i int) error {
+func (m *inPlaces) applyEdit(d *dirfd.Dir, j *matJournal, i int) error {
 	e := &j.Edits[i]
 	switch e.Op {
 	case "remove":
@@ -405,7 +404,7 @@ func (m *Manager) applyEdit(d *dirfd.Dir, j *matJournal, i int) error {
 
 // writeEntry places a file, symlink or special file at p: written in full
 // under a temporary name in the same directory, synced, then renamed over p.
-func (m *Manager) writeEntry(d *dirfd.Dir, p string, kind store.Kind, id store.ID, rdev uint64, mtime int64, tempName string) error {
+func (m *inPlaces) writeEntry(d *dirfd.Dir, p string, kind store.Kind, id store.ID, rdev uint64, mtime int64, tempName string) error {
 	tmp, _, err := m.writeTemp(d, p, kind, id, rdev, mtime, tempName, false)
 	if err != nil {
 		return err
@@ -417,7 +416,7 @@ func (m *Manager) writeEntry(d *dirfd.Dir, p string, kind store.Kind, id store.I
 // its mode and mtime, and returns the temporary's path. With keep, a file
 // is left open and unsynced and returned (the caller syncs and closes it);
 // otherwise it is synced and closed.
-func (m *Manager) writeTemp(d *dirfd.Dir, p string, kind store.Kind, id store.ID, rdev uint64, mtime int64, tempName string, keep bool) (string, *os.File, error) {
+func (m *inPlaces) writeTemp(d *dirfd.Dir, p string, kind store.Kind, id store.ID, rdev uint64, mtime int64, tempName string, keep bool) (string, *os.File, error) {
 	tmp := joinRel(path.Dir(p), tempName)
 	if path.Dir(p) == "." {
 		tmp = tempName
@@ -512,7 +511,7 @@ func placeTemp(d *dirfd.Dir, p, tmp string) error {
 }
 
 // rollbackEdits undoes edits [0, upto] in reverse from their preimages.
-func (m *Manager) rollbackEdits(d *dirfd.Dir, j *matJournal, upto int) error {
+func (m *inPlaces) rollbackEdits(d *dirfd.Dir, j *matJournal, upto int) error {
 	for i := upto; i >= 0; i-- {
 		e := &j.Edits[i]
 		var err error
@@ -611,18 +610,15 @@ func syncApplied(d *dirfd.Dir, edits []matEdit, files []*os.File) error {
 		})
 	}
 	errs := make([]error, len(syncs))
-	sem := make(chan struct{}, 16)
-	var wg sync.WaitGroup
+	var g errgroup.Group
+	g.SetLimit(16)
 	for i, fn := range syncs {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
+		g.Go(func() error {
 			errs[i] = fn()
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait() // every sync runs; the errors are in errs
 	return errors.Join(errs...)
 }
 
@@ -632,7 +628,7 @@ func syncApplied(d *dirfd.Dir, edits []matEdit, files []*os.File) error {
 // says DIR holds its target is complete, and recovery only drops it
 // (finishMaterialization), so a crash between the two never writes DIR
 // again.
-func (m *Manager) completeMaterialization(name string, st inPlaceState, rev uint64, j *matJournal, journaled bool) error {
+func (m *inPlaces) completeMaterialization(name string, st inPlaceState, rev uint64, j *matJournal, journaled bool) error {
 	puts := map[string][]byte{}
 	var dels []string
 	for _, e := range j.Edits {
@@ -675,7 +671,7 @@ func (m *Manager) completeMaterialization(name string, st inPlaceState, rev uint
 	return nil
 }
 
-func (m *Manager) dropMaterialization(name string) error {
+func (m *inPlaces) dropMaterialization(name string) error {
 	rev, found, err := m.cs.Load(familyMaterialize, name, &matJournal{})
 	if err != nil || !found {
 		return err
@@ -685,7 +681,7 @@ func (m *Manager) dropMaterialization(name string) error {
 
 // finishMaterialization rolls an interrupted materialization of name
 // forward (its journal is prepared: every preimage is stored).
-func (m *Manager) finishMaterialization(name string) error {
+func (m *inPlaces) finishMaterialization(name string) error {
 	var j matJournal
 	_, found, err := m.cs.Load(familyMaterialize, name, &j)
 	if err != nil || !found {
@@ -724,7 +720,7 @@ func (m *Manager) finishMaterialization(name string) error {
 // recoverMaterializations rolls every interrupted materialization forward.
 // One whose directory cannot be reached (a dead mount still covers it) is
 // left for the remount, which detaches the mount first.
-func (m *Manager) recoverMaterializations() ([]string, error) {
+func (m *inPlaces) recoverMaterializations() ([]string, error) {
 	names, err := m.cs.Keys(familyMaterialize)
 	if err != nil {
 		return nil, err
@@ -763,8 +759,8 @@ func deadMount(dir string) bool {
 	return errors.Is(err, unix.ENOTCONN) || errors.Is(err, unix.EIO) || errors.Is(err, unix.ECONNABORTED)
 }
 
-// PendingMaterializations lists materializations with journals (status).
-func (m *Manager) PendingMaterializations() ([]string, error) {
+// PendingMaterializations is Manager.PendingMaterializations.
+func (m *inPlaces) PendingMaterializations() ([]string, error) {
 	names, err := m.cs.Keys(familyMaterialize)
 	if err != nil {
 		return nil, err

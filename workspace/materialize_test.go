@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"context"
 	"maps"
 	"os"
 	"path/filepath"
@@ -61,11 +62,11 @@ func TestInPlaceRollForwardAfterAnyCrash(t *testing.T) {
 		if _, err := m.CreateInPlace("ws", dir); err != nil {
 			rt.Fatal(err)
 		}
-		to, _, err := m.Create("target", target)
+		to, _, err := m.Create(context.Background(), "target", target)
 		if err != nil {
 			rt.Fatal(err)
 		}
-		st, _, _, err := m.loadInPlace("ws")
+		st, _, _, err := m.ip.loadInPlace("ws")
 		if err != nil {
 			rt.Fatal(err)
 		}
@@ -81,7 +82,7 @@ func TestInPlaceRollForwardAfterAnyCrash(t *testing.T) {
 		if err != nil {
 			rt.Fatal(err)
 		}
-		edits, err := m.planEdits(fromRoot, toRoot, changes)
+		edits, err := m.ip.planEdits(fromRoot, toRoot, changes)
 		if err != nil {
 			rt.Fatal(err)
 		}
@@ -94,7 +95,7 @@ func TestInPlaceRollForwardAfterAnyCrash(t *testing.T) {
 		// applyEdits (temporaries, renames, the wave of fsyncs).
 		done := rapid.IntRange(0, len(edits)+1).Draw(rt, "edits before the crash")
 		if done > len(edits) {
-			if err := m.applyEdits(&j); err != nil {
+			if err := m.ip.applyEdits(&j); err != nil {
 				rt.Fatalf("apply: %v", err)
 			}
 		} else {
@@ -103,21 +104,21 @@ func TestInPlaceRollForwardAfterAnyCrash(t *testing.T) {
 				rt.Fatal(err)
 			}
 			for i := range done {
-				if err := m.applyEdit(d, &j, i); err != nil {
+				if err := m.ip.applyEdit(d, &j, i); err != nil {
 					release()
 					rt.Fatalf("edit %d %+v: %v", i, edits[i], err)
 				}
 			}
 			release()
 		}
-		if err := m.finishMaterialization("ws"); err != nil {
+		if err := m.ip.finishMaterialization("ws"); err != nil {
 			rt.Fatalf("roll forward after %d of %d edits: %v", done, len(edits), err)
 		}
 		want := snapshot(t, target)
 		if got := snapshot(t, dir); !maps.Equal(got, want) {
 			rt.Fatalf("directory after the roll forward:\n got %v\nwant %v", got, want)
 		}
-		if err := m.finishMaterialization("ws"); err != nil {
+		if err := m.ip.finishMaterialization("ws"); err != nil {
 			rt.Fatalf("a second roll forward: %v", err)
 		}
 		if got := snapshot(t, dir); !maps.Equal(got, want) {
@@ -160,10 +161,10 @@ func TestMaterializeSpecialFiles(t *testing.T) {
 	if err := unix.Mkfifo(filepath.Join(edit, "newpipe"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := m.Commit("agent", edit); err != nil {
+	if _, _, err := m.Commit(context.Background(), "agent", edit); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Land("agent", RebaseOptions{}); err != nil {
+	if _, err := m.Land(context.Background(), "agent", RebaseOptions{}); err != nil {
 		t.Fatalf("land: %v", err)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "p", "in")); err != nil || string(b) != "y" {
@@ -180,7 +181,7 @@ func TestMaterializeSpecialFiles(t *testing.T) {
 	if p, err := m.PendingMaterializations(); err != nil || len(p) != 0 {
 		t.Fatalf("pending: %v %v", p, err)
 	}
-	res, err := m.SyncInPlace("ws")
+	res, err := m.SyncInPlace(context.Background(), "ws")
 	if err != nil || res.Outcome != OutcomeCurrent {
 		t.Fatalf("sync after: %+v, %v; want current", res, err)
 	}
@@ -209,11 +210,11 @@ func TestRecoverLeavesAStuckMaterializationToItsWorkspace(t *testing.T) {
 	if _, err := m.CreateInPlace("ws", dir); err != nil {
 		t.Fatal(err)
 	}
-	to, _, err := m.Create("other", dir)
+	to, _, err := m.Create(context.Background(), "other", dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, _, _, err := m.loadInPlace("ws")
+	st, _, _, err := m.ip.loadInPlace("ws")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,10 +232,10 @@ func TestRecoverLeavesAStuckMaterializationToItsWorkspace(t *testing.T) {
 	if p, err := m.PendingMaterializations(); err != nil || len(p) != 1 {
 		t.Errorf("pending: %v %v", p, err)
 	}
-	if _, err := m.SyncInPlace("ws"); err == nil || !strings.Contains(err.Error(), "a file is there") {
+	if _, err := m.SyncInPlace(context.Background(), "ws"); err == nil || !strings.Contains(err.Error(), "a file is there") {
 		t.Errorf("sync of the workspace: %v, want the roll forward's error", err)
 	}
-	if err := m.dropMaterialization("ws"); err != nil { // leave fsck a clean store
+	if err := m.ip.dropMaterialization("ws"); err != nil { // leave fsck a clean store
 		t.Fatal(err)
 	}
 }
@@ -251,11 +252,11 @@ func TestMaterializeDeeperThanPathMax(t *testing.T) {
 		t.Fatal(err)
 	}
 	to, deep := deepGeneration(t, m)
-	st, rev, _, err := m.loadInPlace("ws")
+	st, rev, _, err := m.ip.loadInPlace("ws")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.materializeInPlace("ws", st, rev, to); err != nil {
+	if _, err := m.ip.materializeInPlace("ws", st, rev, to); err != nil {
 		t.Fatalf("materialize a deep tree: %v", err)
 	}
 	d, err := dirfd.Open(dir)
@@ -275,7 +276,7 @@ func TestExportDeeperThanPathMax(t *testing.T) {
 	m := openTest(t)
 	gen, deep := deepGeneration(t, m)
 	out := filepath.Join(t.TempDir(), "out")
-	if _, err := m.Export(gen, out, false); err != nil {
+	if _, err := m.Export(context.Background(), gen, out, false); err != nil {
 		t.Fatalf("export: %v", err)
 	}
 	d, err := dirfd.Open(out)

@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -8,8 +9,9 @@ import (
 	"github.com/acyclicfs/acyclicfs/window"
 )
 
-// Create makes a new root workspace, empty or importing fromDir.
-func (m *Manager) Create(name, fromDir string) (store.ID, ImportStats, error) {
+// Create makes a new root workspace, empty or importing fromDir. A
+// cancelled ctx stops the import between files and creates nothing.
+func (m *Manager) Create(ctx context.Context, name, fromDir string) (store.ID, ImportStats, error) {
 	var stats ImportStats
 	if err := ValidateName(name); err != nil {
 		return store.ID{}, stats, err
@@ -25,7 +27,7 @@ func (m *Manager) Create(name, fromDir string) (store.ID, ImportStats, error) {
 	var links [][]string
 	if fromDir != "" {
 		var err error
-		root, links, stats, err = m.importDir(fromDir, store.ID{})
+		root, links, stats, err = m.importDir(ctx, fromDir, store.ID{})
 		if err != nil {
 			return store.ID{}, stats, err
 		}
@@ -82,8 +84,9 @@ func (m *Manager) Fork(parent, child string, at string) (store.ID, error) {
 }
 
 // Commit snapshots dir as name's next generation. Files whose size and
-// mtime match the current head are not re-read.
-func (m *Manager) Commit(name, dir string) (store.ID, ImportStats, error) {
+// mtime match the current head are not re-read. A cancelled ctx stops the
+// import between files and appends nothing.
+func (m *Manager) Commit(ctx context.Context, name, dir string) (store.ID, ImportStats, error) {
 	var stats ImportStats
 	w, err := m.Get(name)
 	if err != nil {
@@ -100,13 +103,13 @@ func (m *Manager) Commit(name, dir string) (store.ID, ImportStats, error) {
 	}
 	release := m.st.HoldGC()
 	defer release()
-	root, links, stats, err := m.importDir(dir, prevRoot)
+	root, links, stats, err := m.importDir(ctx, dir, prevRoot)
 	if err != nil {
 		return store.ID{}, stats, err
 	}
 	var pr *store.PreparedResolve
-	if m.derivesFromInPlace(name) {
-		if pr, err = m.preparePreserve(prevRoot, root, nil, nil); err != nil {
+	if m.ip.derivesFromInPlace(name) {
+		if pr, err = m.ip.preparePreserve(prevRoot, root, nil, nil); err != nil {
 			return store.ID{}, stats, fmt.Errorf("preserve the base of %s's commit: %w", name, err)
 		}
 	}
@@ -197,7 +200,7 @@ func (m *Manager) Undo(name string) (store.ID, error) {
 	if err != nil {
 		return store.ID{}, fmt.Errorf("undo %s: %w", name, err)
 	}
-	if err := m.afterInPlaceMoved(name); err != nil {
+	if err := m.afterInPlaceMoved(context.Background(), name); err != nil {
 		return store.ID{}, fmt.Errorf("undo %s: undone, but writing it into its directory failed: %w", name, err)
 	}
 	m.headChanged(name)
@@ -246,7 +249,7 @@ func (m *Manager) Remove(name string, recursive bool) ([]string, error) {
 			return nil, fmt.Errorf("remove %s: %w", n, err)
 		}
 		_ = m.st.DeleteMeta(metaConflicts, n)
-		if _, rev, found, err := m.loadInPlace(n); err == nil && found {
+		if _, rev, found, err := m.ip.loadInPlace(n); err == nil && found {
 			_ = m.cs.CompareAndDelete(familyInPlace, n, rev)
 		}
 		if _, rev, found, err := m.GitBinding(n); err == nil && found {

@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -112,22 +113,29 @@ func toInfos(cs []rebase.Conflict) []ConflictInfo {
 // conflict markers, with Markers) and are recorded as conflicts in the new
 // head: the outcome is then conflicted, and name cannot land until they
 // are resolved.
-func (m *Manager) Rebase(name string, opt RebaseOptions) (Result, error) {
+//
+// A cancelled ctx stops it before the merge, or, once name moved, between
+// the children that follow it (the rest follow at the next open: the
+// propagation is recorded).
+func (m *Manager) Rebase(ctx context.Context, name string, opt RebaseOptions) (Result, error) {
 	before, err := m.Get(name)
 	if err != nil {
 		return Result{}, err
 	}
-	res, err := m.rebaseOnce(name, opt)
+	res, err := m.rebaseOnce(ctx, name, opt)
 	if err != nil {
 		return res, err
 	}
 	if res.Head != before.Head {
-		m.propagate(name, true)
+		m.propagate(ctx, name, true)
 	}
 	return res, nil
 }
 
-func (m *Manager) rebaseOnce(name string, opt RebaseOptions) (Result, error) {
+func (m *Manager) rebaseOnce(ctx context.Context, name string, opt RebaseOptions) (Result, error) {
+	if err := ctx.Err(); err != nil {
+		return Result{Workspace: name}, fmt.Errorf("rebase %s: %w", name, err)
+	}
 	release := m.st.HoldGC() // merged objects must not be swept before the append
 	defer release()
 	w, err := m.Get(name)
@@ -137,7 +145,7 @@ func (m *Manager) rebaseOnce(name string, opt RebaseOptions) (Result, error) {
 	res := Result{Workspace: name, Head: w.Head, Base: w.Base, Parent: w.Parent}
 	if w.Parent == "" {
 		if w.InPlace != "" {
-			return m.SyncInPlace(name)
+			return m.SyncInPlace(ctx, name)
 		}
 		return res, fmt.Errorf("%w: %s is a root workspace", ErrNoParent, name)
 	}
@@ -293,7 +301,12 @@ func userGitConfig() []byte {
 // moved, then fast-forward the parent's head to name's head (one atomic
 // append on both). Siblings follow. A workspace whose head holds conflicts
 // its parent's does not share lands nothing: the outcome is conflicted.
-func (m *Manager) Land(name string, opt RebaseOptions) (Result, error) {
+//
+// A cancelled ctx stops it before the rebase, before the landing append,
+// or after it between the siblings that follow (recorded: the rest follow
+// at the next open); a landing made is written into an in-place parent's
+// directory whatever ctx says.
+func (m *Manager) Land(ctx context.Context, name string, opt RebaseOptions) (Result, error) {
 	w, err := m.Get(name)
 	if err != nil {
 		return Result{}, err
@@ -301,9 +314,12 @@ func (m *Manager) Land(name string, opt RebaseOptions) (Result, error) {
 	if w.Parent == "" {
 		return Result{Workspace: name}, fmt.Errorf("%w: %s is a root workspace; nothing to land into", ErrNoParent, name)
 	}
-	res, err := m.Rebase(name, RebaseOptions{Prefer: opt.Prefer})
+	res, err := m.Rebase(ctx, name, RebaseOptions{Prefer: opt.Prefer})
 	if err != nil || res.Outcome == OutcomeConflicted {
 		return res, err
+	}
+	if err := ctx.Err(); err != nil {
+		return res, fmt.Errorf("land %s: %w", name, err)
 	}
 	w, err = m.Get(name)
 	if err != nil {
@@ -335,17 +351,17 @@ func (m *Manager) Land(name string, opt RebaseOptions) (Result, error) {
 	res.Outcome = OutcomeRebased
 	res.Head, res.Base = w.Head, w.Head
 	m.clearConflicts(name)
-	if err := m.afterInPlaceMoved(w.Parent); err != nil {
+	if err := m.afterInPlaceMoved(context.WithoutCancel(ctx), w.Parent); err != nil {
 		return res, fmt.Errorf("land %s: landed, but writing it into %s's directory failed: %w", name, w.Parent, err)
 	}
-	m.propagate(w.Parent, true)
+	m.propagate(ctx, w.Parent, true)
 	return res, nil
 }
 
 // afterInPlaceMoved writes an in-place workspace's moved head into its
 // directory at once when it is not mounted (a mounted one does so at its
 // next reconciliation).
-func (m *Manager) afterInPlaceMoved(name string) error {
+func (m *Manager) afterInPlaceMoved(ctx context.Context, name string) error {
 	w, err := m.st.GetWorkspace(name)
 	if err != nil || w.InPlace == "" {
 		return nil
@@ -353,20 +369,22 @@ func (m *Manager) afterInPlaceMoved(name string) error {
 	if _, mounted, err := m.MountRecord(name); err != nil || mounted {
 		return err
 	}
-	_, err = m.SyncInPlace(name)
+	_, err = m.SyncInPlace(ctx, name)
 	return err
 }
 
 // headChanged is called after a workspace's own content changed (commit,
 // undo, capture): mounted children learn of it; unmounted children follow
 // on their next rebase, land or mount.
-func (m *Manager) headChanged(name string) { m.propagate(name, false) }
+func (m *Manager) headChanged(name string) { m.propagate(context.Background(), name, false) }
 
 // propagate lets the children of name follow its new head. Mounted children
 // are told (their window coalesces the parent or they rebase at once);
 // with all, unmounted children are rebased now, recursively. A conflicted
-// child is left as it was, with its conflicts recorded.
-func (m *Manager) propagate(name string, all bool) {
+// child is left as it was, with its conflicts recorded. A cancelled ctx
+// stops it between children and keeps the record of the propagation, so
+// that recovery finishes it.
+func (m *Manager) propagate(ctx context.Context, name string, all bool) {
 	kids, err := m.st.Children(name)
 	if err != nil || len(kids) == 0 {
 		return
@@ -389,9 +407,12 @@ func (m *Manager) propagate(name string, all bool) {
 		if _, ok, _ := m.MountRecord(k); ok {
 			continue // served by a mount whose daemon is gone: recovered at remount
 		}
-		_, _ = m.Rebase(k, RebaseOptions{})
+		if ctx.Err() != nil {
+			return // the recorded propagation is finished by recovery
+		}
+		_, _ = m.Rebase(ctx, k, RebaseOptions{})
 	}
-	if all {
+	if all && ctx.Err() == nil {
 		_ = m.cs.CompareAndDelete(familyPropagate, name, m.pendingRev(name))
 	}
 }

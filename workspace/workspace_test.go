@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -95,12 +96,12 @@ func TestImportExportRoundTrip(t *testing.T) {
 		clean := disjointPaths(files)
 		write(t, src, clean)
 		name := fmt.Sprintf("w%d", rapid.IntRange(0, 1<<30).Draw(rt, "n"))
-		gen, _, err := m.Create(name, src)
+		gen, _, err := m.Create(context.Background(), name, src)
 		if err != nil {
 			rt.Fatal(err)
 		}
 		dst := filepath.Join(t.TempDir(), "out")
-		n, err := m.Export(gen, dst, false)
+		n, err := m.Export(context.Background(), gen, dst, false)
 		if err != nil {
 			rt.Fatal(err)
 		}
@@ -122,11 +123,11 @@ func TestCommitReadsOnlyChangedFiles(t *testing.T) {
 		files[fmt.Sprintf("d%d/f%d", i%10, i)] = fmt.Sprint(i)
 	}
 	write(t, src, files)
-	if _, _, err := m.Create("w", src); err != nil {
+	if _, _, err := m.Create(context.Background(), "w", src); err != nil {
 		t.Fatal(err)
 	}
 	write(t, src, map[string]string{"d1/f1": "changed!", "new": "n"})
-	_, st, err := m.Commit("w", src)
+	_, st, err := m.Commit(context.Background(), "w", src)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +147,7 @@ func TestForkIsO1AndIndependent(t *testing.T) {
 	m := openTest(t)
 	src := t.TempDir()
 	write(t, src, map[string]string{"a": "1"})
-	g, _, err := m.Create("main", src)
+	g, _, err := m.Create(context.Background(), "main", src)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +180,7 @@ func TestRebaseReplaysByKey(t *testing.T) {
 	m := openTest(t)
 	src := t.TempDir()
 	write(t, src, map[string]string{"a": "1", "b": "1"})
-	if _, _, err := m.Create("main", src); err != nil {
+	if _, _, err := m.Create(context.Background(), "main", src); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.Fork("main", "c", ""); err != nil {
@@ -187,18 +188,18 @@ func TestRebaseReplaysByKey(t *testing.T) {
 	}
 	c := t.TempDir()
 	write(t, c, map[string]string{"a": "child", "b": "1"})
-	if _, _, err := m.Commit("c", c); err != nil {
+	if _, _, err := m.Commit(context.Background(), "c", c); err != nil {
 		t.Fatal(err)
 	}
 	write(t, src, map[string]string{"b": "parent"})
-	if _, _, err := m.Commit("main", src); err != nil {
+	if _, _, err := m.Commit(context.Background(), "main", src); err != nil {
 		t.Fatal(err)
 	}
-	r1, err := m.Rebase("c", RebaseOptions{Key: "ticket-1"})
+	r1, err := m.Rebase(context.Background(), "c", RebaseOptions{Key: "ticket-1"})
 	if err != nil || r1.Outcome != OutcomeRebased {
 		t.Fatalf("rebase: %+v %v", r1, err)
 	}
-	r2, err := m.Rebase("c", RebaseOptions{Key: "ticket-1"})
+	r2, err := m.Rebase(context.Background(), "c", RebaseOptions{Key: "ticket-1"})
 	if err != nil || r2.Outcome != OutcomeRebased || r2.Head != r1.Head {
 		t.Fatalf("replay by key: %+v %v (first %+v)", r2, err, r1)
 	}
@@ -232,7 +233,7 @@ func BenchmarkFork(b *testing.B) {
 		b.Run(fmt.Sprintf("files=%d", n), func(b *testing.B) {
 			m := openTest(b)
 			src := benchTree(b, n)
-			if _, _, err := m.Create("main", src); err != nil {
+			if _, _, err := m.Create(context.Background(), "main", src); err != nil {
 				b.Fatal(err)
 			}
 			b.ResetTimer()
@@ -250,7 +251,7 @@ func BenchmarkCommit10Changes(b *testing.B) {
 		b.Run(fmt.Sprintf("files=%d", n), func(b *testing.B) {
 			m := openTest(b)
 			src := benchTree(b, n)
-			if _, _, err := m.Create("main", src); err != nil {
+			if _, _, err := m.Create(context.Background(), "main", src); err != nil {
 				b.Fatal(err)
 			}
 			b.ResetTimer()
@@ -258,7 +259,7 @@ func BenchmarkCommit10Changes(b *testing.B) {
 				for j := 0; j < 10; j++ {
 					os.WriteFile(filepath.Join(src, "d000/d000", fmt.Sprintf("f%d", j)), []byte(fmt.Sprint(i, j)), 0o644)
 				}
-				if _, _, err := m.Commit("main", src); err != nil {
+				if _, _, err := m.Commit(context.Background(), "main", src); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -274,7 +275,7 @@ func BenchmarkImport(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, _, err := m.Create("main", src); err != nil {
+		if _, _, err := m.Create(context.Background(), "main", src); err != nil {
 			b.Fatal(err)
 		}
 		m.Close()

@@ -81,7 +81,7 @@ func (a *app) cmdCreate() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			gen, st, err := m.Create(args[0], from)
+			gen, st, err := m.Create(cmd.Context(), args[0], from)
 			if err != nil {
 				return fmt.Errorf("create %s: %w", args[0], err)
 			}
@@ -177,7 +177,7 @@ func (a *app) cmdCommit() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			gen, st, err := m.Commit(args[0], a.abs(args[1]))
+			gen, st, err := m.Commit(cmd.Context(), args[0], a.abs(args[1]))
 			if err != nil {
 				return fmt.Errorf("commit %s: %w", args[0], err)
 			}
@@ -371,7 +371,7 @@ func (a *app) cmdExport() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("export %s: %w", ref, err)
 			}
-			n, err := m.Export(gen, a.abs(args[1]), force)
+			n, err := m.Export(cmd.Context(), gen, a.abs(args[1]), force)
 			if err != nil {
 				return fmt.Errorf("export %s: %w", ref, err)
 			}
@@ -440,7 +440,7 @@ func (a *app) cmdRebase() *cobra.Command {
 					return fmt.Errorf("rebase %s: %w", args[0], err)
 				}
 			}
-			res, err := m.Rebase(args[0], workspace.RebaseOptions{Prefer: p, Markers: markers})
+			res, err := m.Rebase(cmd.Context(), args[0], workspace.RebaseOptions{Prefer: p, Markers: markers})
 			if err != nil {
 				return fmt.Errorf("rebase %s: %w", args[0], err)
 			}
@@ -470,7 +470,7 @@ func (a *app) cmdLand() *cobra.Command {
 					return fmt.Errorf("land %s: %w", args[0], err)
 				}
 			}
-			res, err := m.Land(args[0], workspace.RebaseOptions{})
+			res, err := m.Land(cmd.Context(), args[0], workspace.RebaseOptions{})
 			if err != nil {
 				return fmt.Errorf("land %s: %w", args[0], err)
 			}
@@ -481,7 +481,7 @@ func (a *app) cmdLand() *cobra.Command {
 			if res.Outcome == workspace.OutcomeConflicted {
 				return a.printOutcome(a.stdout, res)
 			}
-			pub := a.publishAfterLand(res.Parent)
+			pub := a.publishAfterLand(cmd.Context(), res.Parent)
 			if pub == nil {
 				return a.emit(res, func(w io.Writer) { fmt.Fprintln(w, res.Head) })
 			}

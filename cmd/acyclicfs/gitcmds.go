@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -149,7 +150,7 @@ func (a *app) cmdGitPublish() *cobra.Command {
 			if cmd.Flags().Changed("branch") && branch == "" {
 				return usageError{fmt.Errorf("git publish: --branch needs a branch name")}
 			}
-			res, err := a.publish(args[0], workspace.PublishOptions{Branch: branch, Message: msg})
+			res, err := a.publish(cmd.Context(), args[0], workspace.PublishOptions{Branch: branch, Message: msg})
 			if err != nil {
 				return err
 			}
@@ -163,7 +164,7 @@ func (a *app) cmdGitPublish() *cobra.Command {
 
 // publish refuses a workspace whose window is open (as land does: the head
 // moves only at its final close) and publishes it.
-func (a *app) publish(ws string, opt workspace.PublishOptions) (workspace.PublishResult, error) {
+func (a *app) publish(ctx context.Context, ws string, opt workspace.PublishOptions) (workspace.PublishResult, error) {
 	m, err := a.manager()
 	if err != nil {
 		return workspace.PublishResult{}, err
@@ -174,7 +175,7 @@ func (a *app) publish(ws string, opt workspace.PublishOptions) (workspace.Publis
 		}
 	}
 	opt.Env = a.gitEnv
-	res, err := m.GitPublish(ws, opt)
+	res, err := m.GitPublish(ctx, ws, opt)
 	if err != nil {
 		return res, fmt.Errorf("git publish %s: %w", ws, err)
 	}
@@ -199,7 +200,7 @@ type landPublish struct {
 // publishAfterLand publishes parent if its binding says so (OnLand
 // publish). A refusal does not undo the land: it is reported, and land
 // still exits 0.
-func (a *app) publishAfterLand(parent string) *landPublish {
+func (a *app) publishAfterLand(ctx context.Context, parent string) *landPublish {
 	m, err := a.manager()
 	if err != nil || parent == "" {
 		return nil
@@ -211,7 +212,7 @@ func (a *app) publishAfterLand(parent string) *landPublish {
 	if !found || b.OnLand != workspace.OnLandPublish {
 		return nil
 	}
-	res, err := a.publish(parent, workspace.PublishOptions{})
+	res, err := a.publish(ctx, parent, workspace.PublishOptions{})
 	if err != nil {
 		return &landPublish{Error: err.Error()}
 	}

@@ -1,4 +1,4 @@
-package workspace
+package contexts
 
 import (
 	"encoding/hex"
@@ -10,26 +10,28 @@ import (
 	"testing"
 
 	"github.com/acyclicfs/acyclicfs/corestate"
+
+	"github.com/acyclicfs/acyclicfs/workspace/errs"
 )
 
-func openContextStore(t *testing.T) (*ContextStore, *corestate.Store) {
+func openContextStore(t *testing.T) (*Store, *corestate.Store) {
 	t.Helper()
 	cs, err := corestate.Open(t.TempDir(), corestate.Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := NewContextStore(cs)
+	s, err := NewStore(cs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s, cs
 }
 
-func testContext(name, parent string, state ContextState) Context {
-	return Context{Name: name, Parent: parent, State: state, Roots: []ContextRoot{{Workspace: "durable"}}, Created: 1}
+func testContext(name, parent string, state State) Context {
+	return Context{Name: name, Parent: parent, State: state, Roots: []Root{{Workspace: "durable"}}, Created: 1}
 }
 
-func mustCAS(t *testing.T, s *ContextStore, rev uint64, c Context) {
+func mustCAS(t *testing.T, s *Store, rev uint64, c Context) {
 	t.Helper()
 	ok, err := s.CompareAndSwap(rev, c)
 	if err != nil || !ok {
@@ -44,18 +46,18 @@ func recordFile(cs *corestate.Store, family, key string) string {
 
 func TestContextsAreDurableAndDiscoverable(t *testing.T) {
 	s, cs := openContextStore(t)
-	c := testContext("ctx", "", ContextActive)
+	c := testContext("ctx", "", Active)
 	mustCAS(t, s, 0, c)
 	reopened, err := corestate.Open(cs.Root(), corestate.Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s2, _ := NewContextStore(reopened)
+	s2, _ := NewStore(reopened)
 	got, err := s2.List()
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Version, c.ID, c.Revision = contextVersion, ContextID("ctx"), 1
+	c.Version, c.ID, c.Revision = contextVersion, ID("ctx"), 1
 	if !reflect.DeepEqual(got, []Context{c}) {
 		t.Fatalf("List = %+v, want %+v", got, []Context{c})
 	}
@@ -66,38 +68,38 @@ func TestContextsAreDurableAndDiscoverable(t *testing.T) {
 
 func TestContextCompareAndSwapManyRequiresExactSet(t *testing.T) {
 	s, _ := openContextStore(t)
-	mustCAS(t, s, 0, testContext("a", "", ContextActive))
-	mustCAS(t, s, 0, testContext("b", "", ContextActive))
-	frozenA := testContext("a", "", ContextFrozen)
+	mustCAS(t, s, 0, testContext("a", "", Active))
+	mustCAS(t, s, 0, testContext("b", "", Active))
+	frozenA := testContext("a", "", Frozen)
 	if ok, err := s.CompareAndSwapMany(map[string]uint64{"a": 1}, []Context{frozenA}, true); err != nil || ok {
 		t.Fatalf("exact set without b = %v, %v; want false", ok, err)
 	}
 	if ok, err := s.CompareAndSwapMany(map[string]uint64{"a": 1, "b": 2}, []Context{frozenA}, true); err != nil || ok {
 		t.Fatalf("stale revision of b = %v, %v; want false", ok, err)
 	}
-	frozenB := testContext("b", "", ContextFrozen)
+	frozenB := testContext("b", "", Frozen)
 	if ok, err := s.CompareAndSwapMany(map[string]uint64{"a": 1, "b": 1}, []Context{frozenA, frozenB}, true); err != nil || !ok {
 		t.Fatalf("exact set = %v, %v; want true", ok, err)
 	}
 	for _, n := range []string{"a", "b"} {
 		c, _, err := s.Load(n)
-		if err != nil || c.State != ContextFrozen || c.Revision != 2 {
+		if err != nil || c.State != Frozen || c.Revision != 2 {
 			t.Fatalf("%s = %+v, %v", n, c, err)
 		}
 	}
-	if ok, _ := s.CompareAndSwapMany(map[string]uint64{"a": 2}, []Context{testContext("c", "", ContextActive)}, false); ok {
+	if ok, _ := s.CompareAndSwapMany(map[string]uint64{"a": 2}, []Context{testContext("c", "", Active)}, false); ok {
 		t.Fatal("a replacement not named in expected was accepted")
 	}
 }
 
 func TestContextParentIsFixedAndMustExist(t *testing.T) {
 	s, _ := openContextStore(t)
-	if _, err := s.CompareAndSwap(0, testContext("child", "nobody", ContextActive)); !errors.Is(err, ErrUnknownContext) {
+	if _, err := s.CompareAndSwap(0, testContext("child", "nobody", Active)); !errors.Is(err, ErrUnknown) {
 		t.Fatalf("child of a missing parent: %v", err)
 	}
-	mustCAS(t, s, 0, testContext("p", "", ContextActive))
-	mustCAS(t, s, 0, testContext("child", "p", ContextActive))
-	if _, err := s.CompareAndSwap(1, testContext("child", "", ContextActive)); !errors.Is(err, ErrInvalidInput) {
+	mustCAS(t, s, 0, testContext("p", "", Active))
+	mustCAS(t, s, 0, testContext("child", "p", Active))
+	if _, err := s.CompareAndSwap(1, testContext("child", "", Active)); !errors.Is(err, errs.ErrInvalidInput) {
 		t.Fatalf("reparenting: %v", err)
 	}
 	if kids, err := s.Children("p", 10); err != nil || !reflect.DeepEqual(kids, []string{"child"}) {
@@ -107,38 +109,38 @@ func TestContextParentIsFixedAndMustExist(t *testing.T) {
 
 func TestContextDiscardReadsOnlyTheBoundedSubtree(t *testing.T) {
 	s, cs := openContextStore(t)
-	for _, c := range []Context{testContext("parent", "", ContextActive), testContext("child", "parent", ContextActive), testContext("unrelated", "", ContextActive)} {
+	for _, c := range []Context{testContext("parent", "", Active), testContext("child", "parent", Active), testContext("unrelated", "", Active)} {
 		mustCAS(t, s, 0, c)
 	}
-	if err := os.WriteFile(recordFile(cs, familyContexts, contextKey("unrelated")), []byte("not-json"), 0o600); err != nil {
+	if err := os.WriteFile(recordFile(cs, familyContexts, Key("unrelated")), []byte("not-json"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.DiscardSubtree("parent", "child", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 1 || got[0].Name != "child" || got[0].State != ContextDiscarded {
+	if len(got) != 1 || got[0].Name != "child" || got[0].State != Discarded {
 		t.Fatalf("discarded = %+v", got)
 	}
 	c, found, err := s.Load("child")
-	if err != nil || !found || c.State != ContextDiscarded {
+	if err != nil || !found || c.State != Discarded {
 		t.Fatalf("child after discard = %+v %v %v (kept, marked discarded)", c, found, err)
 	}
-	if p, _, _ := s.Load("parent"); p.State != ContextActive {
+	if p, _, _ := s.Load("parent"); p.State != Active {
 		t.Fatalf("parent state = %s", p.State)
 	}
 }
 
 func TestContextDiscardWholeSubtreeAndLimit(t *testing.T) {
 	s, _ := openContextStore(t)
-	for _, c := range []Context{testContext("r", "", ContextActive), testContext("a", "r", ContextActive), testContext("b", "r", ContextFrozen), testContext("a1", "a", ContextActive)} {
+	for _, c := range []Context{testContext("r", "", Active), testContext("a", "r", Active), testContext("b", "r", Frozen), testContext("a1", "a", Active)} {
 		mustCAS(t, s, 0, c)
 	}
 	if _, err := s.DiscardSubtree("", "r", 3); !errors.Is(err, ErrTraversalLimit) {
 		t.Fatalf("discard of 4 with bound 3: %v", err)
 	}
 	for _, n := range []string{"r", "a", "b", "a1"} {
-		if c, _, _ := s.Load(n); c.State == ContextDiscarded {
+		if c, _, _ := s.Load(n); c.State == Discarded {
 			t.Fatalf("%s discarded by a refused discard", n)
 		}
 	}
@@ -163,12 +165,12 @@ func TestContextDiscardWholeSubtreeAndLimit(t *testing.T) {
 
 func TestContextDiscardChecksChildCountBeforeReadingBucket(t *testing.T) {
 	s, cs := openContextStore(t)
-	mustCAS(t, s, 0, testContext("parent", "", ContextActive))
-	mustCAS(t, s, 0, testContext("child", "parent", ContextActive))
-	if _, err := cs.CompareAndSwap(contextIndexName+"-child-counts", contextKey("child"), 0, 10000); err != nil {
+	mustCAS(t, s, 0, testContext("parent", "", Active))
+	mustCAS(t, s, 0, testContext("child", "parent", Active))
+	if _, err := cs.CompareAndSwap(contextIndexName+"-child-counts", Key("child"), 0, 10000); err != nil {
 		t.Fatal(err)
 	}
-	bucket := recordFile(cs, contextIndexName+"-children", contextKey("child"))
+	bucket := recordFile(cs, contextIndexName+"-children", Key("child"))
 	if err := os.MkdirAll(filepath.Dir(bucket), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -182,12 +184,12 @@ func TestContextDiscardChecksChildCountBeforeReadingBucket(t *testing.T) {
 
 func TestContextDiscardBoundsBucketBytesBeforeDecoding(t *testing.T) {
 	s, cs := openContextStore(t)
-	mustCAS(t, s, 0, testContext("parent", "", ContextActive))
-	mustCAS(t, s, 0, testContext("child", "parent", ContextActive))
-	if _, err := cs.CompareAndSwap(contextIndexName+"-child-counts", contextKey("child"), 0, 1); err != nil {
+	mustCAS(t, s, 0, testContext("parent", "", Active))
+	mustCAS(t, s, 0, testContext("child", "parent", Active))
+	if _, err := cs.CompareAndSwap(contextIndexName+"-child-counts", Key("child"), 0, 1); err != nil {
 		t.Fatal(err)
 	}
-	bucket := recordFile(cs, contextIndexName+"-children", contextKey("child"))
+	bucket := recordFile(cs, contextIndexName+"-children", Key("child"))
 	if err := os.MkdirAll(filepath.Dir(bucket), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +204,7 @@ func TestContextDiscardBoundsBucketBytesBeforeDecoding(t *testing.T) {
 	if !errors.Is(err, corestate.ErrTooLarge) {
 		t.Fatalf("want ErrTooLarge for an oversized bucket, got %v", err)
 	}
-	if c, _, _ := s.Load("child"); c.State != ContextActive {
+	if c, _, _ := s.Load("child"); c.State != Active {
 		t.Fatal("child changed by a failed discard")
 	}
 }
@@ -210,16 +212,16 @@ func TestContextDiscardBoundsBucketBytesBeforeDecoding(t *testing.T) {
 func TestContextDiscardNeverRebuildsAMissingIndex(t *testing.T) {
 	_, cs := openContextStore(t)
 	legacy, _ := corestate.NewFamily[Context](cs, familyContexts)
-	for _, c := range []Context{testContext("parent", "", ContextActive), testContext("child", "parent", ContextActive), testContext("unrelated", "", ContextActive)} {
-		c.Version, c.ID = contextVersion, ContextID(c.Name)
-		if _, err := legacy.CompareAndSwap(contextKey(c.Name), 0, c); err != nil {
+	for _, c := range []Context{testContext("parent", "", Active), testContext("child", "parent", Active), testContext("unrelated", "", Active)} {
+		c.Version, c.ID = contextVersion, ID(c.Name)
+		if _, err := legacy.CompareAndSwap(Key(c.Name), 0, c); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(recordFile(cs, familyContexts, contextKey("unrelated")), []byte("not-json"), 0o600); err != nil {
+	if err := os.WriteFile(recordFile(cs, familyContexts, Key("unrelated")), []byte("not-json"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s, _ := NewContextStore(cs)
+	s, _ := NewStore(cs)
 	if _, err := s.DiscardSubtree("parent", "child", 1); !errors.Is(err, ErrIncompatibleState) {
 		t.Fatalf("want ErrIncompatibleState, got %v", err)
 	}
@@ -234,13 +236,13 @@ func TestContextDiscardNeverRebuildsAMissingIndex(t *testing.T) {
 func TestContextIndexIsRebuiltByList(t *testing.T) {
 	_, cs := openContextStore(t)
 	legacy, _ := corestate.NewFamily[Context](cs, familyContexts)
-	for _, c := range []Context{testContext("parent", "", ContextActive), testContext("child", "parent", ContextActive)} {
-		c.Version, c.ID = contextVersion, ContextID(c.Name)
-		if _, err := legacy.CompareAndSwap(contextKey(c.Name), 0, c); err != nil {
+	for _, c := range []Context{testContext("parent", "", Active), testContext("child", "parent", Active)} {
+		c.Version, c.ID = contextVersion, ID(c.Name)
+		if _, err := legacy.CompareAndSwap(Key(c.Name), 0, c); err != nil {
 			t.Fatal(err)
 		}
 	}
-	s, _ := NewContextStore(cs)
+	s, _ := NewStore(cs)
 	if all, err := s.List(); err != nil || len(all) != 2 {
 		t.Fatalf("List = %v, %v", all, err)
 	}
@@ -264,9 +266,9 @@ func crashAt(t *testing.T, step string) {
 
 func TestPreparedContextTransactionRollsBackRecordAndChildIndex(t *testing.T) {
 	s, cs := openContextStore(t)
-	mustCAS(t, s, 0, testContext("parent", "", ContextActive))
+	mustCAS(t, s, 0, testContext("parent", "", Active))
 	crashAt(t, "tx.after-apply-3") // record and index partly applied
-	if _, err := s.CompareAndSwap(0, testContext("child", "parent", ContextActive)); err == nil {
+	if _, err := s.CompareAndSwap(0, testContext("child", "parent", Active)); err == nil {
 		t.Fatal("crashed transaction reported success")
 	}
 	corestate.SetFailpointForTest(nil)
@@ -286,15 +288,15 @@ func TestPreparedContextTransactionRollsBackRecordAndChildIndex(t *testing.T) {
 
 func TestCommittedContextTransactionRollsForward(t *testing.T) {
 	s, cs := openContextStore(t)
-	mustCAS(t, s, 0, testContext("parent", "", ContextActive))
+	mustCAS(t, s, 0, testContext("parent", "", Active))
 	crashAt(t, "tx.after-commit")
-	_, _ = s.CompareAndSwap(0, testContext("child", "parent", ContextActive))
+	_, _ = s.CompareAndSwap(0, testContext("child", "parent", Active))
 	corestate.SetFailpointForTest(nil)
 	reopened, err := corestate.Open(cs.Root(), corestate.Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s2, _ := NewContextStore(reopened)
+	s2, _ := NewStore(reopened)
 	if c, found, err := s2.Load("child"); err != nil || !found || c.Parent != "parent" {
 		t.Fatalf("child after roll-forward = %+v %v %v", c, found, err)
 	}
@@ -307,8 +309,8 @@ func TestCommittedContextTransactionRollsForward(t *testing.T) {
 // validation every load runs: no panic, and an accepted record survives a
 // round trip unchanged.
 func FuzzContextRecord(f *testing.F) {
-	good := testContext("ctx", "parent", ContextFrozen)
-	good.Version, good.ID = contextVersion, ContextID("ctx")
+	good := testContext("ctx", "parent", Frozen)
+	good.Version, good.ID = contextVersion, ID("ctx")
 	b, _ := json.Marshal(good)
 	f.Add(b)
 	f.Add([]byte(`{"version":1,"id":"00","name":"x","state":"active","roots":null}`))
@@ -340,13 +342,13 @@ func normalize(c Context) Context {
 
 func TestContextCheck(t *testing.T) {
 	s, cs := openContextStore(t)
-	mustCAS(t, s, 0, testContext("p", "", ContextActive))
-	mustCAS(t, s, 0, testContext("c", "p", ContextActive))
+	mustCAS(t, s, 0, testContext("p", "", Active))
+	mustCAS(t, s, 0, testContext("c", "p", Active))
 	if probs, err := s.Check(); err != nil || len(probs) != 0 {
 		t.Fatalf("clean store: %q, %v", probs, err)
 	}
 	// Drop the child from the index behind the store's back.
-	ws, err := s.index.Move(contextKey("c"), contextKey("p"), "")
+	ws, err := s.index.Move(Key("c"), Key("p"), "")
 	if err != nil {
 		t.Fatal(err)
 	}

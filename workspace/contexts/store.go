@@ -1,6 +1,7 @@
-package workspace
+package contexts
 
 import (
+	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -9,26 +10,29 @@ import (
 	"lukechampine.com/blake3"
 
 	"github.com/acyclicfs/acyclicfs/corestate"
+
+	"github.com/acyclicfs/acyclicfs/store"
+	"github.com/acyclicfs/acyclicfs/workspace/errs"
 )
 
 // ContextState is where a context is in its life: active → frozen →
 // discarded, or active → discarded. Discarded contexts are kept (marked,
 // never deleted) so their names stay taken and their history stays shown.
-type ContextState string
+type State string
 
 // Context states.
 const (
-	ContextActive    ContextState = "active"
-	ContextFrozen    ContextState = "frozen"
-	ContextDiscarded ContextState = "discarded"
+	Active    State = "active"
+	Frozen    State = "frozen"
+	Discarded State = "discarded"
 )
 
-func (s ContextState) valid() bool {
-	return s == ContextActive || s == ContextFrozen || s == ContextDiscarded
+func (s State) valid() bool {
+	return s == Active || s == Frozen || s == Discarded
 }
 
 // ContextRoot is one workspace of a context.
-type ContextRoot struct {
+type Root struct {
 	// Workspace is the root's workspace name.
 	Workspace string `json:"workspace"`
 	// ParentWorkspace is the root of the parent context this root was
@@ -45,10 +49,10 @@ type Context struct {
 	ID      string `json:"id"`
 	Name    string `json:"name"`
 	// Parent is the parent context's name ("" for a context made by create).
-	Parent  string        `json:"parent,omitempty"`
-	State   ContextState  `json:"state"`
-	Roots   []ContextRoot `json:"roots"`
-	Created int64         `json:"created"`
+	Parent  string `json:"parent,omitempty"`
+	State   State  `json:"state"`
+	Roots   []Root `json:"roots"`
+	Created int64  `json:"created"`
 	// Revision is the record's corestate revision; it is not part of the
 	// stored value (the envelope carries it).
 	Revision uint64 `json:"-"`
@@ -80,11 +84,11 @@ type contextSet struct {
 // of a domain-separated BLAKE3 of the name, in hex. Names are never reused
 // (discarded contexts are kept), so the id is stable and unique, and a
 // lookup by name needs no separate name index.
-func ContextID(name string) string { return hex.EncodeToString([]byte(contextKey(name))) }
+func ID(name string) string { return hex.EncodeToString([]byte(Key(name))) }
 
 // contextKey is the corestate key of a context: 16 raw bytes (names may be
 // 128 bytes, longer than corestate's key limit).
-func contextKey(name string) string {
+func Key(name string) string {
 	h := blake3.New(16, nil)
 	h.Write([]byte("acyclicfs context v1\x00"))
 	h.Write([]byte(name))
@@ -99,7 +103,7 @@ func contextKey(name string) string {
 //
 // It holds no in-memory state; it is safe for concurrent use, and several
 // processes may share the core state (every change is revision-fenced).
-type ContextStore struct {
+type Store struct {
 	cs      *corestate.Store
 	records corestate.Family[Context]
 	index   corestate.ChildIndex
@@ -108,7 +112,7 @@ type ContextStore struct {
 }
 
 // NewContextStore returns the context store kept in cs.
-func NewContextStore(cs *corestate.Store) (*ContextStore, error) {
+func NewStore(cs *corestate.Store) (*Store, error) {
 	records, err := corestate.NewFamily[Context](cs, familyContexts)
 	if err != nil {
 		return nil, err
@@ -125,13 +129,13 @@ func NewContextStore(cs *corestate.Store) (*ContextStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ContextStore{cs: cs, records: records, index: index, ready: ready, set: set}, nil
+	return &Store{cs: cs, records: records, index: index, ready: ready, set: set}, nil
 }
 
 // recover finishes any transaction a crashed writer left, so a read never
 // sees half of one (the seed recovers the context journal before every
 // operation). Journals of live commits are skipped by corestate.
-func (s *ContextStore) recover() error {
+func (s *Store) recover() error {
 	if _, err := s.cs.Recover(); err != nil {
 		return fmt.Errorf("recover core state: %w", err)
 	}
@@ -140,12 +144,12 @@ func (s *ContextStore) recover() error {
 
 // loadKey reads the context at key and checks that the record is the one
 // the key names.
-func (s *ContextStore) loadKey(key string) (Context, bool, error) {
+func (s *Store) loadKey(key string) (Context, bool, error) {
 	c, rev, found, err := s.records.Load(key)
 	if err != nil || !found {
 		return Context{}, found, err
 	}
-	if err := c.check(); err != nil || contextKey(c.Name) != key {
+	if err := c.check(); err != nil || Key(c.Name) != key {
 		return Context{}, false, fmt.Errorf("context record %x: %w: %v", key, corestate.ErrCorrupt, err)
 	}
 	c.Revision = rev
@@ -157,11 +161,11 @@ func (c *Context) check() error {
 	switch {
 	case c.Version != contextVersion:
 		return fmt.Errorf("version %d", c.Version)
-	case ValidateName(c.Name) != nil:
+	case store.ValidWorkspaceName(c.Name) != nil:
 		return fmt.Errorf("name %q", c.Name)
-	case c.ID != ContextID(c.Name):
+	case c.ID != ID(c.Name):
 		return fmt.Errorf("id %q does not match name %q", c.ID, c.Name)
-	case c.Parent != "" && ValidateName(c.Parent) != nil:
+	case c.Parent != "" && store.ValidWorkspaceName(c.Parent) != nil:
 		return fmt.Errorf("parent %q", c.Parent)
 	case c.Parent == c.Name:
 		return fmt.Errorf("context %q is its own parent", c.Name)
@@ -169,7 +173,7 @@ func (c *Context) check() error {
 		return fmt.Errorf("state %q", c.State)
 	}
 	for _, r := range c.Roots {
-		if ValidateName(r.Workspace) != nil {
+		if store.ValidWorkspaceName(r.Workspace) != nil {
 			return fmt.Errorf("root workspace %q", r.Workspace)
 		}
 	}
@@ -178,14 +182,14 @@ func (c *Context) check() error {
 
 // Load returns the context called name; found is false when it does not
 // exist.
-func (s *ContextStore) Load(name string) (Context, bool, error) {
-	if err := ValidateName(name); err != nil {
+func (s *Store) Load(name string) (Context, bool, error) {
+	if err := store.ValidWorkspaceName(name); err != nil {
 		return Context{}, false, err
 	}
 	if err := s.recover(); err != nil {
 		return Context{}, false, err
 	}
-	c, found, err := s.loadKey(contextKey(name))
+	c, found, err := s.loadKey(Key(name))
 	if err != nil {
 		return Context{}, false, fmt.Errorf("load context %s: %w", name, err)
 	}
@@ -195,7 +199,7 @@ func (s *ContextStore) Load(name string) (Context, bool, error) {
 // List returns every context sorted by name. Like the seed, it installs
 // the children index if it is missing (a store written before the index
 // existed); it is the one read that may scan the family.
-func (s *ContextStore) List() ([]Context, error) {
+func (s *Store) List() ([]Context, error) {
 	if err := s.recover(); err != nil {
 		return nil, err
 	}
@@ -205,7 +209,7 @@ func (s *ContextStore) List() ([]Context, error) {
 	return s.loadAll()
 }
 
-func (s *ContextStore) loadAll() ([]Context, error) {
+func (s *Store) loadAll() ([]Context, error) {
 	keys, err := s.records.Keys()
 	if err != nil {
 		return nil, fmt.Errorf("list contexts: %w", err)
@@ -226,7 +230,7 @@ func (s *ContextStore) loadAll() ([]Context, error) {
 
 // indexReady reports whether the children index marker exists, and its
 // revision (for an Assert fence).
-func (s *ContextStore) indexReady() (uint64, bool, error) {
+func (s *Store) indexReady() (uint64, bool, error) {
 	_, rev, found, err := s.ready.Load(singletonKey)
 	if err != nil {
 		return 0, false, fmt.Errorf("context index marker: %w", err)
@@ -238,7 +242,7 @@ func (s *ContextStore) indexReady() (uint64, bool, error) {
 // absent. Each child is added by its own small commit (a Move is a no-op
 // once the child is listed), so a crash mid-build is finished by the next
 // build; the marker is written last. The record count is fixed up with it.
-func (s *ContextStore) ensureIndex() error {
+func (s *Store) ensureIndex() error {
 	if _, ready, err := s.indexReady(); err != nil || ready {
 		return err
 	}
@@ -250,11 +254,11 @@ func (s *ContextStore) ensureIndex() error {
 		if c.Parent == "" {
 			continue
 		}
-		ws, err := s.index.Move(contextKey(c.Name), "", contextKey(c.Parent))
+		ws, err := s.index.Move(Key(c.Name), "", Key(c.Parent))
 		if err != nil {
 			return fmt.Errorf("build context index: %w", err)
 		}
-		ws = append(ws, s.records.Put(contextKey(c.Name), c.Revision, c))
+		ws = append(ws, s.records.Put(Key(c.Name), c.Revision, c))
 		ws[len(ws)-1].Assert = true
 		if err := s.cs.Commit("ctx-index-"+newOperationID(), ws); err != nil {
 			return fmt.Errorf("build context index: %w", err)
@@ -276,7 +280,7 @@ func (s *ContextStore) ensureIndex() error {
 
 // CompareAndSwap replaces (or with expectRev 0 creates) one context. It
 // reports false, changing nothing, when the record is not at expectRev.
-func (s *ContextStore) CompareAndSwap(expectRev uint64, c Context) (bool, error) {
+func (s *Store) CompareAndSwap(expectRev uint64, c Context) (bool, error) {
 	return s.CompareAndSwapMany(map[string]uint64{c.Name: expectRev}, []Context{c}, false)
 }
 
@@ -293,7 +297,7 @@ func (s *ContextStore) CompareAndSwap(expectRev uint64, c Context) (bool, error)
 // that changes an existing context's parent is refused — so the contexts
 // always form a forest. One transaction may create at most one child per
 // parent (each index record is written once per corestate transaction).
-func (s *ContextStore) CompareAndSwapMany(expected map[string]uint64, replacements []Context, requireExactSet bool) (bool, error) {
+func (s *Store) CompareAndSwapMany(expected map[string]uint64, replacements []Context, requireExactSet bool) (bool, error) {
 	if err := s.recover(); err != nil {
 		return false, err
 	}
@@ -327,7 +331,7 @@ var errIndexRead = errors.New("context index read raced a writer")
 // on bookkeeping records only.
 const casRetries = 8
 
-func (s *ContextStore) compareAndSwapOnce(expected map[string]uint64, replacements []Context, requireExactSet bool) (bool, error) {
+func (s *Store) compareAndSwapOnce(expected map[string]uint64, replacements []Context, requireExactSet bool) (bool, error) {
 	readyRev, _, err := s.indexReady()
 	if err != nil {
 		return false, err
@@ -342,11 +346,11 @@ func (s *ContextStore) compareAndSwapOnce(expected map[string]uint64, replacemen
 			return false, nil
 		}
 		replaced[c.Name] = true
-		c.Version, c.ID = contextVersion, ContextID(c.Name)
+		c.Version, c.ID = contextVersion, ID(c.Name)
 		if err := c.check(); err != nil {
-			return false, fmt.Errorf("context %q: %w: %v", c.Name, ErrInvalidInput, err)
+			return false, fmt.Errorf("context %q: %w: %v", c.Name, errs.ErrInvalidInput, err)
 		}
-		key := contextKey(c.Name)
+		key := Key(c.Name)
 		cur, found, err := s.loadKey(key)
 		if err != nil {
 			return false, err
@@ -355,7 +359,7 @@ func (s *ContextStore) compareAndSwapOnce(expected map[string]uint64, replacemen
 			return false, nil
 		}
 		if found && cur.Parent != c.Parent {
-			return false, fmt.Errorf("context %s: %w: its parent context cannot change", c.Name, ErrInvalidInput)
+			return false, fmt.Errorf("context %s: %w: its parent context cannot change", c.Name, errs.ErrInvalidInput)
 		}
 		writes = append(writes, s.records.Put(key, exp, *c))
 		if found {
@@ -366,16 +370,16 @@ func (s *ContextStore) compareAndSwapOnce(expected map[string]uint64, replacemen
 			continue
 		}
 		if _, inTx := expected[c.Parent]; !inTx {
-			p, found, err := s.loadKey(contextKey(c.Parent))
+			p, found, err := s.loadKey(Key(c.Parent))
 			if err != nil {
 				return false, err
 			}
 			if !found {
-				return false, fmt.Errorf("context %s: %w: parent %q", c.Name, ErrUnknownContext, c.Parent)
+				return false, fmt.Errorf("context %s: %w: parent %q", c.Name, ErrUnknown, c.Parent)
 			}
-			writes = append(writes, corestate.Write{Family: familyContexts, Key: contextKey(c.Parent), ExpectRev: p.Revision, Assert: true})
+			writes = append(writes, corestate.Write{Family: familyContexts, Key: Key(c.Parent), ExpectRev: p.Revision, Assert: true})
 		}
-		moves, err := s.index.Move(key, "", contextKey(c.Parent))
+		moves, err := s.index.Move(key, "", Key(c.Parent))
 		if errors.Is(err, corestate.ErrCorrupt) {
 			return false, fmt.Errorf("%w: %w", errIndexRead, err)
 		}
@@ -385,11 +389,11 @@ func (s *ContextStore) compareAndSwapOnce(expected map[string]uint64, replacemen
 		writes = append(writes, moves...)
 	}
 	for name, exp := range expected {
-		if err := ValidateName(name); err != nil {
+		if err := store.ValidWorkspaceName(name); err != nil {
 			return false, err
 		}
 		if !replaced[name] {
-			writes = append(writes, corestate.Write{Family: familyContexts, Key: contextKey(name), ExpectRev: exp, Assert: true})
+			writes = append(writes, corestate.Write{Family: familyContexts, Key: Key(name), ExpectRev: exp, Assert: true})
 		}
 	}
 	if created > 0 || requireExactSet {
@@ -426,11 +430,11 @@ func (s *ContextStore) compareAndSwapOnce(expected map[string]uint64, replacemen
 // Children returns the names of parent's child contexts if there are at
 // most limit of them (ErrTraversalLimit otherwise), reading only parent's
 // index records and the children's own records.
-func (s *ContextStore) Children(parent string, limit int) ([]string, error) {
-	if err := ValidateName(parent); err != nil {
+func (s *Store) Children(parent string, limit int) ([]string, error) {
+	if err := store.ValidWorkspaceName(parent); err != nil {
 		return nil, err
 	}
-	keys, err := s.index.Children(contextKey(parent), limit)
+	keys, err := s.index.Children(Key(parent), limit)
 	if errors.Is(err, corestate.ErrTraversalLimit) {
 		return nil, fmt.Errorf("%w: %w", ErrTraversalLimit, err)
 	}
@@ -464,11 +468,11 @@ func (s *ContextStore) Children(parent string, limit int) ([]string, error) {
 // and with ErrIncompatibleState when the index is missing (it is never
 // rebuilt here) or disagrees with the records; nothing is changed then. It
 // returns the subtree's contexts as they now are, child first.
-func (s *ContextStore) DiscardSubtree(parent, child string, maximum int) ([]Context, error) {
+func (s *Store) DiscardSubtree(parent, child string, maximum int) ([]Context, error) {
 	if maximum < 1 {
-		return nil, fmt.Errorf("%w: the discard bound must be at least 1", ErrInvalidInput)
+		return nil, fmt.Errorf("%w: the discard bound must be at least 1", errs.ErrInvalidInput)
 	}
-	if err := ValidateName(child); err != nil {
+	if err := store.ValidWorkspaceName(child); err != nil {
 		return nil, err
 	}
 	if err := s.recover(); err != nil {
@@ -481,19 +485,19 @@ func (s *ContextStore) DiscardSubtree(parent, child string, maximum int) ([]Cont
 	if !ready {
 		return nil, fmt.Errorf("%w: the context children index is missing (run 'acyclicfs context list' to rebuild it)", ErrIncompatibleState)
 	}
-	root, found, err := s.loadKey(contextKey(child))
+	root, found, err := s.loadKey(Key(child))
 	if err != nil {
 		return nil, err
 	}
 	if !found {
-		return nil, fmt.Errorf("%w: %q", ErrUnknownContext, child)
+		return nil, fmt.Errorf("%w: %q", ErrUnknown, child)
 	}
 	if root.Parent != parent {
 		return nil, fmt.Errorf("%w: %s's parent context is %q, not %q", ErrIncompatibleState, child, root.Parent, parent)
 	}
-	sub, err := s.index.Subtree(contextKey(child), maximum)
+	sub, err := s.index.Subtree(Key(child), maximum)
 	for attempt := 0; errors.Is(err, corestate.ErrCorrupt) && attempt < casRetries; attempt++ {
-		sub, err = s.index.Subtree(contextKey(child), maximum) // see errIndexRead
+		sub, err = s.index.Subtree(Key(child), maximum) // see errIndexRead
 	}
 	if errors.Is(err, corestate.ErrTraversalLimit) {
 		// corestate's message names raw keys; say it in context names.
@@ -518,15 +522,15 @@ func (s *ContextStore) DiscardSubtree(parent, child string, maximum int) ([]Cont
 			if err != nil {
 				return nil, err
 			}
-			if !found || !inTree[contextKey(c.Parent)] {
+			if !found || !inTree[Key(c.Parent)] {
 				return nil, fmt.Errorf("%w: index lists %x under %s but its record disagrees", ErrIncompatibleState, k, child)
 			}
 		}
-		if c.State == ContextDiscarded {
+		if c.State == Discarded {
 			writes = append(writes, corestate.Write{Family: familyContexts, Key: k, ExpectRev: c.Revision, Assert: true})
 		} else {
 			next := c
-			next.State = ContextDiscarded
+			next.State = Discarded
 			writes = append(writes, s.records.Put(k, c.Revision, next))
 			c = next
 			c.Revision++
@@ -535,10 +539,18 @@ func (s *ContextStore) DiscardSubtree(parent, child string, maximum int) ([]Cont
 	}
 	err = s.cs.Commit("ctx-discard-"+newOperationID(), writes)
 	if errors.Is(err, corestate.ErrConflict) {
-		return nil, fmt.Errorf("%w: contexts under %s changed meanwhile; retry", ErrBusy, child)
+		return nil, fmt.Errorf("%w: contexts under %s changed meanwhile; retry", errs.ErrBusy, child)
 	}
 	if err != nil {
 		return nil, err
 	}
 	return records, nil
+}
+
+// newOperationID returns a fresh random operation id (hex), as
+// workspace's does.
+func newOperationID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go >= 1.24)
+	return hex.EncodeToString(b[:])
 }
