@@ -43,9 +43,9 @@ func (a *app) execute(ctx context.Context, args []string) int {
 	root.SetIn(a.stdin)
 	err := root.ExecuteContext(ctx)
 	a.close()
-	if err != nil && ctx.Err() != nil && !errors.Is(err, context.Canceled) {
+	if err != nil && ctx.Err() != nil {
 		// A step the interrupt stopped fails in its own words (a pipe
-		// closed early): say why.
+		// closed early, "context canceled"): say why.
 		err = fmt.Errorf("%w (interrupted: %w)", err, context.Cause(ctx))
 	}
 	if err != nil {
