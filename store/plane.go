@@ -62,12 +62,6 @@ func (t *stx) put(prefix meta.Key, id []byte, v []byte) error {
 	return t.Put(append(append(k, prefix...), id...), v)
 }
 
-// del removes record id from prefix's namespace.
-func (t *stx) del(prefix meta.Key, id []byte) error {
-	k := append(append(t.key[:0], prefix...), id...)
-	return t.Delete(k)
-}
-
 // onCommit runs fn after the transaction committed (never if it did not;
 // a plane that runs the closure again forgets the earlier run's).
 func (t *stx) onCommit(fn func()) { t.commits = append(t.commits, fn) }
