@@ -108,12 +108,18 @@ func (s *Store) haveTrees(ids []ID) bool {
 // directory no longer has the ref's fingerprint), whose entries name base
 // refs in turn.
 func (s *Store) GetTree(id ID) (*Tree, error) {
-	var t *Tree
-	var ref refState
-	var isRef bool
 	if t := s.trees.get(id); t != nil {
 		return t, nil
 	}
+	return s.getTreeUncached(id)
+}
+
+// getTreeUncached is GetTree past the cache, apart so that the cached path
+// does not pay for the variables its transaction's closure captures.
+func (s *Store) getTreeUncached(id ID) (*Tree, error) {
+	var t *Tree
+	var ref refState
+	var isRef bool
 	err := s.view(func(tx *stx) error {
 		var err error
 		t, err = getTreeTx(tx, id) // the cache was asked above

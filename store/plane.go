@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"sync"
 
 	"github.com/acyclicfs/acyclicfs/meta"
 )
@@ -31,10 +32,37 @@ var (
 // scratch buffer for the keys of reads (tree and generation reads are hot;
 // a fresh key each would be an allocation per read), and what to do once
 // the transaction commits.
+//
+// The store's view and update take one from stxPool, so that a read costs
+// no allocation beyond the caller's closure and the plane's own.
 type stx struct {
 	meta.Tx
 	key     [96]byte
 	commits []func()
+	fn      func(*stx) error    // the store-level closure of this transaction
+	run     func(meta.Tx) error // t.call, bound once when t is made
+}
+
+var stxPool = sync.Pool{New: func() any {
+	t := &stx{}
+	t.run = t.call
+	return t
+}}
+
+// call runs t.fn on the plane's tx; a plane that runs the closure again
+// starts it afresh.
+func (t *stx) call(tx meta.Tx) error {
+	t.Tx = tx
+	clear(t.commits)
+	t.commits = t.commits[:0]
+	return t.fn(t)
+}
+
+// release returns t to the pool with nothing of its transaction kept.
+func (t *stx) release() {
+	clear(t.commits)
+	t.Tx, t.fn, t.commits = nil, nil, t.commits[:0]
+	stxPool.Put(t)
 }
 
 // get reads the record id in the namespace whose scan prefix is prefix.
@@ -74,9 +102,11 @@ func (s *Store) view(fn func(tx *stx) error) (err error) {
 	// recoverable panic instead of killing the process.
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer recoverCorrupt(&err)
-	return s.meta.View(context.Background(), func(tx meta.Tx) error {
-		return fn(&stx{Tx: tx})
-	})
+	t := stxPool.Get().(*stx)
+	t.fn = fn
+	err = s.meta.View(context.Background(), t.run)
+	t.release() // not after a panic: that t is dropped
+	return err
 }
 
 // update runs fn in a write transaction of the metadata plane, then the
@@ -87,16 +117,15 @@ func (s *Store) update(fn func(tx *stx) error) (err error) {
 	}
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer recoverCorrupt(&err)
-	var last *stx
-	err = s.meta.Update(context.Background(), func(tx meta.Tx) error {
-		last = &stx{Tx: tx}
-		return fn(last)
-	})
-	if err == nil && last != nil {
-		for _, f := range last.commits {
+	t := stxPool.Get().(*stx)
+	t.fn = fn
+	err = s.meta.Update(context.Background(), t.run)
+	if err == nil {
+		for _, f := range t.commits {
 			f()
 		}
 	}
+	t.release()
 	return err
 }
 
