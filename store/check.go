@@ -68,9 +68,9 @@ func newReach(tx *stx) *reach {
 		blobFrom: map[ID]ID{}, hasRefs: hasRefs}
 }
 
-// found reports whether record id is in prefix's namespace; a failed read
+// hasRecord reports whether record id is in prefix's namespace; a failed read
 // counts as absent (the walks report what they cannot read as missing).
-func found(tx *stx, prefix meta.Key, id []byte) bool {
+func hasRecord(tx *stx, prefix meta.Key, id []byte) bool {
 	ok, err := tx.has(prefix, id)
 	return err == nil && ok
 }
@@ -81,7 +81,7 @@ func (r *reach) markRef(tx *stx, id ID) bool {
 	if r.refs.Has(id) {
 		return true
 	}
-	if !r.hasRefs || !found(tx, prefixBaseRefs, id[:]) {
+	if !r.hasRefs || !hasRecord(tx, prefixBaseRefs, id[:]) {
 		return false
 	}
 	r.refs.Add(id)
@@ -94,7 +94,7 @@ func (r *reach) markRef(tx *stx, id ID) bool {
 	v, _ := tx.get(prefixBaseResolved, id[:])
 	switch {
 	case v == nil:
-		if !found(tx, prefixBases, ref.Base[:]) {
+		if !hasRecord(tx, prefixBases, ref.Base[:]) {
 			r.problem(ProblemMissingBase, id.String(), "base %s of unresolved ref %q not recorded", ref.Base, ref.Path)
 		}
 	case len(v) != IDSize:
@@ -214,12 +214,12 @@ func (s *Store) markRoots(tx *stx, extra IDSet) *reach {
 	markWorkspaces(tx, r)
 	for _, id := range extra.Sorted() {
 		switch {
-		case found(tx, prefixGenerations, id[:]):
+		case hasRecord(tx, prefixGenerations, id[:]):
 			r.markGen(tx, id, "extra root", ProblemMissingGeneration)
-		case id == emptyTreeID || found(tx, prefixTrees, id[:]):
+		case id == emptyTreeID || hasRecord(tx, prefixTrees, id[:]):
 			r.markTree(tx, id, "extra root")
 		case r.markRef(tx, id):
-		case found(tx, prefixBases, id[:]):
+		case hasRecord(tx, prefixBases, id[:]):
 			r.bases.Add(id)
 		default:
 			r.blobs.Add(id)
@@ -343,7 +343,7 @@ func checkBaseRecordsTx(tx *stx) []Problem {
 		switch {
 		case len(k) != IDSize || len(v) != IDSize:
 			bad(k, "resolution %x", v)
-		case !found(tx, prefixBaseRefs, k):
+		case !hasRecord(tx, prefixBaseRefs, k):
 			bad(k, "resolution of an unrecorded base ref")
 		}
 		return nil

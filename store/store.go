@@ -408,11 +408,11 @@ func (s *Store) initPlane() error {
 			return err
 		}
 		for _, p := range []meta.Key{prefixTrees, prefixGenerations, spaceWorkspaces.Prefix(nil)} {
-			any := false
-			if err := tx.Scan(p, meta.ScanOptions{Limit: 1}, func(meta.Key, []byte) error { any = true; return nil }); err != nil {
+			some := false
+			if err := tx.Scan(p, meta.ScanOptions{Limit: 1}, func(meta.Key, []byte) error { some = true; return nil }); err != nil {
 				return err
 			}
-			if any {
+			if some {
 				return fmt.Errorf("records but no format record: %w", ErrCorrupt)
 			}
 		}
