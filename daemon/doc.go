@@ -44,6 +44,18 @@
 // fenced) closes the lease, completes the reconcile without switching
 // the view, and is retried.
 //
+// The fencing in step 2 needs the window's lease gates on the same
+// metadata plane as the heads: store.CompareAndAppend checks the permit
+// against its gate in the transaction that appends the head, and the
+// window coordinator (window.MetaStore over store.Store.Meta, see
+// workspace.Manager.Windows) opens, renews and fences the gates in the
+// transaction that changes the window. window.MemoryStore keeps windows
+// apart from the store, so a lease it closed or let expire could not stop
+// an append already on its way; a store on an in-memory plane
+// (store.Options.Meta = meta.NewMemory()) therefore still runs its windows
+// on window.MetaStore, over that plane (daemon/finalclose_test.go runs the
+// final close on both planes).
+//
 // # Goroutines and locks
 //
 // The HTTP server runs each request on its own goroutine; the session

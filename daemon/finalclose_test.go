@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"log"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/acyclicfs/acyclicfs/fusefs/sessions"
 	"github.com/acyclicfs/acyclicfs/internal/failpoint"
+	"github.com/acyclicfs/acyclicfs/meta"
 	"github.com/acyclicfs/acyclicfs/store"
 	"github.com/acyclicfs/acyclicfs/window"
 	"github.com/acyclicfs/acyclicfs/workspace"
@@ -22,6 +24,41 @@ import (
 // The final close (capture -> publish -> finish -> rebase -> switch view)
 // driven without FUSE: a real store in t.TempDir (its window coordinator
 // included) and a fake view standing for the mount's overlay.
+//
+// Each test runs on two metadata planes: the store's meta.db (bbolt) and
+// an in-memory plane (meta.NewMemory, store.Options.Meta) with the blobs
+// in t.TempDir. On both, the window coordinator is window.MetaStore over
+// the store's own plane (workspace.Manager.Windows), never
+// window.MemoryStore: a lease's gate must live in the same transactional
+// space as the heads, because store.CompareAndAppend checks the permit
+// against the gate in the transaction that appends the head. A
+// MemoryStore keeps its windows apart from the store, so closing or
+// expiring a lease there cannot fence an append already in flight on the
+// store (see daemon/doc.go).
+
+// planes are the metadata planes the final-close tests run on; nil plane:
+// the store's meta.db.
+var planes = []struct {
+	name  string
+	plane func() meta.Store
+}{
+	{"bolt", nil},
+	{"memory", func() meta.Store { return meta.NewMemory() }},
+}
+
+// onPlanes runs test once per metadata plane, with the workspace options
+// that open a store on it.
+func onPlanes(t *testing.T, test func(t *testing.T, opt workspace.Options)) {
+	for _, p := range planes {
+		t.Run(p.name, func(t *testing.T) {
+			opt := workspace.Options{NoSync: true}
+			if p.plane != nil {
+				opt.Meta = p.plane()
+			}
+			test(t, opt)
+		})
+	}
+}
 
 // fakeView is a mount's overlay: a capture returns root (changed while
 // set), and switches are recorded.
@@ -81,6 +118,7 @@ type tb interface {
 type fixture struct {
 	t    tb
 	dir  string
+	opt  workspace.Options // how the store was opened (and is reopened)
 	m    *workspace.Manager
 	d    *Daemon
 	s    *Mount
@@ -92,9 +130,9 @@ const testTTL = 300 * time.Millisecond
 
 // newFixture makes workspaces p and its child c, and serves c through a
 // fake view. edit is a tree c's session "writes".
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T, opt workspace.Options) *fixture {
 	t.Helper()
-	f := newFixtureIn(t, t.TempDir())
+	f := newFixtureOn(t, t.TempDir(), opt)
 	t.Cleanup(f.close)
 	return f
 }
@@ -107,9 +145,18 @@ func (f *fixture) close() {
 
 func newFixtureIn(t tb, dir string) *fixture {
 	t.Helper()
-	m, err := workspace.Open(filepath.Join(dir, "store"), workspace.Options{NoSync: true})
+	return newFixtureOn(t, dir, workspace.Options{NoSync: true})
+}
+
+// newFixtureOn is newFixtureIn with the store opened with opt.
+func newFixtureOn(t tb, dir string, opt workspace.Options) *fixture {
+	t.Helper()
+	m, err := workspace.Open(filepath.Join(dir, "store"), opt)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "store", "meta.db")); (opt.Meta != nil) != errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("meta.db with plane %T: %v", opt.Meta, err)
 	}
 	src := filepath.Join(dir, "src")
 	write(t, src, "a.txt", "a\n")
@@ -128,7 +175,7 @@ func newFixtureIn(t tb, dir string) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{t: t, dir: dir, m: m, edit: edit}
+	f := &fixture{t: t, dir: dir, opt: opt, m: m, edit: edit}
 	f.serve()
 	return f
 }
@@ -230,7 +277,11 @@ func (f *fixture) moveParent(name string) store.ID {
 }
 
 func TestFinalClosePublishesAndSwitches(t *testing.T) {
-	f := newFixture(t)
+	onPlanes(t, testFinalClosePublishesAndSwitches)
+}
+
+func testFinalClosePublishesAndSwitches(t *testing.T, opt workspace.Options) {
+	f := newFixture(t, opt)
 	f.session("sid:1")
 	f.v.root = f.edit
 	res, err := f.s.EndLease("sid:1")
@@ -254,8 +305,10 @@ func TestFinalClosePublishesAndSwitches(t *testing.T) {
 
 // Only the last lease's end closes finally: with two sessions the first
 // end captures nothing.
-func TestFinalCloseOnlyAtLastLease(t *testing.T) {
-	f := newFixture(t)
+func TestFinalCloseOnlyAtLastLease(t *testing.T) { onPlanes(t, testFinalCloseOnlyAtLastLease) }
+
+func testFinalCloseOnlyAtLastLease(t *testing.T, opt workspace.Options) {
+	f := newFixture(t, opt)
 	f.session("sid:1")
 	f.session("sid:2")
 	f.v.root = f.edit
@@ -277,8 +330,10 @@ func TestFinalCloseOnlyAtLastLease(t *testing.T) {
 // A capture that fails publishes nothing, ends the lease all the same
 // (the window does not stay pinned), keeps the view, reports the failure;
 // the retry stores it.
-func TestFinalCloseCaptureFails(t *testing.T) {
-	f := newFixture(t)
+func TestFinalCloseCaptureFails(t *testing.T) { onPlanes(t, testFinalCloseCaptureFails) }
+
+func testFinalCloseCaptureFails(t *testing.T, opt workspace.Options) {
+	f := newFixture(t, opt)
 	f.session("sid:1")
 	before, _ := f.m.Get("c")
 	f.v.root = f.edit
@@ -330,8 +385,10 @@ func TestFinalCloseCaptureFails(t *testing.T) {
 // A permit that expired before the publish is fenced: nothing is
 // published under it, and the daemon reclaims the window and publishes
 // once under that claim.
-func TestFinalClosePublishFenced(t *testing.T) {
-	f := newFixture(t)
+func TestFinalClosePublishFenced(t *testing.T) { onPlanes(t, testFinalClosePublishFenced) }
+
+func testFinalClosePublishFenced(t *testing.T, opt workspace.Options) {
+	f := newFixture(t, opt)
 	f.session("sid:1")
 	hl := f.s.leases["sid:1"]
 	lease := hl.holder.Lease()
@@ -399,7 +456,11 @@ func waitExpired(t *testing.T, m *workspace.Manager, ws string, lease window.Lea
 // The parent moves while the mount captures: the final close rebases
 // onto it exactly once, and the view shows the rebased head.
 func TestFinalCloseParentMovesDuringCapture(t *testing.T) {
-	f := newFixture(t)
+	onPlanes(t, testFinalCloseParentMovesDuringCapture)
+}
+
+func testFinalCloseParentMovesDuringCapture(t *testing.T, opt workspace.Options) {
+	f := newFixture(t, opt)
 	f.session("sid:1")
 	var parentHead store.ID
 	f.v.during = func() {
@@ -436,7 +497,9 @@ type crashed struct{ at string }
 // A crash between the steps of the final close: recovery of the mount
 // record on reopen finishes the work (the published capture kept, the
 // pending rebase done once, the window idle, the record gone).
-func TestFinalCloseCrashRecovery(t *testing.T) {
+func TestFinalCloseCrashRecovery(t *testing.T) { onPlanes(t, testFinalCloseCrashRecovery) }
+
+func testFinalCloseCrashRecovery(t *testing.T, opt workspace.Options) {
 	for _, c := range []struct {
 		point     string
 		published bool // the capture was published before the crash
@@ -446,7 +509,11 @@ func TestFinalCloseCrashRecovery(t *testing.T) {
 		{"reconcile.before-complete", true},
 	} {
 		t.Run(c.point, func(t *testing.T) {
-			f := newFixture(t)
+			opt := opt
+			if opt.Meta != nil {
+				opt.Meta = meta.NewMemory() // a fresh store per case, as the TempDir is
+			}
+			f := newFixture(t, opt)
 			f.session("sid:1")
 			var parentHead store.ID
 			f.v.during = func() { parentHead = f.moveParent("from-parent.txt") }
@@ -465,7 +532,7 @@ func TestFinalCloseCrashRecovery(t *testing.T) {
 			if err := f.m.Close(); err != nil {
 				t.Fatal(err)
 			}
-			m, err := workspace.Open(filepath.Join(f.dir, "store"), workspace.Options{NoSync: true})
+			m, err := workspace.Open(filepath.Join(f.dir, "store"), f.opt)
 			if err != nil {
 				t.Fatal(err)
 			}

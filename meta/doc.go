@@ -17,8 +17,8 @@
 // appends only if both are as expected; window's store reads the snapshot's
 // revision and swaps it together with the gates.
 //
-// Three implementations: Bolt over a bbolt file (the store's meta.db,
-// which keeps trees and generations beside these records), Memory for tests
+// Three implementations: Bolt over a bbolt file (the store's meta.db),
+// Memory for tests
 // and embedding, and — next, issue #28 — etcd. Each runs metatest.Run.
 //
 // # Keys
@@ -34,8 +34,18 @@
 //	gates                 NUL gate id              lease gate (JSON)
 //	windows               NUL workspace            window snapshot (JSON)
 //	meta/<ns>             NUL key                  upper layers' records
-//	generations           NUL id (32 bytes)        read only, to check that an
-//	                                               appended head's generation exists
+//	format                NUL "format"             the store's format record (JSON)
+//	trees                 NUL id (32 bytes)        tree encoding
+//	generations           NUL id (32 bytes)        generation encoding
+//	bases                 NUL base id (32 bytes)   in-place base record (JSON)
+//	baserefs              NUL ref id (32 bytes)    base reference encoding
+//	baseref-resolved      NUL ref id (32 bytes)    ID of the ref's stored copy
+//	lazy-overlay          NUL node id (32 bytes)   lazy-overlay node encoding
+//
+// The store keeps its content-addressed records (trees, generations, base
+// refs, overlay nodes) here too, so that one transaction publishes a
+// generation and appends its head; see "trees and generations" under the
+// etcd mapping for where they belong on a distributed plane.
 //
 // Segments are escaped (%25 %2F %00) so a namespace's prefix never
 // matches a nested or neighbouring namespace's keys; leaves are raw so

@@ -14,7 +14,6 @@ import (
 	"sync"
 
 	"github.com/acyclicfs/acyclicfs/internal/dirfd"
-	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sys/unix"
 )
 
@@ -151,11 +150,11 @@ func (s *Store) CreateBase(dir string) (base ID, root ID, err error) {
 		return ID{}, ID{}, fmt.Errorf("create base %s: %w", dir, err)
 	}
 	root = BaseRefID(enc)
-	err = s.update(func(tx *bolt.Tx) error {
-		if err := tx.Bucket(bucketBases).Put(base[:], rec); err != nil {
+	err = s.update(func(tx *stx) error {
+		if err := tx.put(prefixBases, base[:], rec); err != nil {
 			return err
 		}
-		return tx.Bucket(bucketBaseRefs).Put(root[:], enc)
+		return tx.put(prefixBaseRefs, root[:], enc)
 	})
 	if err != nil {
 		return ID{}, ID{}, fmt.Errorf("create base %s: %w", dir, err)
@@ -173,8 +172,11 @@ func (s *Store) BaseDirPath(base ID) (string, error) {
 		return p, nil
 	}
 	var rec baseRecord
-	err := s.view(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketBases).Get(base[:])
+	err := s.view(func(tx *stx) error {
+		v, err := tx.get(prefixBases, base[:])
+		if err != nil {
+			return err
+		}
 		if v == nil {
 			return fmt.Errorf("base %s: %w", base.Short(), ErrNotFound)
 		}
@@ -316,7 +318,7 @@ func (s *Store) BaseRefOf(id ID) (BaseRef, bool, error) {
 	}
 	var r BaseRef
 	var found bool
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *stx) error {
 		var err error
 		r, found, err = storedRefTx(tx, id)
 		return err
@@ -324,8 +326,11 @@ func (s *Store) BaseRefOf(id ID) (BaseRef, bool, error) {
 	return r, found, err
 }
 
-func storedRefTx(tx *bolt.Tx, id ID) (BaseRef, bool, error) {
-	v := tx.Bucket(bucketBaseRefs).Get(id[:])
+func storedRefTx(tx *stx, id ID) (BaseRef, bool, error) {
+	v, err := tx.get(prefixBaseRefs, id[:])
+	if err != nil {
+		return BaseRef{}, false, fmt.Errorf("base ref %s: %w", id.Short(), err)
+	}
 	if v == nil {
 		return BaseRef{}, false, nil
 	}
@@ -408,7 +413,7 @@ func (s *Store) RefMatchingStat(id, base ID, path string, st *unix.Stat_t) (Base
 // same content). Hold HoldGC until something reachable names ref.
 func (s *Store) Resolve(ref, target ID) error {
 	memo, inMemo := s.bases.ref(ref)
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *stx) error {
 		r, found, err := storedRefTx(tx, ref)
 		if err != nil {
 			return err
@@ -421,19 +426,23 @@ func (s *Store) Resolve(ref, target ID) error {
 			if err != nil {
 				return err
 			}
-			if err := tx.Bucket(bucketBaseRefs).Put(ref[:], enc); err != nil {
+			if err := tx.put(prefixBaseRefs, ref[:], enc); err != nil {
 				return err
 			}
 			r = memo
 		}
 		if r.Kind == KindDir {
-			if target != emptyTreeID && tx.Bucket(bucketTrees).Get(target[:]) == nil {
-				return fmt.Errorf("target tree %s: %w", target.Short(), ErrNotFound)
+			if target != emptyTreeID {
+				if ok, err := tx.has(prefixTrees, target[:]); err != nil {
+					return err
+				} else if !ok {
+					return fmt.Errorf("target tree %s: %w", target.Short(), ErrNotFound)
+				}
 			}
 		} else if _, err := s.objs.Stat(bid(target)); err != nil {
 			return fmt.Errorf("target %w", err)
 		}
-		return tx.Bucket(bucketBaseResolved).Put(ref[:], target[:])
+		return tx.put(prefixBaseResolved, ref[:], target[:])
 	})
 	if err != nil {
 		return fmt.Errorf("resolve base ref %s: %w", ref.Short(), err)
@@ -537,16 +546,17 @@ func (s *Store) PrepareResolve(trees []*Tree, rs []Resolution, after ...*Prepare
 }
 
 // putTx writes the prepared trees, refs and resolutions in tx.
-func (pr *PreparedResolve) putTx(tx *bolt.Tx) error {
+func (pr *PreparedResolve) putTx(tx *stx) error {
 	if err := putRefsTx(tx, &pr.s.bases, pr.refs); err != nil {
 		return fmt.Errorf("resolve %d base refs: %w", len(pr.rs), err)
 	}
-	tb := tx.Bucket(bucketTrees)
 	for i, enc := range pr.encs {
-		if tb.Get(pr.tids[i][:]) == nil {
-			if err := tb.Put(pr.tids[i][:], enc); err != nil {
-				return fmt.Errorf("resolve %d base refs: %w", len(pr.rs), err)
-			}
+		ok, err := tx.has(prefixTrees, pr.tids[i][:])
+		if err == nil && !ok {
+			err = tx.put(prefixTrees, pr.tids[i][:], enc)
+		}
+		if err != nil {
+			return fmt.Errorf("resolve %d base refs: %w", len(pr.rs), err)
 		}
 	}
 	for _, r := range pr.rs {
@@ -558,13 +568,17 @@ func (pr *PreparedResolve) putTx(tx *bolt.Tx) error {
 			return fmt.Errorf("resolve %d base refs: base ref %s: %w", len(pr.rs), r.Ref.Short(), ErrNotFound)
 		}
 		if ref.Kind == KindDir {
-			if r.Target != emptyTreeID && tb.Get(r.Target[:]) == nil {
-				return fmt.Errorf("resolve %d base refs: target tree %s: %w", len(pr.rs), r.Target.Short(), ErrNotFound)
+			if r.Target != emptyTreeID {
+				if ok, err := tx.has(prefixTrees, r.Target[:]); err != nil {
+					return fmt.Errorf("resolve %d base refs: %w", len(pr.rs), err)
+				} else if !ok {
+					return fmt.Errorf("resolve %d base refs: target tree %s: %w", len(pr.rs), r.Target.Short(), ErrNotFound)
+				}
 			}
 		} else if _, err := pr.s.objs.Stat(bid(r.Target)); err != nil {
 			return fmt.Errorf("resolve %d base refs: target %w", len(pr.rs), err)
 		}
-		if err := tx.Bucket(bucketBaseResolved).Put(r.Ref[:], r.Target[:]); err != nil {
+		if err := tx.put(prefixBaseResolved, r.Ref[:], r.Target[:]); err != nil {
 			return fmt.Errorf("resolve %d base refs: %w", len(pr.rs), err)
 		}
 	}
@@ -580,7 +594,7 @@ type refState struct {
 
 // lookupRefTx finds id's reference (bucket, else memo) and resolution;
 // false if id is no reference.
-func (s *Store) lookupRefTx(tx *bolt.Tx, id ID) (refState, bool, error) {
+func (s *Store) lookupRefTx(tx *stx, id ID) (refState, bool, error) {
 	var st refState
 	r, found, err := storedRefTx(tx, id)
 	if err != nil {
@@ -592,7 +606,11 @@ func (s *Store) lookupRefTx(tx *bolt.Tx, id ID) (refState, bool, error) {
 		}
 	}
 	st.ref = r
-	if v := tx.Bucket(bucketBaseResolved).Get(id[:]); v != nil {
+	v, err := tx.get(prefixBaseResolved, id[:])
+	if err != nil {
+		return st, false, fmt.Errorf("base ref %s: %w", id.Short(), err)
+	}
+	if v != nil {
 		if len(v) != IDSize {
 			return st, false, fmt.Errorf("%w: base ref %s: resolution of %d bytes", ErrCorrupt, id.Short(), len(v))
 		}
@@ -626,13 +644,15 @@ func (s *Store) RefStatuses(ids []ID) ([]RefStatus, error) {
 		return nil, nil // no transaction: a detection asks for every directory it checks, most have no subdirectories
 	}
 	out := make([]RefStatus, len(ids))
-	err := s.view(func(tx *bolt.Tx) error {
-		resolved := tx.Bucket(bucketBaseResolved)
+	err := s.view(func(tx *stx) error {
 		for i, id := range ids {
 			// A reference this process built (a listing's lstat, say) needs
 			// no decoding and verification of its stored copy.
 			if _, ok := s.bases.ref(id); ok {
-				v := resolved.Get(id[:])
+				v, err := tx.get(prefixBaseResolved, id[:])
+				if err != nil {
+					return err
+				}
 				if v != nil && len(v) != IDSize {
 					return fmt.Errorf("%w: base ref %s: resolution of %d bytes", ErrCorrupt, id.Short(), len(v))
 				}
@@ -653,7 +673,7 @@ func (s *Store) RefStatuses(ids []ID) ([]RefStatus, error) {
 func (s *Store) lookupRef(id ID) (refState, bool, error) {
 	var st refState
 	var found bool
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *stx) error {
 		var err error
 		st, found, err = s.lookupRefTx(tx, id)
 		return err
@@ -1018,18 +1038,18 @@ func (s *Store) memoRefsNamed(each func(yield func(ID))) (map[ID][]byte, error) 
 
 // putRefsTx persists refs not yet stored; once tx commits, memo knows them
 // stored.
-func putRefsTx(tx *bolt.Tx, memo *baseMemo, refs map[ID][]byte) error {
-	b := tx.Bucket(bucketBaseRefs)
+func putRefsTx(tx *stx, memo *baseMemo, refs map[ID][]byte) error {
 	for id, enc := range refs {
-		if b.Get(id[:]) != nil {
-			continue
+		ok, err := tx.has(prefixBaseRefs, id[:])
+		if err == nil && !ok {
+			err = tx.put(prefixBaseRefs, id[:], enc)
 		}
-		if err := b.Put(id[:], enc); err != nil {
+		if err != nil {
 			return err
 		}
 	}
 	if len(refs) > 0 {
-		tx.OnCommit(func() { memo.markStored(refs) })
+		tx.onCommit(func() { memo.markStored(refs) })
 	}
 	return nil
 }

@@ -103,3 +103,32 @@ func BenchmarkHeadAppend(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkGetGeneration reads one generation (not cached: one read
+// transaction, the hot path of every head walk).
+func BenchmarkGetGeneration(b *testing.B) {
+	s := storetest.MustOpen(b)
+	g := storetest.PutGen(b, s, "main", store.GenCreate, map[string]string{"a": "0"})
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.GetGeneration(g); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkHasTree asks whether a tree is stored (one read transaction,
+// no decoding).
+func BenchmarkHasTree(b *testing.B) {
+	s := storetest.MustOpen(b)
+	id, err := s.PutTree(benchTree(256))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if ok, err := s.HasTree(id); err != nil || !ok {
+			b.Fatal(ok, err)
+		}
+	}
+}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/acyclicfs/acyclicfs/meta"
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/acyclicfs/acyclicfs/blobs"
 )
@@ -59,19 +58,30 @@ type reach struct {
 	hasRefs            bool // the baserefs bucket is not empty
 }
 
-func newReach(tx *bolt.Tx) *reach {
-	k, _ := tx.Bucket(bucketBaseRefs).Cursor().First()
+func newReach(tx *stx) *reach {
+	hasRefs := false
+	_ = tx.Scan(prefixBaseRefs, meta.ScanOptions{Limit: 1}, func(meta.Key, []byte) error {
+		hasRefs = true
+		return nil
+	})
 	return &reach{gens: IDSet{}, trees: IDSet{}, blobs: IDSet{}, refs: IDSet{}, bases: IDSet{},
-		blobFrom: map[ID]ID{}, hasRefs: k != nil}
+		blobFrom: map[ID]ID{}, hasRefs: hasRefs}
+}
+
+// hasRecord reports whether record id is in prefix's namespace; a failed read
+// counts as absent (the walks report what they cannot read as missing).
+func hasRecord(tx *stx, prefix meta.Key, id []byte) bool {
+	ok, err := tx.has(prefix, id)
+	return err == nil && ok
 }
 
 // markRef marks id if it is a recorded base ref, with its base and what
 // its resolution names, and reports whether it was one.
-func (r *reach) markRef(tx *bolt.Tx, id ID) bool {
+func (r *reach) markRef(tx *stx, id ID) bool {
 	if r.refs.Has(id) {
 		return true
 	}
-	if !r.hasRefs || tx.Bucket(bucketBaseRefs).Get(id[:]) == nil {
+	if !r.hasRefs || !hasRecord(tx, prefixBaseRefs, id[:]) {
 		return false
 	}
 	r.refs.Add(id)
@@ -81,10 +91,10 @@ func (r *reach) markRef(tx *bolt.Tx, id ID) bool {
 		return true
 	}
 	r.bases.Add(ref.Base)
-	v := tx.Bucket(bucketBaseResolved).Get(id[:])
+	v, _ := tx.get(prefixBaseResolved, id[:])
 	switch {
 	case v == nil:
-		if tx.Bucket(bucketBases).Get(ref.Base[:]) == nil {
+		if !hasRecord(tx, prefixBases, ref.Base[:]) {
 			r.problem(ProblemMissingBase, id.String(), "base %s of unresolved ref %q not recorded", ref.Base, ref.Path)
 		}
 	case len(v) != IDSize:
@@ -106,7 +116,7 @@ func (r *reach) problem(kind, obj, format string, args ...any) {
 
 // markGen marks generation id and everything its root reaches. from says
 // who referenced it, for the report.
-func (r *reach) markGen(tx *bolt.Tx, id ID, from string, missingKind string) {
+func (r *reach) markGen(tx *stx, id ID, from string, missingKind string) {
 	if id.IsZero() || r.gens.Has(id) {
 		return
 	}
@@ -140,7 +150,7 @@ func (r *reach) markGen(tx *bolt.Tx, id ID, from string, missingKind string) {
 
 // checkLinks reports a link group of g whose paths are not all one
 // regular file's content in g's root.
-func (r *reach) checkLinks(tx *bolt.Tx, id ID, g *Generation) {
+func (r *reach) checkLinks(tx *stx, id ID, g *Generation) {
 	entryAt := func(p string) (Entry, bool, error) {
 		cur := g.Root
 		names := strings.Split(p, "/")
@@ -166,7 +176,7 @@ func (r *reach) checkLinks(tx *bolt.Tx, id ID, g *Generation) {
 	}
 }
 
-func (r *reach) markTree(tx *bolt.Tx, id ID, from string) {
+func (r *reach) markTree(tx *stx, id ID, from string) {
 	if r.trees.Has(id) || r.markRef(tx, id) {
 		return
 	}
@@ -198,18 +208,18 @@ func (r *reach) markTree(tx *bolt.Tx, id ID, from string) {
 // markRoots marks from every head-log entry and workspace record, plus
 // extra (generation, tree or blob IDs), and checks the workspace records'
 // own consistency.
-func (s *Store) markRoots(tx *bolt.Tx, extra IDSet) *reach {
+func (s *Store) markRoots(tx *stx, extra IDSet) *reach {
 	r := newReach(tx)
 	r.markTree(tx, emptyTreeID, "store")
 	markWorkspaces(tx, r)
 	for _, id := range extra.Sorted() {
 		switch {
-		case tx.Bucket(bucketGenerations).Get(id[:]) != nil:
+		case hasRecord(tx, prefixGenerations, id[:]):
 			r.markGen(tx, id, "extra root", ProblemMissingGeneration)
-		case id == emptyTreeID || tx.Bucket(bucketTrees).Get(id[:]) != nil:
+		case id == emptyTreeID || hasRecord(tx, prefixTrees, id[:]):
 			r.markTree(tx, id, "extra root")
 		case r.markRef(tx, id):
-		case tx.Bucket(bucketBases).Get(id[:]) != nil:
+		case hasRecord(tx, prefixBases, id[:]):
 			r.bases.Add(id)
 		default:
 			r.blobs.Add(id)
@@ -226,17 +236,17 @@ func (s *Store) markRoots(tx *bolt.Tx, extra IDSet) *reach {
 func (s *Store) Check() ([]Problem, error) {
 	var problems []Problem
 	var r *reach
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *stx) error {
 		problems = append(problems, checkFormatTx(tx)...)
-		problems = append(problems, checkBucketTx(tx, bucketTrees, TreeID, func(b []byte) error {
+		problems = append(problems, checkBucketTx(tx, spaceTrees, TreeID, func(b []byte) error {
 			_, err := DecodeTree(b)
 			return err
 		}, ProblemCorruptTree)...)
-		problems = append(problems, checkBucketTx(tx, bucketGenerations, GenerationID, func(b []byte) error {
+		problems = append(problems, checkBucketTx(tx, spaceGenerations, GenerationID, func(b []byte) error {
 			_, err := DecodeGeneration(b)
 			return err
 		}, ProblemCorruptGeneration)...)
-		problems = append(problems, checkBucketTx(tx, bucketBaseRefs, BaseRefID, func(b []byte) error {
+		problems = append(problems, checkBucketTx(tx, spaceBaseRefs, BaseRefID, func(b []byte) error {
 			_, err := DecodeBaseRef(b)
 			return err
 		}, ProblemCorruptBaseRef)...)
@@ -281,8 +291,8 @@ func (s *Store) Check() ([]Problem, error) {
 	return problems, nil
 }
 
-func checkFormatTx(tx *bolt.Tx) []Problem {
-	v := tx.Bucket(bucketFormat).Get(keyFormat)
+func checkFormatTx(tx *stx) []Problem {
+	v, _ := tx.get(prefixFormat, keyFormat)
 	var rec formatRecord
 	if v == nil || json.Unmarshal(v, &rec) != nil || rec.Version != FormatVersion || rec.Hash != HashName {
 		return []Problem{{Kind: ProblemBadFormat, Object: "format", Detail: fmt.Sprintf("format record %q", v)}}
@@ -290,9 +300,12 @@ func checkFormatTx(tx *bolt.Tx) []Problem {
 	return nil
 }
 
-func checkBucketTx(tx *bolt.Tx, bucket []byte, hash func([]byte) ID, decode func([]byte) error, kind string) []Problem {
+// checkBucketTx checks every record of the content-addressed namespace sp
+// against its key.
+func checkBucketTx(tx *stx, sp meta.Space, hash func([]byte) ID, decode func([]byte) error, kind string) []Problem {
 	var out []Problem
-	_ = tx.Bucket(bucket).ForEach(func(k, v []byte) error {
+	_ = tx.Scan(sp.Prefix(nil), meta.ScanOptions{}, func(mk meta.Key, v []byte) error {
+		k := sp.Leaf(mk)
 		obj := hex.EncodeToString(k)
 		switch {
 		case len(k) != IDSize:
@@ -312,24 +325,25 @@ func checkBucketTx(tx *bolt.Tx, bucket []byte, hash func([]byte) ID, decode func
 // checkBaseRecordsTx checks the bases and baseref-resolved buckets: base
 // records decode to an absolute directory; each resolution is an ID and
 // belongs to a recorded ref. It never reads a base directory.
-func checkBaseRecordsTx(tx *bolt.Tx) []Problem {
+func checkBaseRecordsTx(tx *stx) []Problem {
 	var out []Problem
 	bad := func(k []byte, format string, args ...any) {
 		out = append(out, Problem{Kind: ProblemCorruptBaseRef, Object: hex.EncodeToString(k), Detail: fmt.Sprintf(format, args...)})
 	}
-	_ = tx.Bucket(bucketBases).ForEach(func(k, v []byte) error {
+	_ = tx.Scan(prefixBases, meta.ScanOptions{}, func(mk meta.Key, v []byte) error {
+		k := spaceBases.Leaf(mk)
 		var rec baseRecord
 		if len(k) != IDSize || json.Unmarshal(v, &rec) != nil || !filepath.IsAbs(rec.Dir) {
 			bad(k, "base record %q", v)
 		}
 		return nil
 	})
-	refs := tx.Bucket(bucketBaseRefs)
-	_ = tx.Bucket(bucketBaseResolved).ForEach(func(k, v []byte) error {
+	_ = tx.Scan(prefixBaseResolved, meta.ScanOptions{}, func(mk meta.Key, v []byte) error {
+		k := spaceBaseResolved.Leaf(mk)
 		switch {
 		case len(k) != IDSize || len(v) != IDSize:
 			bad(k, "resolution %x", v)
-		case refs.Get(k) == nil:
+		case !hasRecord(tx, prefixBaseRefs, k):
 			bad(k, "resolution of an unrecorded base ref")
 		}
 		return nil
@@ -372,7 +386,7 @@ func (s *Store) GC(extraRoots IDSet) (int64, error) {
 	defer s.bases.forgetStored() // swept refs must be stored again when named
 	start := time.Now()
 	var r *reach
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *stx) error {
 		r = s.markRoots(tx, extraRoots)
 		for _, p := range r.problems {
 			if p.Kind == ProblemCorruptTree || p.Kind == ProblemCorruptGeneration || p.Kind == ProblemCorruptBaseRef {
@@ -383,22 +397,24 @@ func (s *Store) GC(extraRoots IDSet) (int64, error) {
 			return err
 		}
 		for _, sb := range []struct {
-			bucket []byte
-			keep   IDSet
+			space meta.Space
+			keep  IDSet
 		}{
-			{bucketTrees, r.trees}, {bucketGenerations, r.gens},
-			{bucketBaseRefs, r.refs}, {bucketBaseResolved, r.refs}, {bucketBases, r.bases},
+			{spaceTrees, r.trees}, {spaceGenerations, r.gens},
+			{spaceBaseRefs, r.refs}, {spaceBaseResolved, r.refs}, {spaceBases, r.bases},
 		} {
-			b := tx.Bucket(sb.bucket)
-			var dead [][]byte
-			_ = b.ForEach(func(k, _ []byte) error {
-				if len(k) != IDSize || !sb.keep.Has(ID(k)) {
-					dead = append(dead, append([]byte{}, k...))
+			var dead []meta.Key
+			err := tx.Scan(sb.space.Prefix(nil), meta.ScanOptions{}, func(mk meta.Key, _ []byte) error {
+				if k := sb.space.Leaf(mk); len(k) != IDSize || !sb.keep.Has(ID(k)) {
+					dead = append(dead, append(meta.Key{}, mk...))
 				}
 				return nil
 			})
+			if err != nil {
+				return err
+			}
 			for _, k := range dead {
-				if err := b.Delete(k); err != nil {
+				if err := tx.Delete(k); err != nil {
 					return err
 				}
 			}
@@ -443,9 +459,7 @@ func sortProblems(ps []Problem) {
 // markWorkspaces marks from every workspace record and head-log entry (the
 // metadata plane's namespaces) and checks the records, head logs,
 // operation index and children index against each other.
-func markWorkspaces(btx *bolt.Tx, r *reach) {
-	// Generations and trees are not on the plane: r marks them in btx.
-	tx := meta.BoltTx(btx)
+func markWorkspaces(tx *stx, r *reach) {
 	_ = tx.Scan(spaceWorkspaces.Prefix(nil), meta.ScanOptions{}, func(k meta.Key, v []byte) error {
 		name := string(spaceWorkspaces.Leaf(k))
 		var w Workspace
@@ -457,8 +471,8 @@ func markWorkspaces(btx *bolt.Tx, r *reach) {
 		if !w.BaseRoot.IsZero() {
 			r.bases.Add(w.BaseRoot)
 		}
-		r.markGen(btx, w.Head, who+" head", ProblemDanglingHead)
-		r.markGen(btx, w.Base, who+" base", ProblemDanglingHead)
+		r.markGen(tx, w.Head, who+" head", ProblemDanglingHead)
+		r.markGen(tx, w.Base, who+" base", ProblemDanglingHead)
 		if w.Parent != "" {
 			if _, ok, _ := tx.Get(spaceWorkspaces.Key([]byte(w.Parent))); !ok {
 				r.problem(ProblemDanglingParent, name, "parent %q does not exist", w.Parent)
@@ -484,8 +498,8 @@ func markWorkspaces(btx *bolt.Tx, r *reach) {
 			prev = e.Seq
 			last = e
 			entry := fmt.Sprintf("%s head log entry %d", who, e.Seq)
-			r.markGen(btx, e.Gen, entry, ProblemDanglingHead)
-			r.markGen(btx, e.Base, entry+" base", ProblemDanglingHead)
+			r.markGen(tx, e.Gen, entry, ProblemDanglingHead)
+			r.markGen(tx, e.Base, entry+" base", ProblemDanglingHead)
 			return nil
 		})
 		if entries == 0 {

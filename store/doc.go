@@ -1,7 +1,8 @@
 // Package store is acyclicfs's embedded content-addressed store: blobs as
-// immutable files, trees and generations in bbolt, workspace heads moved by
-// compare-and-append onto per-workspace head logs, lease gates that fence
-// publications, and small metadata records for the layers above.
+// immutable files, trees and generations on the metadata plane, workspace
+// heads moved by compare-and-append onto per-workspace head logs, lease
+// gates that fence publications, and small metadata records for the
+// layers above.
 //
 // # Overview
 //
@@ -12,8 +13,8 @@
 // the syncs to one syncfs at Commit for bulk imports. Base references of
 // in-place workspaces are layered above the plane: a blob ID that is no
 // object may name a file of a base directory (baseref_blobs.go). Trees
-// and generations are canonical encodings stored in meta.db under their ID
-// and re-hashed on every read: a mismatch is ErrCorrupt, never a silent
+// and generations are canonical encodings stored on the metadata plane
+// under their ID and re-hashed on every read: a mismatch is ErrCorrupt, never a silent
 // default.
 //
 // A workspace's head changes only through CompareAndAppend(Many), which in
@@ -23,22 +24,30 @@
 // through operation keys, the replay record for retried operations
 // (FindOperation).
 //
-// Workspaces, head logs, lineage, operation keys, lease gates and the
-// upper layers' records live on the metadata plane (package meta): they
-// are read and written through meta.Tx, whose local implementation is
-// meta.db's buckets, and Meta hands the plane to packages that keep their
-// own records beside them (window). The ...GateTx functions take a meta.Tx
-// so a window change and its gates commit together.
+// Every record — the format record, trees, generations, base refs and
+// their resolutions, lazy-overlay nodes, workspaces, head logs, lineage,
+// operation keys, lease gates and the upper layers' records — lives on the
+// metadata plane (package meta) and is read and written through meta.Tx
+// (plane.go; docs/format.md maps the namespaces onto meta.db's buckets).
+// The local plane is meta.Bolt over meta.db, the only code here that sees
+// bbolt itself is what opens, creates and checks that file, and
+// Options.Meta runs a store over another plane (meta.NewMemory: no
+// meta.db, the directory holds the blobs only). Meta hands the plane to
+// packages that keep their own records beside them (window). The ...GateTx
+// functions take a meta.Tx so a window change and its gates commit
+// together.
 //
 // Check verifies everything; GC deletes what no head log reaches.
 //
 // # Concurrency
 //
 // A Store is safe for concurrent use by many goroutines. Metadata changes
-// are serialized by bbolt's single writer; blob writes run in parallel and
+// are serialized by the plane (bbolt's single writer); blob writes run in parallel and
 // only take a GC hold (HoldGC), which GC waits out. One process at a time
 // may open a store for writing: bbolt's file lock enforces it, and Open
-// waits at most Options.LockTimeout before returning ErrLocked.
+// waits at most Options.LockTimeout before returning ErrLocked. On an
+// injected plane nothing locks the directory: its owner keeps to one
+// store per plane and blob directory.
 //
 // # Caveats
 //

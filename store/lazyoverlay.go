@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	bolt "go.etcd.io/bbolt"
 	"lukechampine.com/blake3"
 )
 
@@ -159,12 +158,12 @@ func overlayAbove(pa uint64, a string, pb uint64, b string) bool {
 	return pa > pb || (pa == pb && a < b)
 }
 
-// loadOverlayNode reads node id from b (nil means the bucket does not
-// exist yet) and verifies it against its address.
-func loadOverlayNode(b *bolt.Bucket, id ID) (OverlayNode, error) {
-	var v []byte
-	if b != nil {
-		v = b.Get(id[:])
+// loadOverlayNode reads node id in tx and verifies it against its
+// address.
+func loadOverlayNode(tx *stx, id ID) (OverlayNode, error) {
+	v, err := tx.get(prefixLazyOverlay, id[:])
+	if err != nil {
+		return OverlayNode{}, fmt.Errorf("overlay node %s: %w", id.Short(), err)
 	}
 	if v == nil {
 		return OverlayNode{}, fmt.Errorf("overlay node %s: %w", id.Short(), ErrNotFound)
@@ -220,11 +219,11 @@ func (s *Store) OverlayApply(root ID, puts map[string][]byte, deletes []string) 
 	}
 	if len(puts) == 0 && len(deletes) == 0 {
 		// Nothing to write; still prove the root is there and intact.
-		err := s.view(func(tx *bolt.Tx) error {
+		err := s.view(func(tx *stx) error {
 			if root.IsZero() {
 				return nil
 			}
-			_, err := loadOverlayNode(tx.Bucket(bucketLazyOverlay), root)
+			_, err := loadOverlayNode(tx, root)
 			return err
 		})
 		if err != nil {
@@ -233,13 +232,10 @@ func (s *Store) OverlayApply(root ID, puts map[string][]byte, deletes []string) 
 		return root, nil
 	}
 	var out ID
-	err := s.update(func(tx *bolt.Tx) error {
-		b, err := tx.CreateBucketIfNotExists(bucketLazyOverlay)
-		if err != nil {
-			return err
-		}
-		w := &overlayWork{b: b}
+	err := s.update(func(tx *stx) error {
+		w := &overlayWork{tx: tx}
 		ref := overlayRef{id: root}
+		var err error
 		// The result does not depend on the order of changes; the map's
 		// random order only affects which error a damaged store reports.
 		for _, p := range deletes {
@@ -285,7 +281,7 @@ type overlayWorkNode struct {
 // overlayWork carries one OverlayApply's transaction. Intermediate shapes
 // are never hashed or stored: finish encodes only the final dirty nodes.
 type overlayWork struct {
-	b *bolt.Bucket
+	tx *stx
 }
 
 // load returns the working node for r, loading and verifying it if needed.
@@ -294,7 +290,7 @@ func (w *overlayWork) load(r overlayRef, parent *overlayWorkNode, left bool) (*o
 	if r.n != nil {
 		return r.n, nil
 	}
-	on, err := loadOverlayNode(w.b, r.id)
+	on, err := loadOverlayNode(w.tx, r.id)
 	if err != nil {
 		return nil, err
 	}
@@ -516,10 +512,12 @@ func (w *overlayWork) finish(r overlayRef) (ID, error) {
 		return ID{}, err
 	}
 	id := OverlayNodeID(enc)
-	if w.b.Get(id[:]) == nil {
-		if err := w.b.Put(id[:], enc); err != nil {
-			return ID{}, err
-		}
+	ok, err := w.tx.has(prefixLazyOverlay, id[:])
+	if err == nil && !ok {
+		err = w.tx.put(prefixLazyOverlay, id[:], enc)
+	}
+	if err != nil {
+		return ID{}, err
 	}
 	n.id, n.dirty = id, false
 	return id, nil
@@ -532,13 +530,12 @@ func (s *Store) OverlayGet(root ID, path string) ([]byte, bool, error) {
 		val   []byte
 		found bool
 	)
-	err := s.view(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketLazyOverlay)
+	err := s.view(func(tx *stx) error {
 		prio := OverlayPriority(path)
 		var parent *OverlayNode
 		left := false
 		for id := root; !id.IsZero(); {
-			n, err := loadOverlayNode(b, id)
+			n, err := loadOverlayNode(tx, id)
 			if err != nil {
 				return err
 			}
@@ -575,8 +572,8 @@ func (s *Store) OverlayGet(root ID, path string) ([]byte, bool, error) {
 // against its address and the treap order (ErrCorrupt).
 func (s *Store) OverlayWalk(root ID, fn func(path string, value []byte) error) error {
 	var fnErr error
-	err := s.view(func(tx *bolt.Tx) error {
-		v := overlayVisitor{b: tx.Bucket(bucketLazyOverlay), inorder: func(n *OverlayNode) error {
+	err := s.view(func(tx *stx) error {
+		v := overlayVisitor{tx: tx, inorder: func(n *OverlayNode) error {
 			if err := fn(n.Path, n.Value); err != nil {
 				fnErr = err
 				return err
@@ -607,8 +604,8 @@ func (s *Store) OverlayLen(root ID) (int, error) {
 // to the store.
 func (s *Store) OverlayNodes(root ID, fn func(ID) error) error {
 	var fnErr error
-	err := s.view(func(tx *bolt.Tx) error {
-		v := overlayVisitor{b: tx.Bucket(bucketLazyOverlay), node: func(id ID, _ *OverlayNode) error {
+	err := s.view(func(tx *stx) error {
+		v := overlayVisitor{tx: tx, node: func(id ID, _ *OverlayNode) error {
 			if err := fn(id); err != nil {
 				fnErr = err
 				return err
@@ -631,7 +628,7 @@ func (s *Store) OverlayNodes(root ID, fn func(ID) error) error {
 // against its parent, and in-order paths against the previous one, proves
 // the whole treap well formed.
 type overlayVisitor struct {
-	b       *bolt.Bucket
+	tx      *stx
 	node    func(ID, *OverlayNode) error
 	inorder func(*OverlayNode) error
 	prev    string
@@ -642,7 +639,7 @@ func (v *overlayVisitor) visit(id ID, parent *OverlayNode, left bool) error {
 	if id.IsZero() {
 		return nil
 	}
-	n, err := loadOverlayNode(v.b, id)
+	n, err := loadOverlayNode(v.tx, id)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/acyclicfs/acyclicfs/meta"
 	"github.com/acyclicfs/acyclicfs/store"
 	"github.com/acyclicfs/acyclicfs/store/storetest"
 	"pgregory.net/rapid"
@@ -23,9 +24,15 @@ type modelWS struct {
 // with right and wrong expectations) and deletes against the store and a
 // plain in-memory model, and checks they agree after every step.
 func TestWorkspaceModel(t *testing.T) {
+	t.Run("bolt", func(t *testing.T) { testWorkspaceModel(t, store.Options{}) })
+	t.Run("memory", func(t *testing.T) { testWorkspaceModel(t, store.Options{Meta: meta.NewMemory()}) })
+}
+
+// testWorkspaceModel is TestWorkspaceModel on a store opened with opt.
+func testWorkspaceModel(t *testing.T, opt store.Options) {
 	// One store serves every run (opening one per run dominates the
 	// cost); each run starts by deleting what the previous one left.
-	s := storetest.MustOpen(t)
+	s := storetest.MustOpenWith(t, opt)
 	var gens []store.ID
 	for i := range 6 {
 		gens = append(gens, storetest.PutGen(t, s, "m", store.GenCommit, map[string]string{"f": fmt.Sprint(i)}))

@@ -1,14 +1,12 @@
 package store
 
 import (
-	"bytes"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/acyclicfs/acyclicfs/meta"
-	bolt "go.etcd.io/bbolt"
 )
 
 func emptyTreeEncoding() []byte { return []byte{treeFormat} }
@@ -60,16 +58,18 @@ func (s *Store) PutTrees(ts []*Tree) ([]ID, error) {
 		// and captures often rebuild trees the store has.
 		return ids, nil
 	}
-	err = s.update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx *stx) error {
 		if err := putRefsTx(tx, &s.bases, refs); err != nil {
 			return err
 		}
-		b := tx.Bucket(bucketTrees)
 		for i, enc := range encs {
-			if b.Get(ids[i][:]) != nil {
+			if ok, err := tx.has(prefixTrees, ids[i][:]); err != nil || ok {
+				if err != nil {
+					return err
+				}
 				continue
 			}
-			if err := b.Put(ids[i][:], enc); err != nil {
+			if err := tx.put(prefixTrees, ids[i][:], enc); err != nil {
 				return err
 			}
 		}
@@ -84,16 +84,21 @@ func (s *Store) PutTrees(ts []*Tree) ([]ID, error) {
 // haveTrees reports whether every tree of ids is stored.
 func (s *Store) haveTrees(ids []ID) bool {
 	all := true
-	_ = s.view(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketTrees)
+	err := s.view(func(tx *stx) error {
 		for _, id := range ids {
-			if id != emptyTreeID && b.Get(id[:]) == nil {
+			if id == emptyTreeID {
+				continue
+			}
+			if ok, err := tx.has(prefixTrees, id[:]); err != nil || !ok {
 				all = false
-				return nil
+				return err
 			}
 		}
 		return nil
 	})
+	if err != nil {
+		return false // PutTrees writes them, and reports the error
+	}
 	return all
 }
 
@@ -103,13 +108,19 @@ func (s *Store) haveTrees(ids []ID) bool {
 // directory no longer has the ref's fingerprint), whose entries name base
 // refs in turn.
 func (s *Store) GetTree(id ID) (*Tree, error) {
-	var t *Tree
-	var ref refState
-	var isRef bool
 	if t := s.trees.get(id); t != nil {
 		return t, nil
 	}
-	err := s.view(func(tx *bolt.Tx) error {
+	return s.getTreeUncached(id)
+}
+
+// getTreeUncached is GetTree past the cache, apart so that the cached path
+// does not pay for the variables its transaction's closure captures.
+func (s *Store) getTreeUncached(id ID) (*Tree, error) {
+	var t *Tree
+	var ref refState
+	var isRef bool
+	err := s.view(func(tx *stx) error {
 		var err error
 		t, err = getTreeTx(tx, id) // the cache was asked above
 		if err == nil {
@@ -145,7 +156,7 @@ func (s *Store) GetTree(id ID) (*Tree, error) {
 
 // getTreeCachedTx is getTreeTx through the store's cache of decoded
 // trees (the caller gets its own copy).
-func (s *Store) getTreeCachedTx(tx *bolt.Tx, id ID) (*Tree, error) {
+func (s *Store) getTreeCachedTx(tx *stx, id ID) (*Tree, error) {
 	if t := s.trees.get(id); t != nil {
 		return t, nil
 	}
@@ -156,8 +167,11 @@ func (s *Store) getTreeCachedTx(tx *bolt.Tx, id ID) (*Tree, error) {
 	return t, err
 }
 
-func getTreeTx(tx *bolt.Tx, id ID) (*Tree, error) {
-	v := tx.Bucket(bucketTrees).Get(id[:])
+func getTreeTx(tx *stx, id ID) (*Tree, error) {
+	v, err := tx.get(prefixTrees, id[:])
+	if err != nil {
+		return nil, fmt.Errorf("tree %s: %w", id.Short(), err)
+	}
 	if v == nil {
 		if id == emptyTreeID {
 			return &Tree{}, nil
@@ -177,9 +191,13 @@ func getTreeTx(tx *bolt.Tx, id ID) (*Tree, error) {
 // HasTree reports whether tree id is stored (without verifying it).
 func (s *Store) HasTree(id ID) (bool, error) {
 	var ok bool
-	err := s.view(func(tx *bolt.Tx) error {
-		ok = id == emptyTreeID || tx.Bucket(bucketTrees).Get(id[:]) != nil
-		return nil
+	if id == emptyTreeID {
+		return true, nil
+	}
+	err := s.view(func(tx *stx) error {
+		var err error
+		ok, err = tx.has(prefixTrees, id[:])
+		return err
 	})
 	return ok, err
 }
@@ -210,7 +228,7 @@ func (s *Store) PublishGeneration(g *Generation, name string, expect ID, e HeadE
 	}
 	e.Gen = pg.id
 	out := make([]Workspace, 1)
-	err = s.update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx *stx) error {
 		for _, pr := range with {
 			if pr == nil {
 				continue
@@ -222,7 +240,7 @@ func (s *Store) PublishGeneration(g *Generation, name string, expect ID, e HeadE
 		if err := pg.putTx(tx); err != nil {
 			return fmt.Errorf("put generation: %w", err)
 		}
-		if err := s.appendTx(meta.BoltTx(tx), []Append{{Workspace: name, ExpectHead: expect, Entry: e}}, permit, out); err != nil {
+		if err := s.appendTx(tx, []Append{{Workspace: name, ExpectHead: expect, Entry: e}}, permit, out); err != nil {
 			return fmt.Errorf("append head: %w", err)
 		}
 		return nil
@@ -257,12 +275,19 @@ func (s *Store) prepareGeneration(g *Generation) (*preparedGeneration, error) {
 }
 
 // putTx stores the generation; its root and parents must exist.
-func (pg *preparedGeneration) putTx(tx *bolt.Tx) error {
+func (pg *preparedGeneration) putTx(tx *stx) error {
 	g, id := pg.g, pg.id
 	if err := putRefsTx(tx, pg.memo, pg.refs); err != nil {
 		return err
 	}
-	if g.Root != emptyTreeID && tx.Bucket(bucketTrees).Get(g.Root[:]) == nil {
+	hasRoot := g.Root == emptyTreeID
+	if !hasRoot {
+		var err error
+		if hasRoot, err = tx.has(prefixTrees, g.Root[:]); err != nil {
+			return err
+		}
+	}
+	if !hasRoot {
 		r, isRef, err := storedRefTx(tx, g.Root)
 		switch {
 		case err != nil:
@@ -273,16 +298,17 @@ func (pg *preparedGeneration) putTx(tx *bolt.Tx) error {
 			return fmt.Errorf("root %s: base ref to a %s, not a directory: %w", g.Root.Short(), r.Kind, ErrNotFound)
 		}
 	}
-	gb := tx.Bucket(bucketGenerations)
 	for _, p := range g.Parents {
-		if gb.Get(p[:]) == nil {
+		if ok, err := tx.has(prefixGenerations, p[:]); err != nil {
+			return err
+		} else if !ok {
 			return fmt.Errorf("parent generation %s: %w", p.Short(), ErrNotFound)
 		}
 	}
-	if gb.Get(id[:]) != nil {
-		return nil
+	if ok, err := tx.has(prefixGenerations, id[:]); err != nil || ok {
+		return err
 	}
-	if err := gb.Put(id[:], pg.enc); err != nil {
+	if err := tx.put(prefixGenerations, id[:], pg.enc); err != nil {
 		return err
 	}
 	return fail("generation.put")
@@ -291,7 +317,7 @@ func (pg *preparedGeneration) putTx(tx *bolt.Tx) error {
 // GetGeneration returns generation id, verified against its address.
 func (s *Store) GetGeneration(id ID) (*Generation, error) {
 	var g *Generation
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *stx) error {
 		var err error
 		g, err = getGenerationTx(tx, id)
 		return err
@@ -299,8 +325,11 @@ func (s *Store) GetGeneration(id ID) (*Generation, error) {
 	return g, err
 }
 
-func getGenerationTx(tx *bolt.Tx, id ID) (*Generation, error) {
-	v := tx.Bucket(bucketGenerations).Get(id[:])
+func getGenerationTx(tx *stx, id ID) (*Generation, error) {
+	v, err := tx.get(prefixGenerations, id[:])
+	if err != nil {
+		return nil, fmt.Errorf("generation %s: %w", id.Short(), err)
+	}
 	if v == nil {
 		return nil, fmt.Errorf("generation %s: %w", id.Short(), ErrNotFound)
 	}
@@ -317,9 +346,10 @@ func getGenerationTx(tx *bolt.Tx, id ID) (*Generation, error) {
 // HasGeneration reports whether generation id is stored.
 func (s *Store) HasGeneration(id ID) (bool, error) {
 	var ok bool
-	err := s.view(func(tx *bolt.Tx) error {
-		ok = tx.Bucket(bucketGenerations).Get(id[:]) != nil
-		return nil
+	err := s.view(func(tx *stx) error {
+		var err error
+		ok, err = tx.has(prefixGenerations, id[:])
+		return err
 	})
 	return ok, err
 }
@@ -344,20 +374,24 @@ func (s *Store) ResolveGeneration(in string) (ID, error) {
 	}
 	var found ID
 	matches := 0
-	err = s.view(func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucketGenerations).Cursor()
-		for k, _ := c.Seek(whole); k != nil && bytes.HasPrefix(k, whole); k, _ = c.Next() {
+	errEnough := errors.New("two matches")
+	err = s.view(func(tx *stx) error {
+		return tx.Scan(spaceGenerations.Prefix(whole), meta.ScanOptions{}, func(mk meta.Key, _ []byte) error {
+			k := spaceGenerations.Leaf(mk)
 			if len(k) != IDSize || !strings.HasPrefix(hex.EncodeToString(k), p) {
-				continue
+				return nil
 			}
 			matches++
 			if matches > 1 {
-				return nil
+				return errEnough
 			}
 			copy(found[:], k)
-		}
-		return nil
+			return nil
+		})
 	})
+	if errors.Is(err, errEnough) {
+		err = nil
+	}
 	switch {
 	case err != nil:
 		return ID{}, fmt.Errorf("resolve generation %q: %w", in, err)

@@ -90,13 +90,24 @@ type Options struct {
 	// Watchers, if set, makes the change watchers of attached bases
 	// (OpenBaseWatched); nil: bases are not watched.
 	Watchers Watchers
+	// Meta, if set, is the metadata plane the store keeps every record on
+	// (trees, generations, heads, ...) instead of dir/meta.db: the
+	// directory then holds only the blob plane (objects/, tmp/). The
+	// caller owns the plane (Close leaves it open) and must not share one
+	// plane's store namespaces between two stores over different blob
+	// directories. A plane without a format record is made a new store
+	// (unless ReadOnly); tmp/ is not cleaned at open, since no lock says
+	// that no other writer has files in flight there. LockTimeout does
+	// not apply.
+	Meta meta.Store
 }
 
 // Store is an open store directory. All methods are safe for concurrent use.
 type Store struct {
 	trees    treeCache // decoded stored trees (GetTree)
 	dir      string
-	db       *bolt.DB
+	meta     meta.Store // the metadata plane: over db, or Options.Meta
+	db       *bolt.DB   // meta.db; nil on an injected plane
 	clock    func() int64
 	readOnly bool
 	noSync   bool
@@ -138,6 +149,16 @@ func Open(dir string, opt Options) (*Store, error) {
 			return nil, err
 		}
 	}
+	if opt.Meta != nil {
+		s.meta = opt.Meta
+		if err := s.initPlane(); err != nil {
+			return nil, err
+		}
+		if err := s.validate(); err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
 	metaPath := filepath.Join(abs, metaFileName)
 	fi, err := os.Stat(metaPath)
 	switch {
@@ -178,6 +199,7 @@ func Open(dir string, opt Options) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: %w", abs, err)
 	}
 	s.db = db
+	s.meta = meta.NewBolt(db)
 	if !opt.ReadOnly {
 		if err := s.addBuckets(); err != nil {
 			db.Close()
@@ -185,6 +207,10 @@ func Open(dir string, opt Options) (*Store, error) {
 		}
 	}
 	if err := s.validate(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if err := s.validateBuckets(); err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -332,14 +358,7 @@ func (s *Store) initMeta() error {
 				return err
 			}
 		}
-		rec, err := json.Marshal(formatRecord{Version: FormatVersion, Hash: HashName})
-		if err != nil {
-			return err
-		}
-		if err := tx.Bucket(bucketFormat).Put(keyFormat, rec); err != nil {
-			return err
-		}
-		return tx.Bucket(bucketTrees).Put(emptyTreeID[:], emptyTreeEncoding())
+		return initTx(&stx{Tx: meta.BoltTx(tx)})
 	})
 	if cerr := db.Close(); err == nil {
 		err = cerr
@@ -362,14 +381,59 @@ func (s *Store) initMeta() error {
 	return nil
 }
 
-// validate checks the format record and that every bucket exists.
-func (s *Store) validate() error {
-	return s.view(func(tx *bolt.Tx) error {
-		fb := tx.Bucket(bucketFormat)
-		if fb == nil {
-			return fmt.Errorf("open store %s: no format record: %w", s.dir, ErrCorrupt)
+// initTx writes a new store's records: the format record and the empty
+// tree.
+func initTx(tx *stx) error {
+	rec, err := json.Marshal(formatRecord{Version: FormatVersion, Hash: HashName})
+	if err != nil {
+		return err
+	}
+	if err := tx.put(prefixFormat, keyFormat, rec); err != nil {
+		return err
+	}
+	return tx.put(prefixTrees, emptyTreeID[:], emptyTreeEncoding())
+}
+
+// initPlane makes an injected plane without a format record a new store,
+// or, opening read-only, refuses it with ErrNotFound (as a missing
+// meta.db). A plane that has records but no format record is not one to
+// start afresh over: ErrCorrupt (as a meta.db without one).
+func (s *Store) initPlane() error {
+	run := s.update
+	if s.readOnly {
+		run = s.view
+	}
+	err := run(func(tx *stx) error {
+		if ok, err := tx.has(prefixFormat, keyFormat); err != nil || ok {
+			return err
 		}
-		v := fb.Get(keyFormat)
+		for _, p := range []meta.Key{prefixTrees, prefixGenerations, spaceWorkspaces.Prefix(nil)} {
+			some := false
+			if err := tx.Scan(p, meta.ScanOptions{Limit: 1}, func(meta.Key, []byte) error { some = true; return nil }); err != nil {
+				return err
+			}
+			if some {
+				return fmt.Errorf("records but no format record: %w", ErrCorrupt)
+			}
+		}
+		if s.readOnly {
+			return fmt.Errorf("read-only: an empty metadata plane: %w", ErrNotFound)
+		}
+		return initTx(tx)
+	})
+	if err != nil {
+		return fmt.Errorf("open store %s: create metadata: %w", s.dir, err)
+	}
+	return nil
+}
+
+// validate checks the format record.
+func (s *Store) validate() error {
+	return s.view(func(tx *stx) error {
+		v, err := tx.get(prefixFormat, keyFormat)
+		if err != nil {
+			return fmt.Errorf("open store %s: format record: %w", s.dir, err)
+		}
 		if v == nil {
 			return fmt.Errorf("open store %s: no format record: %w", s.dir, ErrCorrupt)
 		}
@@ -380,6 +444,33 @@ func (s *Store) validate() error {
 		if rec.Version != FormatVersion || rec.Hash != HashName {
 			return fmt.Errorf("open store %s: format version %d hash %q, this binary understands version %d hash %q: %w",
 				s.dir, rec.Version, rec.Hash, FormatVersion, HashName, ErrIncompatible)
+		}
+		return nil
+	})
+}
+
+// boltView and boltUpdate run fn on meta.db itself, for the checks and
+// repairs of its bucket layout at open; see view for panics.
+func (s *Store) boltView(fn func(tx *bolt.Tx) error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer recoverCorrupt(&err)
+	return s.db.View(fn)
+}
+
+func (s *Store) boltUpdate(fn func(tx *bolt.Tx) error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer recoverCorrupt(&err)
+	return s.db.Update(fn)
+}
+
+// validateBuckets checks that meta.db has every bucket (a read-only open
+// cannot create those a writable one would on first write, and a missing
+// one means damage). A missing format bucket is left for validate to
+// report as a missing format record.
+func (s *Store) validateBuckets() error {
+	return s.boltView(func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketFormat) == nil {
+			return nil
 		}
 		for _, b := range allBuckets {
 			if tx.Bucket(b) == nil {
@@ -394,8 +485,8 @@ func (s *Store) validate() error {
 // format; anything else is left for validate to report.
 func (s *Store) addBuckets() error {
 	missing := false
-	err := s.view(func(tx *bolt.Tx) error {
-		if tx.Bucket(bucketFormat) == nil || len(checkFormatTx(tx)) > 0 {
+	err := s.boltView(func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketFormat) == nil || len(checkFormatTx(&stx{Tx: meta.BoltTx(tx)})) > 0 {
 			return nil
 		}
 		for _, b := range addedBuckets {
@@ -406,7 +497,7 @@ func (s *Store) addBuckets() error {
 	if err != nil || !missing {
 		return err
 	}
-	err = s.update(func(tx *bolt.Tx) error {
+	err = s.boltUpdate(func(tx *bolt.Tx) error {
 		for _, b := range addedBuckets {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
@@ -488,8 +579,12 @@ func (s *Store) cleanTmp() error {
 	return nil
 }
 
-// Close closes meta.db. Blobs need no closing.
+// Close closes meta.db (an injected plane stays open). Blobs need no
+// closing.
 func (s *Store) Close() error {
+	if s.db == nil {
+		return nil
+	}
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("close store %s: %w", s.dir, err)
 	}
@@ -508,7 +603,8 @@ func (s *Store) Dir() string { return s.dir }
 // on a damaged page into ErrCorrupt, as the store's own do.
 func (s *Store) Meta() meta.Store { return storeMeta{s} }
 
-// storeMeta is the metadata plane over the store's meta.db.
+// storeMeta is the store's metadata plane (over meta.db or injected),
+// with the store's read-only refusal and panic handling.
 type storeMeta struct{ s *Store }
 
 func (m storeMeta) View(ctx context.Context, fn func(meta.Tx) error) error {
@@ -577,43 +673,6 @@ func (s *Store) endGC() {
 
 func (s *Store) objectsDir() string { return filepath.Join(s.dir, objectsDirName) }
 func (s *Store) tmpDir() string     { return filepath.Join(s.dir, tmpDirName) }
-
-// view runs fn in a read transaction. A panic inside bbolt (it panics on
-// some kinds of page corruption) becomes an error wrapping ErrCorrupt.
-func (s *Store) view(fn func(tx *bolt.Tx) error) (err error) {
-	// A corrupt page id can point outside the mapping; make that fault a
-	// recoverable panic instead of killing the process.
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer recoverCorrupt(&err)
-	return s.db.View(fn)
-}
-
-// update runs fn in a write transaction; see view for panics.
-func (s *Store) update(fn func(tx *bolt.Tx) error) (err error) {
-	if s.readOnly {
-		return fmt.Errorf("store %s: %w", s.dir, ErrReadOnly)
-	}
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer recoverCorrupt(&err)
-	return s.db.Update(fn)
-}
-
-// viewMeta is view with the transaction seen through the metadata plane.
-func (s *Store) viewMeta(fn func(tx meta.Tx) error) error {
-	return s.view(func(tx *bolt.Tx) error { return fn(meta.BoltTx(tx)) })
-}
-
-// updateMeta is update with the transaction seen through the metadata
-// plane.
-func (s *Store) updateMeta(fn func(tx meta.Tx) error) error {
-	return s.update(func(tx *bolt.Tx) error { return fn(meta.BoltTx(tx)) })
-}
-
-func recoverCorrupt(err *error) {
-	if r := recover(); r != nil {
-		*err = fmt.Errorf("%w: metadata: bbolt panicked: %v", ErrCorrupt, r)
-	}
-}
 
 // syncPath fsyncs a file or directory by name.
 func syncPath(path string) error {

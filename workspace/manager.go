@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/acyclicfs/acyclicfs/corestate"
+	"github.com/acyclicfs/acyclicfs/meta"
 	"github.com/acyclicfs/acyclicfs/rebase"
 	"github.com/acyclicfs/acyclicfs/store"
 	"github.com/acyclicfs/acyclicfs/window"
@@ -30,6 +31,10 @@ type Options struct {
 	// got: done of total items. It is called from worker goroutines, at
 	// most a few times per item, and must be cheap.
 	Progress func(what string, done, total int)
+	// Meta, if set, is the metadata plane the store runs on instead of
+	// its meta.db (store.Options.Meta; tests: meta.NewMemory()). The
+	// caller owns it.
+	Meta meta.Store
 }
 
 // Hooks connect the manager to live mounts (the daemon sets them). The zero
@@ -73,7 +78,7 @@ func Open(dir string, opt Options) (*Manager, error) {
 	if fi, err := os.Stat(abs); err == nil && !fi.IsDir() {
 		return nil, fmt.Errorf("store %s: %w: not a directory", abs, ErrInvalidInput)
 	}
-	st, err := store.Open(abs, store.Options{Clock: opt.Clock, NoSync: opt.NoSync, Warn: opt.Warn, Watchers: baseWatchers{}})
+	st, err := store.Open(abs, store.Options{Clock: opt.Clock, NoSync: opt.NoSync, Warn: opt.Warn, Watchers: baseWatchers{}, Meta: opt.Meta})
 	if err != nil {
 		return nil, err // "open store DIR: …" already
 	}
