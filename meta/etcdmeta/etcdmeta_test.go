@@ -23,28 +23,33 @@ func TestConformance(t *testing.T) {
 	metatest.Run(t, func(t *testing.T) meta.Store { return etcdmeta.New(cl, "conformance/"+t.Name()) })
 }
 
-// TestPrefixesAreDisjoint: a store whose prefix extends another's ("a" and
-// "a/b", "a" and "a\x00d") sees none of its keys.
+// TestPrefixesAreDisjoint: stores whose prefixes extend one another ("a"
+// and "a/b", "a" and "a\x00d") share no key, even where a plain
+// prefix + "/" join would spell two records alike: store "a"'s b/x NUL k
+// and store "a/b"'s x NUL k.
 func TestPrefixesAreDisjoint(t *testing.T) {
 	cl := startCluster(t).client()
 	ctx := context.Background()
-	sp := meta.NewSpace("b")
-	prefixes := []string{"a", "a/b", "a\x00d", "a%", "a%25", ""}
-	for i, p := range prefixes {
-		err := etcdmeta.New(cl, p).Update(ctx, func(tx meta.Tx) error {
-			// In store "a", the key b NUL k would spell "a/b" + k if the
-			// prefix were joined with "/" unescaped.
-			return tx.Put(sp.Key([]byte("k")), []byte(fmt.Sprint(i)))
+	stores := []struct {
+		prefix string
+		sp     meta.Space
+	}{
+		{"a", meta.NewSpace("b", "x")}, {"a/b", meta.NewSpace("x")}, {"a\x00d", meta.NewSpace("x")},
+		{"a", meta.NewSpace("x")}, {"a%", meta.NewSpace("x")}, {"a%25", meta.NewSpace("x")}, {"", meta.NewSpace("x")},
+	}
+	for i, st := range stores {
+		err := etcdmeta.New(cl, st.prefix).Update(ctx, func(tx meta.Tx) error {
+			return tx.Put(st.sp.Key([]byte("k")), []byte(fmt.Sprint(i)))
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	for i, p := range prefixes {
+	for i, st := range stores {
 		var got []string
-		err := etcdmeta.New(cl, p).View(ctx, func(tx meta.Tx) error {
-			return tx.Scan(sp.Prefix(nil), meta.ScanOptions{}, func(k meta.Key, v []byte) error {
-				got = append(got, string(sp.Leaf(k))+"="+string(v))
+		err := etcdmeta.New(cl, st.prefix).View(ctx, func(tx meta.Tx) error {
+			return tx.Scan(st.sp.Prefix(nil), meta.ScanOptions{}, func(k meta.Key, v []byte) error {
+				got = append(got, string(st.sp.Leaf(k))+"="+string(v))
 				return nil
 			})
 		})
@@ -52,7 +57,7 @@ func TestPrefixesAreDisjoint(t *testing.T) {
 			t.Fatal(err)
 		}
 		if want := fmt.Sprintf("[k=%d]", i); fmt.Sprint(got) != want {
-			t.Errorf("store %q lists %q, want %s", p, got, want)
+			t.Errorf("store %q space %s lists %q, want %s", st.prefix, st.sp, got, want)
 		}
 	}
 }
