@@ -385,6 +385,9 @@ func (t *tx) commit() (bool, error) {
 	if size > MaxRequestBytes {
 		return false, fmt.Errorf("%w: about %d bytes (etcd accepts %d)", ErrTooLarge, size, MaxRequestBytes)
 	}
+	if err := t.ctx.Err(); err != nil {
+		return false, err // not sent: certainly not applied
+	}
 	resp, err := t.s.c.Txn(t.ctx).If(cmps...).Then(ops...).Commit()
 	if err != nil {
 		var ee rpctypes.EtcdError
