@@ -16,19 +16,37 @@ import (
 	"github.com/acyclicfs/acyclicfs/meta/metatest"
 )
 
-// TestConformance runs the whole metadata-plane suite against a 3-member
-// cluster, each case in its own prefix.
-func TestConformance(t *testing.T) {
-	cl := startCluster(t).client()
+// TestCluster runs the tests that leave the members alone on one shared
+// 3-member cluster (starting one takes seconds), each in its own prefixes.
+func TestCluster(t *testing.T) {
+	c := startCluster(t)
+	for _, tc := range []struct {
+		name string
+		fn   func(*testing.T, *cluster)
+	}{
+		{"Conformance", testConformance},
+		{"PrefixesAreDisjoint", testPrefixesAreDisjoint},
+		{"Limits", testLimits},
+		{"TwoClientsLoseNoUpdate", testTwoClientsLoseNoUpdate},
+		{"ViewIsOneRevision", testViewIsOneRevision},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, c) })
+	}
+}
+
+// testConformance runs the whole metadata-plane suite, each case in its
+// own prefix.
+func testConformance(t *testing.T, c *cluster) {
+	cl := c.client()
 	metatest.Run(t, func(t *testing.T) meta.Store { return etcdmeta.New(cl, "conformance/"+t.Name()) })
 }
 
-// TestPrefixesAreDisjoint: stores whose prefixes extend one another ("a"
+// testPrefixesAreDisjoint: stores whose prefixes extend one another ("a"
 // and "a/b", "a" and "a\x00d") share no key, even where a plain
 // prefix + "/" join would spell two records alike: store "a"'s b/x NUL k
 // and store "a/b"'s x NUL k.
-func TestPrefixesAreDisjoint(t *testing.T) {
-	cl := startCluster(t).client()
+func testPrefixesAreDisjoint(t *testing.T, c *cluster) {
+	cl := c.client()
 	ctx := context.Background()
 	stores := []struct {
 		prefix string
@@ -62,10 +80,10 @@ func TestPrefixesAreDisjoint(t *testing.T) {
 	}
 }
 
-// TestLimits: a value or a transaction over etcd's request limits fails
+// testLimits: a value or a transaction over etcd's request limits fails
 // with ErrTooLarge and writes nothing; many reads still commit.
-func TestLimits(t *testing.T) {
-	cl := startCluster(t).client()
+func testLimits(t *testing.T, c *cluster) {
+	cl := c.client()
 	s := etcdmeta.New(cl, "limits")
 	ctx := context.Background()
 	sp := meta.NewSpace("t")
@@ -178,11 +196,10 @@ func readLog(t *testing.T, s meta.Store) ([]string, uint64) {
 	return ids, n
 }
 
-// TestTwoClientsLoseNoUpdate: two Stores over two clients (on different
+// testTwoClientsLoseNoUpdate: two Stores over two clients (on different
 // members) append to one log concurrently; every append lands exactly
 // once.
-func TestTwoClientsLoseNoUpdate(t *testing.T) {
-	c := startCluster(t)
+func testTwoClientsLoseNoUpdate(t *testing.T, c *cluster) {
 	stores := []meta.Store{etcdmeta.New(c.client(0), "race"), etcdmeta.New(c.client(2), "race")}
 	const workers, each = 3, 15
 	var wg sync.WaitGroup
@@ -324,10 +341,10 @@ func TestMemberRestartMidStream(t *testing.T) {
 		len(results), failed, unknown, len(ids), victim)
 }
 
-// TestViewIsOneRevision: a View reads at the revision of its first read,
+// testViewIsOneRevision: a View reads at the revision of its first read,
 // even across a write committed in between.
-func TestViewIsOneRevision(t *testing.T) {
-	cl := startCluster(t).client()
+func testViewIsOneRevision(t *testing.T, c *cluster) {
+	cl := c.client()
 	s := etcdmeta.New(cl, "view")
 	ctx := context.Background()
 	k := meta.NewSpace("t").Key([]byte("k"))
