@@ -128,8 +128,8 @@ func (s *Store) Update(ctx context.Context, fn func(meta.Tx) error) error {
 	}
 }
 
-// backoff waits a random time that grows with the attempts (1 ms to 64 ms
-// at most), so that writers that keep colliding spread out.
+// backoff waits a random time under 2^attempt ms, at most 63 ms, so that
+// writers that keep colliding spread out.
 func backoff(ctx context.Context, attempt int) error {
 	d := time.Duration(rand.N(int64(1)<<min(attempt, 6))) * time.Millisecond
 	tm := time.NewTimer(d)
