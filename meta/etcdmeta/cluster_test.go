@@ -17,14 +17,14 @@ import (
 // 127.0.0.1 ports picked free, with its data in t.TempDir; t.Cleanup stops
 // every member (and every client made by client).
 type cluster struct {
-	t       *testing.T
+	t       testing.TB
 	cfgs    []*embed.Config
 	members []*embed.Etcd // nil while a member is stopped
 }
 
 // freeURL returns http://127.0.0.1:PORT for a port that was free a moment
 // ago (the kernel picked it).
-func freeURL(t *testing.T) url.URL {
+func freeURL(t testing.TB) url.URL {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -34,7 +34,7 @@ func freeURL(t *testing.T) url.URL {
 	return url.URL{Scheme: "http", Host: l.Addr().String()}
 }
 
-func startCluster(t *testing.T) *cluster {
+func startCluster(t testing.TB) *cluster {
 	t.Helper()
 	const n = 3
 	c := &cluster{t: t}
