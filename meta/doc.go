@@ -68,27 +68,32 @@
 //
 // # Mapping onto etcd (issue #28)
 //
-// A key becomes the etcd key "<root>/" + Key, with <root> naming the store
-// (etcd keys are arbitrary bytes, so NUL and raw leaves need no further
-// escaping). An Update becomes an optimistic transaction: run the closure
-// against a buffered Tx that records the mod revision of every key read
-// (0 for a missing key) and buffers writes; commit as one etcd Txn whose
-// If compares each read key's mod revision and whose Then holds the
-// writes; on a failed compare, run the closure again. That is why closures
-// must be free of side effects and why the interface has no revisions: the
+// Package meta/etcdmeta serves this interface from etcd (docs/scale-out.md).
+// A key becomes the etcd key root "d" Key, where root is the store's prefix
+// with "%" and NUL escaped, ended by a NUL, so that no store's range holds
+// another store's keys whatever their prefixes; Key itself needs no
+// further escaping (etcd keys are arbitrary bytes in byte order). An
+// Update is an optimistic transaction: the closure runs against a
+// buffered Tx that reads at one snapshot revision, records the mod
+// revision of every key read (0 for a missing key) and every namespace
+// scanned, and buffers writes; the commit is one etcd Txn whose If
+// compares each read key's mod revision and whose Then holds the writes;
+// on a failed compare the closure runs again. That is why closures must
+// be free of side effects and why the interface has no revisions: the
 // implementation keeps them, and the local one needs none because bbolt
 // runs one write transaction at a time (serial writers are serializable;
 // nothing is ever re-run).
 //
-// Scans are part of the read set. Comparing the mod revisions of the keys
-// a scan returned catches changes and insertions (Compare(ModRevision
-// (prefix) < txnRev+1) with WithPrefix covers the whole range in one
-// compare) but not deletions, which leave nothing to compare; so the etcd
-// implementation keeps one guard key per namespace, written by every
-// delete in it, and a scan adds that guard to its read set. Limit and
-// Reverse map to Range's WithLimit and WithSort(Key, Descend). DeletePrefix
-// is a range delete (WithPrefix) plus the guard write. A View is a
-// consistent read at one revision (WithRev of the first read).
+// Scans are part of the read set. Comparing the keys a scan returned would
+// miss insertions past a limit and deletions, which leave nothing to
+// compare; so each namespace has a guard key (root "g" namespace NUL) that
+// every write in the namespace puts again and nothing deletes, and a scan
+// adds "guard's mod revision <= snapshot" to the If: one compare per
+// scanned namespace, however large the range. Limit and Reverse map to
+// Range's WithLimit and WithSort(Key, Descend). DeletePrefix is a range
+// delete plus the guard write. A View is a consistent read at one revision
+// (WithRev of the first read). A commit whose answer is lost is reported
+// as such (etcdmeta.ErrOutcomeUnknown), never re-run.
 //
 // etcd's request size (1.5 MiB default) bounds a transaction, which the
 // records here fit easily; trees and generations do not belong on this

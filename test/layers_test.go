@@ -15,6 +15,7 @@ const module = "github.com/acyclicfs/acyclicfs"
 var layers = map[string]int{
 	"meta":               -1,
 	"meta/metatest":      0,
+	"meta/etcdmeta":      0,
 	"store":              0,
 	"blobs":              -1,
 	"blobs/blobtest":     0,

@@ -1,0 +1,372 @@
+package etcdmeta_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/acyclicfs/acyclicfs/meta"
+	"github.com/acyclicfs/acyclicfs/meta/etcdmeta"
+	"github.com/acyclicfs/acyclicfs/meta/metatest"
+)
+
+// TestCluster runs the tests that leave the members alone on one shared
+// 3-member cluster (starting one takes seconds), each in its own prefixes.
+func TestCluster(t *testing.T) {
+	c := startCluster(t)
+	for _, tc := range []struct {
+		name string
+		fn   func(*testing.T, *cluster)
+	}{
+		{"Conformance", testConformance},
+		{"PrefixesAreDisjoint", testPrefixesAreDisjoint},
+		{"Limits", testLimits},
+		{"TwoClientsLoseNoUpdate", testTwoClientsLoseNoUpdate},
+		{"ViewIsOneRevision", testViewIsOneRevision},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, c) })
+	}
+}
+
+// testConformance runs the whole metadata-plane suite, each case in its
+// own prefix.
+func testConformance(t *testing.T, c *cluster) {
+	cl := c.client()
+	metatest.Run(t, func(t *testing.T) meta.Store { return etcdmeta.New(cl, "conformance/"+t.Name()) })
+}
+
+// testPrefixesAreDisjoint: stores whose prefixes extend one another ("a"
+// and "a/b", "a" and "a\x00d") share no key, even where a plain
+// prefix + "/" join would spell two records alike: store "a"'s b/x NUL k
+// and store "a/b"'s x NUL k.
+func testPrefixesAreDisjoint(t *testing.T, c *cluster) {
+	cl := c.client()
+	ctx := context.Background()
+	stores := []struct {
+		prefix string
+		sp     meta.Space
+	}{
+		{"a", meta.NewSpace("b", "x")}, {"a/b", meta.NewSpace("x")}, {"a\x00d", meta.NewSpace("x")},
+		{"a", meta.NewSpace("x")}, {"a%", meta.NewSpace("x")}, {"a%25", meta.NewSpace("x")}, {"", meta.NewSpace("x")},
+	}
+	for i, st := range stores {
+		err := etcdmeta.New(cl, st.prefix).Update(ctx, func(tx meta.Tx) error {
+			return tx.Put(st.sp.Key([]byte("k")), []byte(fmt.Sprint(i)))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, st := range stores {
+		var got []string
+		err := etcdmeta.New(cl, st.prefix).View(ctx, func(tx meta.Tx) error {
+			return tx.Scan(st.sp.Prefix(nil), meta.ScanOptions{}, func(k meta.Key, v []byte) error {
+				got = append(got, string(st.sp.Leaf(k))+"="+string(v))
+				return nil
+			})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("[k=%d]", i); fmt.Sprint(got) != want {
+			t.Errorf("store %q space %s lists %q, want %s", st.prefix, st.sp, got, want)
+		}
+	}
+}
+
+// testLimits: a value or a transaction over etcd's request limits fails
+// with ErrTooLarge and writes nothing; many reads still commit.
+func testLimits(t *testing.T, c *cluster) {
+	cl := c.client()
+	s := etcdmeta.New(cl, "limits")
+	ctx := context.Background()
+	sp := meta.NewSpace("t")
+	cases := map[string]func(tx meta.Tx) error{
+		"one big value": func(tx meta.Tx) error {
+			return tx.Put(sp.Key([]byte("big")), make([]byte, etcdmeta.MaxRequestBytes))
+		},
+		"values adding up": func(tx meta.Tx) error {
+			for i := range 3 {
+				if err := tx.Put(sp.Key([]byte{'v', byte(i)}), make([]byte, etcdmeta.MaxRequestBytes/3)); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		"too many writes": func(tx meta.Tx) error {
+			for i := range etcdmeta.MaxTxnOps + 1 {
+				if err := tx.Put(sp.Key(binary.BigEndian.AppendUint32(nil, uint32(i))), nil); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+	for name, fn := range cases {
+		if err := s.Update(ctx, fn); !errors.Is(err, etcdmeta.ErrTooLarge) {
+			t.Errorf("%s: %v, want ErrTooLarge", name, err)
+		}
+	}
+	n := 0
+	if err := s.View(ctx, func(tx meta.Tx) error {
+		return tx.Scan(sp.Prefix(nil), meta.ScanOptions{}, func(meta.Key, []byte) error { n++; return nil })
+	}); err != nil || n != 0 {
+		t.Fatalf("after refused transactions: %d keys, %v", n, err)
+	}
+	// More reads than a Txn has compares: they fold into namespace guards.
+	err := s.Update(ctx, func(tx meta.Tx) error {
+		for i := range 2 * etcdmeta.MaxTxnOps {
+			if _, _, err := tx.Get(sp.Key(binary.BigEndian.AppendUint32(nil, uint32(i)))); err != nil {
+				return err
+			}
+		}
+		return tx.Put(sp.Key([]byte("after reads")), []byte("ok"))
+	})
+	if err != nil {
+		t.Fatalf("update with %d reads: %v", 2*etcdmeta.MaxTxnOps, err)
+	}
+}
+
+// appendEntry is an Update closure that appends id to a log (next sequence
+// after the newest entry, found by a reverse scan) and, with count, bumps a
+// counter: a lost update shows as an overwritten entry or a counter that
+// disagrees. Without the counter only the scan's guard stands between two
+// appenders that found the same newest entry.
+func appendEntry(id string, count bool) func(tx meta.Tx) error {
+	log, counter := meta.NewSpace("log"), meta.NewSpace("counter").Key([]byte("n"))
+	return func(tx meta.Tx) error {
+		var last uint64
+		err := tx.Scan(log.Prefix(nil), meta.ScanOptions{Reverse: true, Limit: 1}, func(k meta.Key, _ []byte) error {
+			last = binary.BigEndian.Uint64(log.Leaf(k))
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if err := tx.Put(log.Key(binary.BigEndian.AppendUint64(nil, last+1)), []byte(id)); err != nil || !count {
+			return err
+		}
+		v, _, err := tx.Get(counter)
+		if err != nil {
+			return err
+		}
+		var n uint64
+		if len(v) == 8 {
+			n = binary.BigEndian.Uint64(v)
+		}
+		return tx.Put(counter, binary.BigEndian.AppendUint64(nil, n+1))
+	}
+}
+
+// readLog returns the log's ids by sequence and the counter, checking that
+// the sequences run 1..n without a gap.
+func readLog(t *testing.T, s meta.Store) ([]string, uint64) {
+	t.Helper()
+	log, counter := meta.NewSpace("log"), meta.NewSpace("counter").Key([]byte("n"))
+	var (
+		ids []string
+		n   uint64
+	)
+	err := s.View(context.Background(), func(tx meta.Tx) error {
+		err := tx.Scan(log.Prefix(nil), meta.ScanOptions{}, func(k meta.Key, v []byte) error {
+			if seq := binary.BigEndian.Uint64(log.Leaf(k)); seq != uint64(len(ids)+1) {
+				return fmt.Errorf("log entry %d after %d entries", seq, len(ids))
+			}
+			ids = append(ids, string(v))
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		v, _, err := tx.Get(counter)
+		if len(v) == 8 {
+			n = binary.BigEndian.Uint64(v)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids, n
+}
+
+// testTwoClientsLoseNoUpdate: two Stores over two clients (on different
+// members) append to one log concurrently; every append lands exactly
+// once.
+func testTwoClientsLoseNoUpdate(t *testing.T, c *cluster) {
+	stores := []meta.Store{etcdmeta.New(c.client(0), "race"), etcdmeta.New(c.client(2), "race")}
+	const workers, each = 3, 15
+	var wg sync.WaitGroup
+	errs := make(chan error, len(stores)*workers)
+	for si, s := range stores {
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range each {
+					if err := s.Update(context.Background(), appendEntry(fmt.Sprintf("s%d-w%d-%d", si, w, i), false)); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	ids, _ := readLog(t, stores[0])
+	seen := map[string]int{}
+	for _, id := range ids {
+		seen[id]++
+	}
+	for si := range stores {
+		for w := range workers {
+			for i := range each {
+				if id := fmt.Sprintf("s%d-w%d-%d", si, w, i); seen[id] != 1 {
+					t.Errorf("%s in the log %d times", id, seen[id])
+				}
+			}
+		}
+	}
+	if want := len(stores) * workers * each; len(ids) != want {
+		t.Fatalf("log of %d entries, want %d", len(ids), want)
+	}
+}
+
+// TestMemberRestartMidStream: while two streams of Updates run, the
+// leader is stopped and restarted. Every Update that returned nil is in the
+// log once; one that failed is absent, or — only when the failure says the
+// outcome is unknown — at most once; the counter matches the log.
+func TestMemberRestartMidStream(t *testing.T) {
+	c := startCluster(t)
+	s := etcdmeta.New(c.client(), "restart")
+	type result struct {
+		id  string
+		err error
+	}
+	var (
+		mu      sync.Mutex
+		results []result
+		okCount atomic.Int64
+		stop    atomic.Bool
+		wg      sync.WaitGroup
+	)
+	progress := make(chan struct{}, 1)
+	for w := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; !stop.Load(); i++ {
+				id := fmt.Sprintf("w%d-%d", w, i)
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				err := s.Update(ctx, appendEntry(id, true))
+				cancel()
+				mu.Lock()
+				results = append(results, result{id, err})
+				mu.Unlock()
+				if err == nil {
+					okCount.Add(1)
+					select {
+					case progress <- struct{}{}:
+					default:
+					}
+				}
+			}
+		}()
+	}
+	// waitFor waits until n more Updates succeeded.
+	waitFor := func(n int64, what string) {
+		t.Helper()
+		target := okCount.Load() + n
+		deadline := time.After(30 * time.Second)
+		for okCount.Load() < target {
+			select {
+			case <-progress:
+			case <-deadline:
+				stop.Store(true)
+				wg.Wait()
+				t.Fatalf("%s: no progress (%d of %d updates)", what, okCount.Load(), target)
+			}
+		}
+	}
+	waitFor(20, "before the stop")
+	victim := c.leader()
+	if victim < 0 {
+		t.Fatal("no leader")
+	}
+	c.stop(victim)
+	waitFor(20, "with a member down")
+	c.restart(victim)
+	waitFor(20, "after the restart")
+	stop.Store(true)
+	wg.Wait()
+
+	ids, n := readLog(t, s)
+	seen := map[string]int{}
+	for _, id := range ids {
+		seen[id]++
+	}
+	failed, unknown := 0, 0
+	for _, r := range results {
+		switch {
+		case r.err == nil:
+			if seen[r.id] != 1 {
+				t.Errorf("succeeded %s in the log %d times", r.id, seen[r.id])
+			}
+		case errors.Is(r.err, etcdmeta.ErrOutcomeUnknown):
+			unknown++
+			if seen[r.id] > 1 {
+				t.Errorf("%s (%v) in the log %d times", r.id, r.err, seen[r.id])
+			}
+		default:
+			failed++
+			if seen[r.id] != 0 {
+				t.Errorf("failed %s (%v) in the log %d times", r.id, r.err, seen[r.id])
+			}
+		}
+	}
+	if n != uint64(len(ids)) {
+		t.Errorf("counter %d, log of %d entries", n, len(ids))
+	}
+	t.Logf("%d updates: %d failed, %d of unknown outcome; log of %d entries; member %d restarted",
+		len(results), failed, unknown, len(ids), victim)
+}
+
+// testViewIsOneRevision: a View reads at the revision of its first read,
+// even across a write committed in between.
+func testViewIsOneRevision(t *testing.T, c *cluster) {
+	cl := c.client()
+	s := etcdmeta.New(cl, "view")
+	ctx := context.Background()
+	k := meta.NewSpace("t").Key([]byte("k"))
+	if err := s.Update(ctx, func(tx meta.Tx) error { return tx.Put(k, []byte("1")) }); err != nil {
+		t.Fatal(err)
+	}
+	var first, second []byte
+	err := s.View(ctx, func(tx meta.Tx) error {
+		v, _, err := tx.Get(k)
+		first = bytes.Clone(v)
+		if err != nil {
+			return err
+		}
+		// A write committed between two reads of one View is not seen.
+		if err := s.Update(ctx, func(tx meta.Tx) error { return tx.Put(k, []byte("2")) }); err != nil {
+			return err
+		}
+		v, _, err = tx.Get(k)
+		second = bytes.Clone(v)
+		return err
+	})
+	if err != nil || string(first) != "1" || string(second) != "1" {
+		t.Fatalf("view read %q then %q (%v), want 1 twice", first, second, err)
+	}
+}
