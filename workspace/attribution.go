@@ -1,0 +1,315 @@
+package workspace
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/acyclicfs/acyclicfs/store"
+)
+
+// Write attribution and the session log (docs/format.md "Attribution
+// records"). Both live on the metadata plane, beside the trees, never in
+// them: trees stay content-addressed.
+//
+//   - meta/attribution/<generation id>: the Attribution of the capture
+//     that produced the generation: which processes of which sessions
+//     changed which paths.
+//   - meta/sessions/<workspace>\x00<start ns, 20 digits>\x00<lease id>:
+//     one SessionEntry per lease (tool session, exec, lease begin).
+//
+// The daemon writes a capture's attribution and the entries of the
+// window's leases in one transaction after the capture is published; gc
+// drops the records of generations it collected.
+const (
+	nsAttribution = "attribution"
+	nsSessions    = "sessions"
+)
+
+// Writer is one process that changed a path.
+type Writer struct {
+	PID  uint32   `json:"pid"`
+	Comm string   `json:"comm"`
+	Argv []string `json:"argv"`
+	// ArgvTruncated: the command line was longer than the bound kept.
+	ArgvTruncated bool `json:"argv_truncated,omitempty"`
+	// Session is the lease owner the process belonged to ("sid:N").
+	Session string `json:"session"`
+	// Lease is the id of the lease that session held, if any.
+	Lease string `json:"lease,omitempty"`
+	// First and Last are the first and last change time (Unix ms).
+	First int64 `json:"first"`
+	Last  int64 `json:"last"`
+}
+
+// PathAttribution is who changed one path in one capture.
+type PathAttribution struct {
+	Path    string   `json:"path"`
+	Writers []Writer `json:"writers"`
+}
+
+// Attribution is the record of one captured generation.
+type Attribution struct {
+	Generation store.ID `json:"generation"`
+	Workspace  string   `json:"workspace"`
+	Time       int64    `json:"time"` // Unix ms
+	// Sessions are the lease ids of the window the capture closed.
+	Sessions []string          `json:"sessions"`
+	Paths    []PathAttribution `json:"paths"`
+}
+
+// SessionEntry is one lease of a workspace's mount: its owner, the
+// session leader's command line, when it ran, the outcome of the final
+// close that took in its changes and the generation it produced.
+type SessionEntry struct {
+	Workspace string `json:"workspace"`
+	Lease     string `json:"lease"`
+	Owner     string `json:"owner"`
+	// Kind is "session" (a tool session the mount saw), "exec" or
+	// "lease" (lease begin).
+	Kind   string   `json:"kind"`
+	Leader []string `json:"leader"`
+	Start  int64    `json:"start"` // Unix ms
+	End    int64    `json:"end"`   // Unix ms
+	// Outcome is the outcome of the final close that ended the window
+	// the lease was part of.
+	Outcome   string   `json:"outcome"`
+	PathCount int      `json:"path_count"`
+	Paths     []string `json:"paths"`
+	// Generation is the generation that final close produced; zero when
+	// it captured nothing.
+	Generation store.ID `json:"generation"`
+	// startNS orders entries and keys the record.
+	StartNS int64 `json:"start_ns"`
+}
+
+func sessionKey(e SessionEntry) string {
+	return fmt.Sprintf("%s\x00%020d\x00%s", e.Workspace, e.StartNS, e.Lease)
+}
+
+// RecordAttribution stores a capture's attribution (nil: the window
+// captured nothing) and the entries of the window's leases, in one
+// transaction.
+func (m *Manager) RecordAttribution(a *Attribution, entries []SessionEntry) error {
+	var recs []store.MetaRecord
+	if a != nil {
+		b, err := json.Marshal(a)
+		if err != nil {
+			return fmt.Errorf("attribution of %s: %w", a.Generation.Short(), err)
+		}
+		recs = append(recs, store.MetaRecord{NS: nsAttribution, Key: a.Generation.String(), Value: b})
+	}
+	for _, e := range entries {
+		b, err := json.Marshal(e)
+		if err != nil {
+			return fmt.Errorf("session entry %s: %w", e.Lease, err)
+		}
+		recs = append(recs, store.MetaRecord{NS: nsSessions, Key: sessionKey(e), Value: b})
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	return m.st.PutMetas(recs)
+}
+
+// Attribution returns the record of generation gen; false if none.
+func (m *Manager) Attribution(gen store.ID) (Attribution, bool, error) {
+	b, err := m.st.GetMeta(nsAttribution, gen.String())
+	if errors.Is(err, store.ErrNotFound) {
+		return Attribution{}, false, nil
+	}
+	if err != nil {
+		return Attribution{}, false, err
+	}
+	var a Attribution
+	if err := json.Unmarshal(b, &a); err != nil {
+		return Attribution{}, false, fmt.Errorf("attribution of %s: %w: %v", gen.Short(), store.ErrCorrupt, err)
+	}
+	return a, true, nil
+}
+
+// attributions lists every attribution record of workspace ws.
+func (m *Manager) attributions(ws string) ([]Attribution, error) {
+	all, err := m.st.ListMeta(nsAttribution)
+	if err != nil {
+		return nil, err
+	}
+	var out []Attribution
+	for k, v := range all {
+		var a Attribution
+		if err := json.Unmarshal(v, &a); err != nil {
+			return nil, fmt.Errorf("attribution %s: %w: %v", k, store.ErrCorrupt, err)
+		}
+		if a.Workspace == ws {
+			out = append(out, a)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Time > out[j].Time })
+	return out, nil
+}
+
+// Sessions returns ws's session log, newest first (n <= 0: all).
+func (m *Manager) Sessions(ws string, n int) ([]SessionEntry, error) {
+	if _, err := m.Get(ws); err != nil {
+		return nil, err
+	}
+	all, err := m.st.ListMeta(nsSessions)
+	if err != nil {
+		return nil, err
+	}
+	out := []SessionEntry{}
+	prefix := ws + "\x00"
+	for k, v := range all {
+		if !strings.HasPrefix(k, prefix) {
+			continue
+		}
+		var e SessionEntry
+		if err := json.Unmarshal(v, &e); err != nil {
+			return nil, fmt.Errorf("session entry %q: %w: %v", k, store.ErrCorrupt, err)
+		}
+		out = append(out, e)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].StartNS > out[j].StartNS })
+	if n > 0 && len(out) > n {
+		out = out[:n]
+	}
+	return out, nil
+}
+
+// BlameEntry is one generation that changed a path, with who changed it.
+type BlameEntry struct {
+	Generation store.ID `json:"generation"`
+	Workspace  string   `json:"workspace"`
+	Time       int64    `json:"time"` // Unix ms
+	Writers    []Writer `json:"writers"`
+}
+
+// Blame lists the generations of ws that changed path, newest first,
+// with the processes and sessions that wrote it. A path removed from a
+// directory is blamed on the directory.
+func (m *Manager) Blame(ws, path string) ([]BlameEntry, error) {
+	if _, err := m.Get(ws); err != nil {
+		return nil, err
+	}
+	p, err := cleanPath(path)
+	if err != nil {
+		return nil, err
+	}
+	as, err := m.attributions(ws)
+	if err != nil {
+		return nil, err
+	}
+	out := []BlameEntry{}
+	for _, a := range as {
+		i, ok := slices.BinarySearchFunc(a.Paths, p, func(pa PathAttribution, p string) int { return strings.Compare(pa.Path, p) })
+		if ok {
+			out = append(out, BlameEntry{Generation: a.Generation, Workspace: a.Workspace, Time: a.Time, Writers: a.Paths[i].Writers})
+		}
+	}
+	return out, nil
+}
+
+// cleanPath is a workspace-relative path as attribution records name it.
+func cleanPath(p string) (string, error) {
+	q := strings.Trim(p, "/")
+	for q != "" && strings.HasPrefix(q, "./") {
+		q = q[2:]
+	}
+	if q == "" || q == "." {
+		return ".", nil
+	}
+	for _, part := range strings.Split(q, "/") {
+		if part == "" || part == "." || part == ".." {
+			return "", fmt.Errorf("%w: path %q", ErrInvalidName, p)
+		}
+	}
+	return q, nil
+}
+
+// dropCollectedAttribution deletes the attribution records, and the
+// session entries, of generations gc collected.
+func (m *Manager) dropCollectedAttribution() error {
+	all, err := m.st.ListMeta(nsAttribution)
+	if err != nil {
+		return err
+	}
+	gone := map[store.ID]bool{}
+	for k := range all {
+		id, err := store.ParseID(k)
+		if err != nil {
+			continue
+		}
+		if ok, err := m.st.HasGeneration(id); err != nil {
+			return err
+		} else if !ok {
+			gone[id] = true
+			if err := m.st.DeleteMeta(nsAttribution, k); err != nil {
+				return err
+			}
+		}
+	}
+	if len(gone) == 0 {
+		return nil
+	}
+	ss, err := m.st.ListMeta(nsSessions)
+	if err != nil {
+		return err
+	}
+	for k, v := range ss {
+		var e SessionEntry
+		if json.Unmarshal(v, &e) == nil && gone[e.Generation] {
+			if err := m.st.DeleteMeta(nsSessions, k); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// LogEntry is a head history entry with the paths it changed (against
+// the entry before it) and the sessions its capture attributes.
+type LogEntry struct {
+	store.HeadEntry
+	Paths    []string `json:"paths"`
+	Sessions []string `json:"sessions,omitempty"`
+}
+
+// LogPaths is Log with each entry's changed paths.
+func (m *Manager) LogPaths(name string, n int) ([]LogEntry, error) {
+	want := n
+	if n > 0 {
+		n++ // the entry before the last one shown
+	}
+	es, err := m.Log(name, n)
+	if err != nil {
+		return nil, err
+	}
+	out := []LogEntry{}
+	for i, e := range es {
+		if want > 0 && i >= want {
+			break
+		}
+		var prev store.ID
+		if i+1 < len(es) {
+			prev = es[i+1].Gen
+		}
+		changes, err := m.Diff(prev, e.Gen)
+		if err != nil {
+			return nil, fmt.Errorf("changes of %s: %w", e.Gen.Short(), err)
+		}
+		le := LogEntry{HeadEntry: e, Paths: make([]string, 0, len(changes))}
+		for _, c := range changes {
+			le.Paths = append(le.Paths, c.Path)
+		}
+		if a, ok, err := m.Attribution(e.Gen); err != nil {
+			return nil, err
+		} else if ok {
+			le.Sessions = a.Sessions
+		}
+		out = append(out, le)
+	}
+	return out, nil
+}
