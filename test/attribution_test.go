@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // Write attribution and the session log (issue #29 items 1-2): which
@@ -214,6 +215,52 @@ func TestAttributionBlameAndSessions(t *testing.T) {
 	text := e.out("blame", "w", "b")
 	if !bytes.Contains([]byte(text), []byte(cpSrc)) || !strings.Contains(text, sid(cpPID)) {
 		t.Errorf("blame w b printed %q, want the cp command line and session", text)
+	}
+	e.unmount(mp)
+}
+
+// Two sessions write in one window (a lease holds it open): the one
+// capture of its final close names both on the file both wrote, and each
+// session's entry lists only its own paths.
+func TestAttributionOneWindowTwoWriters(t *testing.T) {
+	e := newMountEnv(t)
+	src := filepath.Join(e.dir, "src")
+	writeTree(t, src, map[string]string{"shared": "0\n"})
+	e.ok("create", "w", "--from", src)
+	mp := e.mountAt("w")
+	lease := e.ok("lease", "begin", mp, "--owner", "agent")
+
+	p1 := runTool(t, mp, "sh", "-c", "echo one >> shared; echo x > only1")
+	p2 := runTool(t, mp, "sh", "-c", "echo two >> shared; echo y > only2")
+	waitFor(t, 10*time.Second, "both tool sessions to end", func() bool {
+		return len(e.statusOf("w").Leases) == 1
+	})
+	e.ok("lease", "end", mp, lease)
+	e.waitIdle("w")
+
+	bl := e.blame("w", "shared")
+	if len(bl) != 1 || len(bl[0].Writers) != 2 {
+		t.Fatalf("blame shared: %+v, want one generation with two writers", bl)
+	}
+	got := []string{bl[0].Writers[0].Session, bl[0].Writers[1].Session}
+	if want := []string{fmt.Sprintf("sid:%d", p1), fmt.Sprintf("sid:%d", p2)}; !slices.Equal(got, want) {
+		t.Errorf("blame shared: sessions %q, want %q (oldest first)", got, want)
+	}
+	ss := e.sessions("w")
+	if len(ss) != 3 {
+		t.Fatalf("sessions: %+v, want 3 entries", ss)
+	}
+	paths := map[string][]string{}
+	for _, s := range ss {
+		if s.Generation != bl[0].Generation {
+			t.Errorf("session %s: generation %s, want the window's %s", s.Owner, s.Generation, bl[0].Generation)
+		}
+		paths[s.Owner] = s.Paths
+	}
+	if !slices.Equal(paths[fmt.Sprintf("sid:%d", p1)], []string{"only1", "shared"}) ||
+		!slices.Equal(paths[fmt.Sprintf("sid:%d", p2)], []string{"only2", "shared"}) ||
+		len(paths["explicit:agent"]) != 0 {
+		t.Errorf("sessions' paths: %q", paths)
 	}
 	e.unmount(mp)
 }

@@ -230,7 +230,8 @@ func cleanPath(p string) (string, error) {
 }
 
 // dropCollectedAttribution deletes the attribution records, and the
-// session entries, of generations gc collected.
+// session entries, of generations gc collected, and the session entries
+// of removed workspaces (a later workspace of that name starts afresh).
 func (m *Manager) dropCollectedAttribution() error {
 	all, err := m.st.ListMeta(nsAttribution)
 	if err != nil {
@@ -251,8 +252,13 @@ func (m *Manager) dropCollectedAttribution() error {
 			}
 		}
 	}
-	if len(gone) == 0 {
-		return nil
+	ws, err := m.st.ListWorkspaces()
+	if err != nil {
+		return err
+	}
+	live := map[string]bool{}
+	for _, w := range ws {
+		live[w.Name] = true
 	}
 	ss, err := m.st.ListMeta(nsSessions)
 	if err != nil {
@@ -260,7 +266,7 @@ func (m *Manager) dropCollectedAttribution() error {
 	}
 	for k, v := range ss {
 		var e SessionEntry
-		if json.Unmarshal(v, &e) == nil && gone[e.Generation] {
+		if json.Unmarshal(v, &e) == nil && (gone[e.Generation] || !live[e.Workspace]) {
 			if err := m.st.DeleteMeta(nsSessions, k); err != nil {
 				return err
 			}
