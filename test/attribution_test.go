@@ -264,3 +264,47 @@ func TestAttributionOneWindowTwoWriters(t *testing.T) {
 	}
 	e.unmount(mp)
 }
+
+// Fork and land keep the records: a fork shows its ancestors' sessions on
+// request, and the parent's land entry names the landed sessions.
+func TestAttributionForkAndLand(t *testing.T) {
+	e, mp := forkMounted(t, map[string]string{"base": "b\n"})
+	argv := []string{"sh", "-c", "echo c > c"}
+	pid := runTool(t, mp, argv...)
+	e.waitIdle("child")
+	sid := fmt.Sprintf("sid:%d", pid)
+	ss := e.sessions("child")
+	if len(ss) != 1 || ss[0].Owner != sid {
+		t.Fatalf("child's sessions: %+v", ss)
+	}
+
+	e.ok("fork", "child", "grand")
+	if bl := e.blame("grand", "c"); len(bl) != 0 {
+		t.Errorf("blame grand c without --ancestors: %+v, want none (grand captured nothing)", bl)
+	}
+	var bl []blameJSON
+	decodeStrict(t, "blame --ancestors", e.out("blame", "grand", "c", "--ancestors", "--json"), &bl)
+	if len(bl) != 1 || bl[0].Workspace != "child" || bl[0].Writers[0].Session != sid || !slices.Equal(bl[0].Writers[0].Argv, argv) {
+		t.Errorf("blame grand c --ancestors: %+v, want child's capture by %s", bl, sid)
+	}
+	var gs []sessionJSON
+	decodeStrict(t, "sessions --ancestors", e.out("sessions", "grand", "--ancestors", "--json"), &gs)
+	if len(gs) != 1 || gs[0].Lease != ss[0].Lease {
+		t.Errorf("sessions grand --ancestors: %+v, want child's session %s", gs, ss[0].Lease)
+	}
+	if got := e.sessions("grand"); len(got) != 0 {
+		t.Errorf("sessions grand: %+v, want none of its own", got)
+	}
+
+	e.unmount(mp)
+	e.ok("land", "child")
+	var lg []logPathsJSON
+	decodeStrict(t, "log main --paths", e.out("log", "main", "--paths", "--json"), &lg)
+	if len(lg) < 2 || lg[0].Kind != "land" || !slices.Equal(lg[0].Paths, []string{"c"}) || !slices.Equal(lg[0].Sessions, []string{ss[0].Lease}) {
+		t.Errorf("main's land entry: %+v, want paths [c] and the landed session %s", lg, ss[0].Lease)
+	}
+	decodeStrict(t, "blame main --ancestors", e.out("blame", "main", "c", "--ancestors", "--json"), &bl)
+	if len(bl) != 1 || bl[0].Writers[0].Session != sid {
+		t.Errorf("blame main c --ancestors: %+v", bl)
+	}
+}

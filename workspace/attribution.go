@@ -151,10 +151,41 @@ func (m *Manager) attributions(ws string) ([]Attribution, error) {
 	return out, nil
 }
 
-// Sessions returns ws's session log, newest first (n <= 0: all).
-func (m *Manager) Sessions(ws string, n int) ([]SessionEntry, error) {
-	if _, err := m.Get(ws); err != nil {
+// historyAttributions lists the attribution records of the generations
+// in head's history, newest first.
+func (m *Manager) historyAttributions(head store.ID) ([]Attribution, error) {
+	gens, err := m.ancestry(head, nil)
+	if err != nil {
 		return nil, err
+	}
+	var out []Attribution
+	for id := range gens {
+		a, ok, err := m.Attribution(id)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, a)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Time > out[j].Time })
+	return out, nil
+}
+
+// Sessions returns ws's session log, newest first (n <= 0: all). With
+// ancestors it includes the entries of other workspaces (the ones ws was
+// forked from, and what landed or was rebased into ws) whose generation
+// is in the history of ws's head.
+func (m *Manager) Sessions(ws string, n int, ancestors bool) ([]SessionEntry, error) {
+	w, err := m.Get(ws)
+	if err != nil {
+		return nil, err
+	}
+	var hist map[store.ID]bool
+	if ancestors {
+		if hist, err = m.ancestry(w.Head, nil); err != nil {
+			return nil, err
+		}
 	}
 	all, err := m.st.ListMeta(nsSessions)
 	if err != nil {
@@ -163,14 +194,17 @@ func (m *Manager) Sessions(ws string, n int) ([]SessionEntry, error) {
 	out := []SessionEntry{}
 	prefix := ws + "\x00"
 	for k, v := range all {
-		if !strings.HasPrefix(k, prefix) {
+		own := strings.HasPrefix(k, prefix)
+		if !own && !ancestors {
 			continue
 		}
 		var e SessionEntry
 		if err := json.Unmarshal(v, &e); err != nil {
 			return nil, fmt.Errorf("session entry %q: %w: %v", k, store.ErrCorrupt, err)
 		}
-		out = append(out, e)
+		if own || hist[e.Generation] {
+			out = append(out, e)
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].StartNS > out[j].StartNS })
 	if n > 0 && len(out) > n {
@@ -188,17 +222,25 @@ type BlameEntry struct {
 }
 
 // Blame lists the generations of ws that changed path, newest first,
-// with the processes and sessions that wrote it. A path removed from a
-// directory is blamed on the directory.
-func (m *Manager) Blame(ws, path string) ([]BlameEntry, error) {
-	if _, err := m.Get(ws); err != nil {
+// with the processes and sessions that wrote it; with ancestors, every
+// attributed generation in the history of ws's head (its ancestors'
+// captures, and what landed or was rebased into it). A path removed from
+// a directory is blamed on the directory.
+func (m *Manager) Blame(ws, path string, ancestors bool) ([]BlameEntry, error) {
+	w, err := m.Get(ws)
+	if err != nil {
 		return nil, err
 	}
 	p, err := cleanPath(path)
 	if err != nil {
 		return nil, err
 	}
-	as, err := m.attributions(ws)
+	var as []Attribution
+	if ancestors {
+		as, err = m.historyAttributions(w.Head)
+	} else {
+		as, err = m.attributions(ws)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -276,7 +318,8 @@ func (m *Manager) dropCollectedAttribution() error {
 }
 
 // LogEntry is a head history entry with the paths it changed (against
-// the entry before it) and the sessions its capture attributes.
+// the entry before it) and the sessions whose captures it brought in: a
+// capture's own, a land's landed ones, a rebase's from the parent.
 type LogEntry struct {
 	store.HeadEntry
 	Paths    []string `json:"paths"`
@@ -310,12 +353,75 @@ func (m *Manager) LogPaths(name string, n int) ([]LogEntry, error) {
 		for _, c := range changes {
 			le.Paths = append(le.Paths, c.Path)
 		}
-		if a, ok, err := m.Attribution(e.Gen); err != nil {
+		if le.Sessions, err = m.sessionsBetween(prev, e.Gen); err != nil {
 			return nil, err
-		} else if ok {
-			le.Sessions = a.Sessions
 		}
 		out = append(out, le)
+	}
+	return out, nil
+}
+
+// maxAncestry bounds the generations an ancestry walk visits (blame and
+// sessions --ancestors, log --paths' sessions).
+const maxAncestry = 100000
+
+// ancestry returns the generations reachable from gen through their
+// parents (gen included), stopping at the ones in stop.
+func (m *Manager) ancestry(gen store.ID, stop map[store.ID]bool) (map[store.ID]bool, error) {
+	seen := map[store.ID]bool{}
+	queue := []store.ID{gen}
+	for len(queue) > 0 {
+		id := queue[0]
+		queue = queue[1:]
+		if id.IsZero() || seen[id] || stop[id] {
+			continue
+		}
+		if len(seen) >= maxAncestry {
+			return nil, fmt.Errorf("history of %s: more than %d generations", gen.Short(), maxAncestry)
+		}
+		seen[id] = true
+		g, err := m.st.GetGeneration(id)
+		if errors.Is(err, store.ErrNotFound) {
+			continue // collected
+		}
+		if err != nil {
+			return nil, fmt.Errorf("history of %s: %w", gen.Short(), err)
+		}
+		queue = append(queue, g.Parents...)
+	}
+	return seen, nil
+}
+
+// sessionsBetween lists the lease ids that the captures in gen's history
+// but not in prev's attribute: what an entry moving a head from prev to
+// gen brought in (a capture's own sessions, a land's landed ones).
+func (m *Manager) sessionsBetween(prev, gen store.ID) ([]string, error) {
+	stop, err := m.ancestry(prev, nil)
+	if err != nil {
+		return nil, err
+	}
+	gens, err := m.ancestry(gen, stop)
+	if err != nil {
+		return nil, err
+	}
+	var as []Attribution
+	for id := range gens {
+		a, ok, err := m.Attribution(id)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			as = append(as, a)
+		}
+	}
+	sort.Slice(as, func(i, j int) bool { return as[i].Time < as[j].Time })
+	var out []string
+	for _, a := range as {
+		for _, s := range a.Sessions {
+			if !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		}
 	}
 	return out, nil
 }

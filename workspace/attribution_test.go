@@ -44,7 +44,7 @@ func TestGCDropsAttributionOfCollectedGenerations(t *testing.T) {
 	if _, ok, err := m.Attribution(genGone); err != nil || ok {
 		t.Errorf("attribution of a collected generation: ok=%v err=%v, want gone", ok, err)
 	}
-	if bl, err := m.Blame("keep", "p"); err != nil || len(bl) != 1 {
+	if bl, err := m.Blame("keep", "p", true); err != nil || len(bl) != 1 {
 		t.Errorf("blame keep p: %+v, %v", bl, err)
 	}
 	all, err := m.st.ListMeta(nsSessions)
@@ -64,11 +64,11 @@ func TestBlameRefusesBadPaths(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"../x", "a/../b", "a//b"} {
-		if _, err := m.Blame("w", p); err == nil {
+		if _, err := m.Blame("w", p, false); err == nil {
 			t.Errorf("blame %q: no error", p)
 		}
 	}
-	if _, err := m.Blame("nosuch", "a"); err == nil {
+	if _, err := m.Blame("nosuch", "a", false); err == nil {
 		t.Error("blame of an unknown workspace: no error")
 	}
 }

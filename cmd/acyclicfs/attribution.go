@@ -13,8 +13,9 @@ import (
 
 func (a *app) cmdSessions() *cobra.Command {
 	var n int
+	var ancestors bool
 	c := &cobra.Command{
-		Use:   "sessions NAME [-n N]",
+		Use:   "sessions NAME [-n N] [--ancestors]",
 		Short: "Show the sessions (leases) of NAME's mounts and what each changed, newest first",
 		Args:  exactArgs(1, "NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -25,7 +26,7 @@ func (a *app) cmdSessions() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			entries, err := m.Sessions(args[0], n)
+			entries, err := m.Sessions(args[0], n, ancestors)
 			if err != nil {
 				return fmt.Errorf("sessions %s: %w", args[0], err)
 			}
@@ -46,12 +47,14 @@ func (a *app) cmdSessions() *cobra.Command {
 		},
 	}
 	c.Flags().IntVarP(&n, "number", "n", 0, "show at most N entries (0: all)")
+	c.Flags().BoolVar(&ancestors, "ancestors", false, "include other workspaces' sessions whose generations are in NAME's history")
 	return c
 }
 
 func (a *app) cmdBlame() *cobra.Command {
-	return &cobra.Command{
-		Use:   "blame NAME PATH",
+	var ancestors bool
+	c := &cobra.Command{
+		Use:   "blame NAME PATH [--ancestors]",
 		Short: "Show the generations and sessions that changed PATH in NAME, newest first",
 		Args:  exactArgs(2, "NAME PATH"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -59,7 +62,7 @@ func (a *app) cmdBlame() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			entries, err := m.Blame(args[0], args[1])
+			entries, err := m.Blame(args[0], args[1], ancestors)
 			if err != nil {
 				return fmt.Errorf("blame %s %s: %w", args[0], args[1], err)
 			}
@@ -72,6 +75,8 @@ func (a *app) cmdBlame() *cobra.Command {
 			})
 		},
 	}
+	c.Flags().BoolVar(&ancestors, "ancestors", false, "include the captures of every workspace in NAME's history (what it was forked from, what landed in it)")
+	return c
 }
 
 // quoteArgv is argv as one line, each argument quoted when it needs to be.
