@@ -216,6 +216,10 @@ func TestAttributionBlameAndSessions(t *testing.T) {
 	if !bytes.Contains([]byte(text), []byte(cpSrc)) || !strings.Contains(text, sid(cpPID)) {
 		t.Errorf("blame w b printed %q, want the cp command line and session", text)
 	}
+	if r := e.fails(2, "blame", "w", "../x"); !strings.Contains(r.stderr, "../x") {
+		t.Errorf("blame of a path leaving the workspace: %s", r.stderr)
+	}
+	e.fails(2, "sessions", "w", "-n", "-1")
 	e.unmount(mp)
 }
 

@@ -57,11 +57,16 @@ func readCmdline(path string) (argv []string, truncated bool) {
 		}
 		n += m
 	}
-	b := buf[:n]
+	return splitCmdline(buf[:n])
+}
+
+// splitCmdline splits the bytes of a /proc cmdline file (NUL-terminated
+// arguments) into argv, keeping at most MaxArgvBytes of them.
+func splitCmdline(b []byte) (argv []string, truncated bool) {
 	if len(b) > MaxArgvBytes {
 		b, truncated = b[:MaxArgvBytes], true
 	}
-	b = bytes.TrimRight(b, "\x00")
+	b = bytes.TrimSuffix(b, []byte{0})
 	if len(b) == 0 {
 		return nil, truncated
 	}
