@@ -774,6 +774,7 @@ func (s *Mount) captureAndPublishOnce(permit *store.Permit) error {
 		return fmt.Errorf("capture %s: %w", s.ws, err)
 	}
 	if !changed {
+		s.attr.pending = nil // changes undone before the capture: nothing to attribute
 		done()
 		return nil
 	}

@@ -312,3 +312,32 @@ func TestAttributionForkAndLand(t *testing.T) {
 		t.Errorf("blame main c --ancestors: %+v", bl)
 	}
 }
+
+// A session whose changes cancel out captures nothing: its entry names no
+// generation and no path, and nothing it did is blamed on the next
+// session's capture.
+func TestAttributionUndoneChangesNotCarried(t *testing.T) {
+	e := newMountEnv(t)
+	src := filepath.Join(e.dir, "src")
+	writeTree(t, src, map[string]string{"keep": "k\n"})
+	e.ok("create", "w", "--from", src)
+	mp := e.mountAt("w")
+	p1 := runTool(t, mp, "sh", "-c", "echo x > x; rm x")
+	e.waitIdle("w")
+	p2 := runTool(t, mp, "sh", "-c", "echo b > b")
+	e.waitIdle("w")
+	if bl := e.blame("w", "x"); len(bl) != 0 {
+		t.Errorf("blame x (created and removed in one window): %+v", bl)
+	}
+	if bl := e.blame("w", "."); len(bl) != 0 {
+		t.Errorf("blame . (the root's removal was undone): %+v", bl)
+	}
+	ss := e.sessions("w")
+	if len(ss) != 2 || ss[1].Owner != fmt.Sprintf("sid:%d", p1) || ss[1].PathCount != 0 || strings.Trim(ss[1].Generation, "0") != "" {
+		t.Fatalf("sessions: %+v, want the first with no paths and no generation", ss)
+	}
+	if ss[0].Owner != fmt.Sprintf("sid:%d", p2) || !slices.Equal(ss[0].Paths, []string{"b"}) {
+		t.Errorf("sessions[0]: %+v, want paths [b]", ss[0])
+	}
+	e.unmount(mp)
+}
