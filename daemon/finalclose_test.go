@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acyclicfs/acyclicfs/fusefs"
 	"github.com/acyclicfs/acyclicfs/fusefs/sessions"
 	"github.com/acyclicfs/acyclicfs/internal/failpoint"
 	"github.com/acyclicfs/acyclicfs/meta"
@@ -96,8 +97,9 @@ func (v *fakeView) CaptureDeferredLinks() (store.ID, [][]string, bool, []*store.
 	return root, nil, true, nil, done, nil
 }
 
-func (v *fakeView) FreeScratch() (int64, error) { return 0, nil }
-func (v *fakeView) PendingBytes() int64         { return 1 << 20 }
+func (v *fakeView) FreeScratch() (int64, error)       { return 0, nil }
+func (v *fakeView) TakeWriters() []fusefs.PathWriters { return nil }
+func (v *fakeView) PendingBytes() int64               { return 1 << 20 }
 
 func (v *fakeView) SwitchViewQueuedLinks(root store.ID, _ [][]string) (<-chan struct{}, error) {
 	v.mu.Lock()

@@ -70,6 +70,8 @@ type Mount struct {
 	// retrying: its background retry runs.
 	failed   *captureFailure
 	retrying bool
+	// attr is the window's attribution bookkeeping (attribution.go).
+	attr attrState
 
 	// captureState is status's view of failed (nil: nothing to show);
 	// activity what the mount is busy with (nil: nothing). Read without
@@ -91,6 +93,7 @@ type view interface {
 	FreeScratch() (int64, error)
 	PendingBytes() int64
 	SwitchViewQueuedLinks(root store.ID, links [][]string) (<-chan struct{}, error)
+	TakeWriters() []fusefs.PathWriters
 }
 
 var _ view = (*fusefs.Mount)(nil)
@@ -117,6 +120,8 @@ type heldLease struct {
 	explicit bool
 	label    string
 	since    time.Time
+	id       window.LeaseID
+	leader   []string // the session leader's command line at begin
 }
 
 const admitWait = 60 * time.Second
@@ -578,7 +583,9 @@ func (s *Mount) BeginLease(owner sessions.Owner, label string, explicit bool, tt
 	if err != nil {
 		return window.Lease{}, fmt.Errorf("open lease on %s: %w", s.ws, err)
 	}
-	s.leases[owner] = &heldLease{owner: owner, holder: window.HoldLease(ctx, s.d.m.Windows(), lease, ttl), explicit: explicit, label: label, since: time.Now()}
+	hl := &heldLease{owner: owner, holder: window.HoldLease(ctx, s.d.m.Windows(), lease, ttl), explicit: explicit, label: label, since: time.Now(), id: lease.ID}
+	s.leases[owner] = hl
+	s.noteLeaseBegun(hl)
 	return lease, nil
 }
 
@@ -594,6 +601,7 @@ func (s *Mount) EndLease(owner sessions.Owner) (workspace.Result, error) {
 	}
 	delete(s.leases, owner)
 	lease, _ := hl.holder.Stop()
+	s.noteLeaseEnded(hl)
 	ctx := context.Background()
 	if len(s.leases) > 0 {
 		if _, err := s.d.m.Windows().Finish(ctx, lease); err != nil {
@@ -602,7 +610,11 @@ func (s *Mount) EndLease(owner sessions.Owner) (workspace.Result, error) {
 		return s.Outcome(workspace.OutcomeStillActive), nil
 	}
 	defer s.afterWindowClosed()
-	return s.reconcileLast(lease)
+	res, err := s.reconcileLast(lease)
+	if err == nil {
+		s.recordWindow(res.Outcome)
+	}
+	return res, err
 }
 
 // outcomeOf completes r with the workspace's current head.
@@ -756,18 +768,22 @@ func (s *Mount) captureAndPublishOnce(permit *store.Permit) error {
 	defer release()
 	// The capture's trees are stored in the transaction that publishes
 	// them (its blobs are durable already).
+	s.takeWriters()
 	root, links, changed, trees, done, err := s.view.CaptureDeferredLinks()
 	if err != nil {
 		return fmt.Errorf("capture %s: %w", s.ws, err)
 	}
 	if !changed {
+		s.attr.pending = nil // changes undone before the capture: nothing to attribute
 		done()
 		return nil
 	}
 	failpoint.Hit("reconcile.after-capture")
-	if _, _, err := s.d.m.PublishCapture(s.ws, s.pinned, root, links, permit, trees...); err != nil {
+	gen, _, err := s.d.m.PublishCapture(s.ws, s.pinned, root, links, permit, trees...)
+	if err != nil {
 		return err
 	}
+	s.recordCapture(gen)
 	done()
 	return nil
 }

@@ -134,6 +134,7 @@ func (n *node) addNew(ctx context.Context, name string, mode uint32, out *fuse.E
 		}
 		ov.addLink(n.in, name, c)
 		ov.touch(c)
+		ov.noteWriter(c, callerPID(ctx))
 		a = snapAttr(c)
 		return nil
 	})
@@ -182,7 +183,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if e != 0 {
 		return nil, nil, 0, e
 	}
-	fh, fl, e := n.m.open(c, flags&^syscall.O_TRUNC)
+	fh, fl, e := n.m.open(c, flags&^syscall.O_TRUNC, callerPID(ctx))
 	if e != 0 {
 		return nil, nil, 0, e
 	}
@@ -212,6 +213,7 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 		}
 		c.tmpfile = true
 		ov.touch(c)
+		ov.noteWriter(c, callerPID(ctx))
 		a = snapAttr(c)
 		return nil
 	})
@@ -219,7 +221,7 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 		return nil, nil, 0, toErrno(err)
 	}
 	ch := n.child(ctx, "", c, &a, out)
-	fh, fl, e := n.m.open(c, flags&^syscall.O_TRUNC)
+	fh, fl, e := n.m.open(c, flags&^syscall.O_TRUNC, callerPID(ctx))
 	if e != 0 {
 		return nil, nil, 0, e
 	}
@@ -299,6 +301,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 		ov.addLink(n.in, name, t)
 		t.ctime = time.Now().UnixNano()
 		ov.touch(t)
+		ov.noteWriter(t, callerPID(ctx))
 		a = snapAttr(t)
 		return nil
 	})
@@ -326,6 +329,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 			return syscall.EISDIR
 		}
 		ov.removeLink(n.in, name, c)
+		ov.noteWriter(n.in, callerPID(ctx))
 		return nil
 	}))
 }
@@ -355,6 +359,7 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 			return syscall.ENOTEMPTY
 		}
 		ov.removeLink(n.in, name, c)
+		ov.noteWriter(n.in, callerPID(ctx))
 		return nil
 	}))
 }
@@ -405,6 +410,9 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 			ov.moveLink(sd, name, dd, newName, src)
 			ov.moveLink(dd, newName, sd, name, dst)
 			sc[name], dc[newName] = dst, src
+			pid := callerPID(ctx)
+			ov.noteWriter(src, pid)
+			ov.noteWriter(dst, pid)
 			return nil
 		}
 		if dst != nil && flags&unix.RENAME_NOREPLACE != 0 {
@@ -436,6 +444,9 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		delete(sc, name)
 		ov.moveLink(sd, name, dd, newName, src)
 		dc[newName] = src
+		pid := callerPID(ctx)
+		ov.noteWriter(src, pid)
+		ov.noteWriter(sd, pid) // the old name went away
 		return nil
 	}))
 }

@@ -167,6 +167,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if changed {
 		ino.ctime = now
 		ov.touch(ino)
+		ov.noteWriter(ino, callerPID(ctx))
 	}
 	a := snapAttr(ino)
 	ov.mu.Unlock()
@@ -208,7 +209,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if e := n.m.refuseOpen(flags); e != 0 {
 		return nil, 0, e
 	}
-	return n.m.open(n.in, flags)
+	return n.m.open(n.in, flags, callerPID(ctx))
 }
 
 // Fsync on a file syncs its upper file and the overlay snapshot; on a
@@ -289,6 +290,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	n.in.xattrs[attr] = bytes.Clone(data)
 	n.in.ctime = time.Now().UnixNano()
 	ov.touch(n.in)
+	ov.noteWriter(n.in, callerPID(ctx))
 	return 0
 }
 
@@ -309,6 +311,7 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	delete(n.in.xattrs, attr)
 	n.in.ctime = time.Now().UnixNano()
 	ov.touch(n.in)
+	ov.noteWriter(n.in, callerPID(ctx))
 	return 0
 }
 
@@ -342,7 +345,7 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 // open returns a handle sharing the inode's single backing file: the
 // upper file (O_RDWR) for dirty files and writers, the blob file
 // (O_RDONLY) for clean readers.
-func (m *Mount) open(in *inode, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+func (m *Mount) open(in *inode, flags, pid uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	ov := m.ov
 	ov.mu.Lock()
 	isReg := in.isReg()
@@ -411,6 +414,7 @@ func (m *Mount) open(in *inode, flags uint32) (fs.FileHandle, uint32, syscall.Er
 		if write || trunc {
 			h.writable = true
 			in.wopens++
+			ov.noteWriter(in, pid)
 			ov.fsmOpened(in)
 		}
 	} else {

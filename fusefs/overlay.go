@@ -87,6 +87,12 @@ type inode struct {
 	// capture, used by SwitchView to tell names deleted after the capture
 	// from names added by a rebase.
 	capTree store.ID
+
+	// writer is the pid of the latest process that changed the inode since
+	// attribution last took it (attribution.go); 0: none. writerSince is
+	// when that began. Earlier writers are in overlay.moreWriters.
+	writer      uint32
+	writerSince int64
 	// walGen is the log generation (wal.go) whose snapshot or frames hold
 	// a record of this inode; walListed says that record lists its
 	// children, so the log may record their changes by name.
@@ -232,6 +238,11 @@ type overlay struct {
 	// fsm is the change bookkeeping that answers git's fsmonitor hook
 	// (fsmonitor.go). Guarded by mu.
 	fsm fsmState
+
+	// moreWriters holds the earlier writers of inodes that more than one
+	// process changed since attribution last took them (attribution.go).
+	// Guarded by mu.
+	moreWriters map[*inode][]uint32
 }
 
 func newOverlay(objects Objects, stateDir string, rootID store.ID) *overlay {

@@ -84,3 +84,30 @@ func (s *Store) ListMeta(ns string) (map[string][]byte, error) {
 	}
 	return out, nil
 }
+
+// MetaRecord is one (namespace, key, value) of PutMetas.
+type MetaRecord struct {
+	NS, Key string
+	Value   []byte
+}
+
+// PutMetas stores recs in one transaction: all or none.
+func (s *Store) PutMetas(recs []MetaRecord) error {
+	for _, r := range recs {
+		if err := checkMetaNames(r.NS, r.Key); err != nil {
+			return err
+		}
+	}
+	err := s.updateMeta(func(tx meta.Tx) error {
+		for _, r := range recs {
+			if err := tx.Put(metaSpace(r.NS).Key([]byte(r.Key)), r.Value); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("put %d metadata records: %w", len(recs), err)
+	}
+	return nil
+}

@@ -83,7 +83,7 @@ func TestMCPServer(t *testing.T) {
 	for _, tl := range tools.Tools {
 		names = append(names, tl.Name)
 	}
-	for _, want := range []string{"create", "fork", "mount", "unmount", "exec", "diff", "cat", "land", "resolve", "status", "list", "log"} {
+	for _, want := range []string{"create", "fork", "mount", "unmount", "exec", "diff", "cat", "land", "resolve", "status", "list", "log", "sessions", "blame"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("tool %s missing from %v", want, names)
 		}
@@ -123,6 +123,17 @@ func TestMCPServer(t *testing.T) {
 	if len(log.Result) != 1 {
 		t.Fatalf("log -n 1: %+v", log)
 	}
+	var ss struct{ Result []sessionJSON }
+	structured(t, call(t, cs, "sessions", map[string]any{"workspace": "agent"}, false), &ss)
+	if len(ss.Result) != 1 || ss.Result[0].Kind != "exec" || !slices.Equal(ss.Result[0].Paths, []string{"b.txt"}) {
+		t.Fatalf("sessions agent: %+v", ss)
+	}
+	var bl struct{ Result []blameJSON }
+	structured(t, call(t, cs, "blame", map[string]any{"workspace": "main", "path": "b.txt", "ancestors": true}, false), &bl)
+	if len(bl.Result) != 1 || bl.Result[0].Writers[0].Lease != ss.Result[0].Lease {
+		t.Fatalf("blame main b.txt --ancestors: %+v", bl)
+	}
+	call(t, cs, "blame", map[string]any{"workspace": "main", "path": "../x"}, true)
 	call(t, cs, "status", nil, false)
 
 	// Errors are the CLI's: message and exit code.

@@ -214,6 +214,9 @@ func (m *Manager) gcObjects() (int64, error) {
 	if _, err := m.st.PruneGates(); err != nil {
 		return freed, fmt.Errorf("prune lease gates: %w", err)
 	}
+	if err := m.dropCollectedAttribution(); err != nil {
+		return freed, fmt.Errorf("drop attribution of collected generations: %w", err)
+	}
 	return freed, nil
 }
 

@@ -275,8 +275,9 @@ func fmtTime(ms int64) string {
 
 func (a *app) cmdLog() *cobra.Command {
 	var n int
+	var paths bool
 	c := &cobra.Command{
-		Use:   "log NAME [-n N]",
+		Use:   "log NAME [-n N] [--paths]",
 		Short: "Show NAME's head history, newest first",
 		Args:  exactArgs(1, "NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -286,6 +287,20 @@ func (a *app) cmdLog() *cobra.Command {
 			m, err := a.manager()
 			if err != nil {
 				return err
+			}
+			if paths {
+				entries, err := m.LogPaths(args[0], n)
+				if err != nil {
+					return fmt.Errorf("log %s: %w", args[0], err)
+				}
+				return a.emit(entries, func(w io.Writer) {
+					for _, e := range entries {
+						fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", e.Gen, e.Kind, fmtTime(e.Time), e.Operation)
+						for _, p := range e.Paths {
+							fmt.Fprintf(w, "\t%s\n", p)
+						}
+					}
+				})
 			}
 			entries, err := m.Log(args[0], n)
 			if err != nil {
@@ -299,6 +314,7 @@ func (a *app) cmdLog() *cobra.Command {
 		},
 	}
 	c.Flags().IntVarP(&n, "number", "n", 0, "show at most N entries (0: all)")
+	c.Flags().BoolVar(&paths, "paths", false, "list the paths each entry changed")
 	return c
 }
 

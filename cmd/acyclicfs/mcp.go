@@ -166,6 +166,16 @@ type (
 		Workspace string `json:"workspace"`
 		N         int    `json:"n,omitempty" jsonschema:"at most this many entries"`
 	}
+	mcpSessionsIn struct {
+		Workspace string `json:"workspace"`
+		N         int    `json:"n,omitempty" jsonschema:"at most this many entries"`
+		Ancestors bool   `json:"ancestors,omitempty" jsonschema:"include the sessions of other workspaces in its history (forked from, landed in)"`
+	}
+	mcpBlameIn struct {
+		Workspace string `json:"workspace"`
+		Path      string `json:"path"`
+		Ancestors bool   `json:"ancestors,omitempty" jsonschema:"include the captures of other workspaces in its history (forked from, landed in)"`
+	}
 	mcpNone struct{}
 )
 
@@ -313,6 +323,25 @@ func newMCPServer(r *mcpRunner) *mcp.Server {
 				args = append(args, "-n", strconv.Itoa(in.N))
 			}
 			return r.jsonTool(ctx, args...)
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "sessions", Description: "A workspace's session log, newest first: each lease (tool session or exec) with its leader's command line, outcome, generation and the paths it changed."},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpSessionsIn) (*mcp.CallToolResult, any, error) {
+			args := []string{"sessions"}
+			if in.N > 0 {
+				args = append(args, "-n", strconv.Itoa(in.N))
+			}
+			if in.Ancestors {
+				args = append(args, "--ancestors")
+			}
+			return r.jsonTool(ctx, append(args, "--", in.Workspace)...)
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "blame", Description: "The generations and sessions that changed a path of a workspace, newest first, with the command that wrote it."},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpBlameIn) (*mcp.CallToolResult, any, error) {
+			args := []string{"blame"}
+			if in.Ancestors {
+				args = append(args, "--ancestors")
+			}
+			return r.jsonTool(ctx, append(args, "--", in.Workspace, in.Path)...)
 		})
 	return s
 }

@@ -93,7 +93,7 @@ func (a *app) rootCommand() *cobra.Command {
 	pf.BoolVarP(&a.verbose, "verbose", "v", false, "print more")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{flagError(c, err)} })
 	root.AddCommand(
-		a.cmdInit(), a.cmdCreate(), a.cmdFork(), a.cmdCommit(), a.cmdList(), a.cmdLog(),
+		a.cmdInit(), a.cmdCreate(), a.cmdFork(), a.cmdCommit(), a.cmdList(), a.cmdLog(), a.cmdSessions(), a.cmdBlame(),
 		a.cmdDiff(), a.cmdExport(), a.cmdRebase(), a.cmdLand(), a.cmdUndo(), a.cmdRm(),
 		a.cmdStatus(), a.cmdGC(), a.cmdFsck(), a.cmdContext(), a.cmdResolve(), a.cmdCat(), a.cmdMCP(), a.cmdGit(),
 	)

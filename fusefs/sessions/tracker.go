@@ -135,6 +135,10 @@ type Tracker struct {
 	ignoreTgid map[int]bool
 	owners     map[Owner]*ownerState
 	closed     bool
+	// procs describes the processes seen (procinfo.go); pruned by
+	// PruneProcs, never by sweeps, so that a writer that exited before
+	// the capture is still named.
+	procs map[uint32]ProcInfo
 
 	// sweepMu serialises sweeps (background loop, Sweep, EndAll) so that
 	// their proc scans and decisions do not interleave; taken before mu.
@@ -175,6 +179,7 @@ func New(cfg Config) (*Tracker, error) {
 		handler:    cfg.Handler,
 		now:        cfg.Now,
 		pids:       make(map[uint32]*pidEntry),
+		procs:      make(map[uint32]ProcInfo),
 		owners:     make(map[Owner]*ownerState),
 		stop:       make(chan struct{}),
 	}
@@ -275,6 +280,10 @@ func (t *Tracker) admitSlow(pid uint32, e *pidEntry) error {
 			return fmt.Errorf("admit: %w", err)
 		}
 		owner, start = MakeOwner(t.by, id), si.start
+		pi := readProcInfo(t.procRoot, pid, owner, t.now())
+		t.mu.Lock()
+		t.procs[pid] = pi
+		t.mu.Unlock()
 	}
 	for {
 		t.mu.Lock()

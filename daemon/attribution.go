@@ -1,0 +1,201 @@
+package daemon
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/acyclicfs/acyclicfs/fusefs"
+	"github.com/acyclicfs/acyclicfs/fusefs/sessions"
+	"github.com/acyclicfs/acyclicfs/store"
+	"github.com/acyclicfs/acyclicfs/workspace"
+)
+
+// Write attribution and the session log (workspace/attribution.go).
+// Each lease's entry is opened by BeginLease and completed by the final
+// close of its window: the capture's writers (fusefs TakeWriters) are
+// resolved to processes through the tracker, stored with the generation
+// the capture produced, and every lease of the window gets its entry
+// with the paths its processes changed.
+
+// attrState is the attribution bookkeeping of one window. Guarded by
+// Mount.lock.
+type attrState struct {
+	// leaseOf maps the owners seen in this window to their lease ids.
+	leaseOf map[sessions.Owner]string
+	// ended: entries of the leases that ended in this window, completed
+	// by its final close.
+	ended []workspace.SessionEntry
+	// pending: writers taken from the overlay by a capture not yet
+	// published (a failed capture is retried with them).
+	pending []fusefs.PathWriters
+	// gen and paths: the latest capture of this window that was published.
+	gen   store.ID
+	paths []workspace.PathAttribution
+}
+
+// leaseKind names what opened a lease.
+func leaseKind(explicit bool, label string) string {
+	switch {
+	case !explicit:
+		return "session"
+	case strings.HasPrefix(label, "exec "):
+		return "exec"
+	default:
+		return "lease"
+	}
+}
+
+// ownerPID is the pid an owner key names ("sid:N" → N); 0 if none.
+func ownerPID(o sessions.Owner) uint32 {
+	s := string(o)
+	i := strings.LastIndexByte(s, ':')
+	if i < 0 {
+		return 0
+	}
+	n, err := strconv.ParseUint(s[i+1:], 10, 32)
+	if err != nil {
+		return 0
+	}
+	return uint32(n)
+}
+
+// leaderArgv is the command line of owner's session leader: as the
+// tracker saw it while it made requests, else as /proc shows it now.
+func (s *Mount) leaderArgv(owner sessions.Owner) []string {
+	pid := ownerPID(owner)
+	if pid == 0 || s.tracker == nil {
+		return nil
+	}
+	if pi, ok := s.tracker.Proc(pid); ok && len(pi.Argv) > 0 {
+		return pi.Argv
+	}
+	return s.tracker.ReadProcess(pid).Argv
+}
+
+// noteLeaseBegun remembers a new lease for the window's records. Called
+// with s.lock held.
+func (s *Mount) noteLeaseBegun(hl *heldLease) {
+	if s.attr.leaseOf == nil {
+		s.attr.leaseOf = map[sessions.Owner]string{}
+	}
+	s.attr.leaseOf[hl.owner] = hl.id.String()
+	hl.leader = s.leaderArgv(hl.owner)
+}
+
+// noteLeaseEnded queues hl's entry for the window's final close. Called
+// with s.lock held.
+func (s *Mount) noteLeaseEnded(hl *heldLease) {
+	leader := s.leaderArgv(hl.owner) // exec's leader has exec'd its command by now
+	if len(leader) == 0 {
+		leader = hl.leader
+	}
+	if leader == nil {
+		leader = []string{}
+	}
+	s.attr.ended = append(s.attr.ended, workspace.SessionEntry{
+		Workspace: s.ws, Lease: hl.id.String(), Owner: string(hl.owner), Kind: leaseKind(hl.explicit, hl.label),
+		Leader: leader, Start: hl.since.UnixMilli(), StartNS: hl.since.UnixNano(), End: time.Now().UnixMilli(),
+	})
+}
+
+// takeWriters moves the overlay's writers into the pending set before a
+// capture. Called with s.lock held.
+func (s *Mount) takeWriters() {
+	ws := s.view.TakeWriters()
+	if len(ws) == 0 {
+		return
+	}
+	if len(s.attr.pending) == 0 {
+		s.attr.pending = ws
+		return
+	}
+	byPath := map[string]int{}
+	for i, p := range s.attr.pending {
+		byPath[p.Path] = i
+	}
+	for _, w := range ws {
+		i, ok := byPath[w.Path]
+		if !ok {
+			byPath[w.Path] = len(s.attr.pending)
+			s.attr.pending = append(s.attr.pending, w)
+			continue
+		}
+		p := &s.attr.pending[i]
+		for _, pid := range w.PIDs {
+			if !containsPID(p.PIDs, pid) {
+				p.PIDs = append(p.PIDs, pid)
+			}
+		}
+		p.Last = max(p.Last, w.Last)
+	}
+}
+
+func containsPID(ps []uint32, p uint32) bool {
+	for _, q := range ps {
+		if q == p {
+			return true
+		}
+	}
+	return false
+}
+
+// recordCapture stores the attribution of the published capture gen.
+// Called with s.lock held; a failure is logged, never fails the close.
+func (s *Mount) recordCapture(gen store.ID) {
+	pending := s.attr.pending
+	s.attr.pending = nil
+	paths := make([]workspace.PathAttribution, 0, len(pending))
+	for _, p := range pending {
+		pa := workspace.PathAttribution{Path: p.Path}
+		for _, pid := range p.PIDs {
+			w := workspace.Writer{PID: pid, Argv: []string{}, First: p.First / 1e6, Last: p.Last / 1e6}
+			if s.tracker != nil {
+				if pi, ok := s.tracker.Proc(pid); ok {
+					w.Comm, w.ArgvTruncated, w.Session = pi.Comm, pi.Truncated, string(pi.Owner)
+					if pi.Argv != nil {
+						w.Argv = pi.Argv
+					}
+					w.Lease = s.attr.leaseOf[pi.Owner]
+				}
+			}
+			pa.Writers = append(pa.Writers, w)
+		}
+		paths = append(paths, pa)
+	}
+	s.attr.gen, s.attr.paths = gen, append(s.attr.paths, paths...)
+	sessionsOf := []string{}
+	for _, id := range s.attr.leaseOf {
+		sessionsOf = append(sessionsOf, id)
+	}
+	a := &workspace.Attribution{Generation: gen, Workspace: s.ws, Time: time.Now().UnixMilli(), Sessions: sessionsOf, Paths: paths}
+	if err := s.d.m.RecordAttribution(a, nil); err != nil {
+		s.d.logger.Printf("%s: record attribution of %s: %v", s.ws, gen.Short(), err)
+	}
+}
+
+// recordWindow completes and stores the entries of the leases of the
+// window that just closed with outcome. Called with s.lock held.
+func (s *Mount) recordWindow(outcome workspace.Outcome) {
+	entries := s.attr.ended
+	for i := range entries {
+		e := &entries[i]
+		e.Outcome, e.Generation, e.Paths = string(outcome), s.attr.gen, []string{}
+		for _, pa := range s.attr.paths {
+			for _, w := range pa.Writers {
+				if w.Session == e.Owner {
+					e.Paths = append(e.Paths, pa.Path)
+					break
+				}
+			}
+		}
+		e.PathCount = len(e.Paths)
+	}
+	if err := s.d.m.RecordAttribution(nil, entries); err != nil {
+		s.d.logger.Printf("%s: record %d session entries: %v", s.ws, len(entries), err)
+	}
+	s.attr = attrState{}
+	if s.tracker != nil {
+		s.tracker.PruneProcs()
+	}
+}
