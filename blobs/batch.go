@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/acyclicfs/acyclicfs/internal/osfile"
 )
 
 // DirBatch is a Dir's Batch. Objects stay in the temp directory until
@@ -167,12 +169,12 @@ func (b *DirBatch) Commit() error {
 // a time, and returns the first error.
 func syncPaths(paths []string) error {
 	if len(paths) == 1 {
-		return syncPath(paths[0])
+		return osfile.Sync(paths[0])
 	}
 	var g errgroup.Group
 	g.SetLimit(syncConcurrency)
 	for _, p := range paths {
-		g.Go(func() error { return syncPath(p) })
+		g.Go(func() error { return osfile.Sync(p) })
 	}
 	return g.Wait()
 }

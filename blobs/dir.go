@@ -278,7 +278,7 @@ func (d *Dir) publishTemp(tmp string, id ID, sync bool) error {
 	fan := filepath.Dir(final)
 	if err := os.Mkdir(fan, dirMode); err == nil {
 		if sync && !d.opt.NoSync {
-			if err := syncPath(d.dir); err != nil {
+			if err := osfile.Sync(d.dir); err != nil {
 				os.Remove(tmp)
 				return fmt.Errorf("write blob %s: %w", id.Short(), err)
 			}
@@ -295,7 +295,7 @@ func (d *Dir) publishTemp(tmp string, id ID, sync bool) error {
 		return err
 	}
 	if sync && !d.opt.NoSync {
-		if err := syncPath(fan); err != nil {
+		if err := osfile.Sync(fan); err != nil {
 			return fmt.Errorf("write blob %s: %w", id.Short(), err)
 		}
 	}
@@ -510,22 +510,6 @@ func (d *Dir) Delete(id ID) error {
 		return fmt.Errorf("delete blob %s: %w", id.Short(), err)
 	}
 	d.verified.Delete(id)
-	return nil
-}
-
-// syncPath fsyncs a file or directory by name.
-func syncPath(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("fsync %s: %w", path, err)
-	}
 	return nil
 }
 

@@ -1,7 +1,9 @@
 package fusefs
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 
+	"github.com/acyclicfs/acyclicfs/internal/osfile"
 	"github.com/acyclicfs/acyclicfs/store"
 )
 
@@ -100,7 +103,7 @@ func RecoverCaptureLinks(stateDir string, objects Objects, root store.ID, links 
 func ResetState(stateDir string) error {
 	for _, p := range []string{filepath.Join(stateDir, snapName), filepath.Join(stateDir, snapName+".tmp"),
 		filepath.Join(stateDir, walName), filepath.Join(stateDir, walName+".tmp")} {
-		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("reset state: %w", err)
 		}
 	}
@@ -109,7 +112,7 @@ func ResetState(stateDir string) error {
 			return fmt.Errorf("reset state: %w", err)
 		}
 	}
-	if err := syncDir(stateDir); err != nil && !os.IsNotExist(err) {
+	if err := osfile.Sync(stateDir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("reset state: %w", err)
 	}
 	return nil

@@ -488,7 +488,7 @@ func (o *overlay) writeSnapshot(snapMu interface {
 	}()
 	// Upper files' names (copy-ups, creates) must be durable before a
 	// snapshot that refers to them.
-	if err := syncDir(o.upperDir()); err != nil {
+	if err := osfile.Sync(o.upperDir()); err != nil {
 		return err
 	}
 	failpoint.Hit("overlay.before-snapshot")
@@ -570,17 +570,5 @@ func writeFileAtomic(path string, b []byte) error {
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	return syncDir(filepath.Dir(path))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
+	return osfile.Sync(filepath.Dir(path))
 }

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/acyclicfs/acyclicfs/internal/osfile"
 	"github.com/acyclicfs/acyclicfs/meta"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
@@ -364,7 +365,7 @@ func (s *Store) initMeta() error {
 		err = cerr
 	}
 	if err == nil && !s.noSync {
-		err = syncPath(tmp)
+		err = osfile.Sync(tmp)
 	}
 	if err == nil {
 		err = os.Link(tmp, filepath.Join(s.dir, metaFileName))
@@ -373,7 +374,7 @@ func (s *Store) initMeta() error {
 		}
 	}
 	if err == nil && !s.noSync {
-		err = syncPath(s.dir)
+		err = osfile.Sync(s.dir)
 	}
 	if err != nil {
 		return fmt.Errorf("open store %s: create %s: %w", s.dir, metaFileName, err)
@@ -673,19 +674,3 @@ func (s *Store) endGC() {
 
 func (s *Store) objectsDir() string { return filepath.Join(s.dir, objectsDirName) }
 func (s *Store) tmpDir() string     { return filepath.Join(s.dir, tmpDirName) }
-
-// syncPath fsyncs a file or directory by name.
-func syncPath(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("fsync %s: %w", path, err)
-	}
-	return nil
-}

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/acyclicfs/acyclicfs/internal/failpoint"
+	"github.com/acyclicfs/acyclicfs/internal/osfile"
 	"github.com/acyclicfs/acyclicfs/store"
 )
 
@@ -202,7 +203,7 @@ func (m *Manager) finishExport(j *exportJournal) error {
 				return fmt.Errorf("place export at %s: %w", j.Target, err)
 			}
 		}
-		if err := syncDir(filepath.Dir(j.Target)); err != nil {
+		if err := osfile.Sync(filepath.Dir(j.Target)); err != nil {
 			return err
 		}
 		return m.dropExport(j.Op)
@@ -231,7 +232,7 @@ func (m *Manager) finishExport(j *exportJournal) error {
 				failpoint.Hit("export.moving-pre")
 			}
 		}
-		if err := syncDir(j.Target); err != nil {
+		if err := osfile.Sync(j.Target); err != nil {
 			return err
 		}
 		j.Phase = "placing-new"
@@ -251,7 +252,7 @@ func (m *Manager) finishExport(j *exportJournal) error {
 			failpoint.Hit("export.placing-new")
 		}
 	}
-	if err := syncDir(j.Target); err != nil {
+	if err := osfile.Sync(j.Target); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(j.Staging); err != nil {
@@ -451,18 +452,6 @@ func syncFS(dir string) error {
 	}
 	defer unix.Close(fd)
 	if err := unix.Syncfs(fd); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
 		return fmt.Errorf("sync %s: %w", dir, err)
 	}
 	return nil

@@ -15,6 +15,7 @@ package osfile
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -56,4 +57,21 @@ func CreateTemp(dir, prefix string) (*os.File, error) {
 		return f, err
 	}
 	return nil, &fs.PathError{Op: "createtemp", Path: filepath.Join(dir, prefix+"*"), Err: fs.ErrExist}
+}
+
+// Sync fsyncs the file or directory at path (a directory after entries in
+// it were created, renamed or removed), opened with Open.
+func Sync(path string) error {
+	f, err := Open(path, os.O_RDONLY, 0)
+	if err != nil {
+		return fmt.Errorf("fsync %s: %w", path, err)
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("fsync %s: %w", path, err)
+	}
+	return nil
 }
