@@ -338,8 +338,13 @@ const privateDirMode = 0o700
 // into place, so a meta.db that exists was complete once.
 func (s *Store) initMeta() error {
 	// A missing meta.db next to existing objects means metadata was lost;
-	// starting fresh would orphan everything.
+	// starting fresh would orphan everything. Unless another opener
+	// created the store meanwhile: it links meta.db before it writes any
+	// object, so look again for meta.db after seeing objects.
 	if ents, err := os.ReadDir(s.objectsDir()); err == nil && len(ents) > 0 {
+		if _, err := os.Stat(filepath.Join(s.dir, metaFileName)); err == nil {
+			return nil
+		}
 		return fmt.Errorf("open store %s: %s missing but objects exist: %w", s.dir, metaFileName, ErrCorrupt)
 	}
 	// A unique temp name and link (not rename) make two processes creating
