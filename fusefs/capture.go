@@ -317,21 +317,10 @@ func (o *overlay) storeFile(c *inode, e *store.Entry, cw *captureWriter) error {
 	// same coarse timestamp tick without changing its size, the stat does
 	// not identify the content: it is marked racy and the memo is only
 	// trusted after re-hashing (as git does for racily clean entries).
-	// An adopted file cannot change while it is shared (a writer gets a
-	// copy, another inode), so its stat identifies its content exactly.
-	racy = !adopted && time.Now().UnixNano()-us.ctime <= racyWindow.Nanoseconds()
+	racy = time.Now().UnixNano()-us.ctime <= racyWindow.Nanoseconds()
 	if size == us.size { // else it changed while hashing: do not memoise
 		cw.memo(func() {
 			o.mu.Lock()
-			if adopted && c.shared {
-				// The batch's rename of the link into objects/ changed
-				// the ctime: the memo takes the stat the adopted file has
-				// now, if it is still that file (not an unshared copy).
-				var st syscall.Stat_t
-				if err := syscall.Stat(path, &st); err == nil && st.Ino == us.ino && st.Size == us.size {
-					us = statOf(&st)
-				}
-			}
 			c.capStat, c.capID, c.capRacy = us, id, racy
 			if racy {
 				o.markRacy(c)

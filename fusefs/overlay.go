@@ -119,16 +119,13 @@ type inode struct {
 	plainOpens int
 }
 
-// upperStat identifies a version of an upper file's content. The inode
-// number tells an unshared copy (upper.go unshare) from the adopted file
-// it replaced, even within one timestamp tick.
+// upperStat identifies a version of an upper file's content.
 type upperStat struct {
 	size, mtime, ctime int64
-	ino                uint64
 }
 
 func statOf(st *syscall.Stat_t) upperStat {
-	return upperStat{size: st.Size, mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano(), ino: st.Ino}
+	return upperStat{size: st.Size, mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano()}
 }
 
 func (in *inode) isDir() bool     { return in.mode&syscall.S_IFMT == syscall.S_IFDIR }
