@@ -377,9 +377,9 @@ func (m *Mount) open(in *inode, flags, pid uint32) (fs.FileHandle, uint32, sysca
 		}
 	}
 	ov.mu.Lock()
-	for in.upper && in.shared && (write || trunc) {
-		// A capture adopted the upper file as a blob (adoptUpper): it is
-		// never opened for writing; the writer gets a copy.
+	for in.upper && in.shared {
+		// A capture adopted the upper file as a blob: it is never opened
+		// again (a handle could write it); this open takes a copy.
 		ov.mu.Unlock()
 		if err := ov.unshare(in, false); err != nil {
 			return nil, 0, toErrno(err)
@@ -388,19 +388,6 @@ func (m *Mount) open(in *inode, flags, pid uint32) (fs.FileHandle, uint32, sysca
 	}
 	defer ov.mu.Unlock()
 	h := &handle{m: m, in: in}
-	if in.upper && in.shared {
-		// A reader of an adopted upper file reads it as a blob: its own
-		// read-only descriptor, served by the daemon, so that a writer's
-		// copy (unshare) can move it to the new upper file (redirect).
-		f, err := osfile.Open(ov.upperPath(in.num), os.O_RDONLY, 0)
-		if err != nil {
-			return nil, 0, toErrno(err)
-		}
-		h.fd, h.own, h.blob = int(f.Fd()), f, true
-		in.opens++
-		ov.openHandles++
-		return in.plain(h), fuse.FOPEN_KEEP_CACHE, 0
-	}
 	if in.upper {
 		if in.upperFile == nil {
 			f, err := osfile.Open(ov.upperPath(in.num), os.O_RDWR, 0)

@@ -98,9 +98,8 @@ func (o *overlay) copyUp(in *inode, trunc bool) error {
 // adopted as a blob (inode.shared), which must never change: a copy of
 // it (an empty file with trunc), renamed over its name with its times.
 // The copy runs without the lock; a racing unshare of the same inode
-// loses and discards its temp file. No handle writes the adopted file:
-// writers unshare first, readers hold their own read-only descriptor and
-// are redirected here.
+// loses and discards its temp file. Opens of a shared inode unshare
+// first, so no handle has the adopted file open.
 func (o *overlay) unshare(in *inode, trunc bool) error {
 	o.mu.Lock()
 	if !in.shared {
@@ -144,17 +143,6 @@ func (o *overlay) unshare(in *inode, trunc bool) error {
 		return fmt.Errorf("unshare: rename %s: %w", tmp.Name(), err)
 	}
 	in.shared = false
-	if len(in.readers) > 0 {
-		// Readers of the adopted file read what is written from now on.
-		if in.upperFile == nil {
-			f, err := osfile.Open(path, os.O_RDWR, 0)
-			if err != nil {
-				return fmt.Errorf("unshare: %w", err)
-			}
-			in.upperFile = f
-		}
-		o.redirect(in)
-	}
 	return nil
 }
 
