@@ -68,8 +68,7 @@ type Info struct {
 	ID   ID
 	Size int64
 	// ModTime is when the object was stored (GC spares objects newer than
-	// its start): for Dir the later of the file's mtime and ctime, since a
-	// file adopted by hard link keeps its old mtime; the zero time if the
-	// plane does not know.
+	// its start): for Dir the later of the file's mtime and ctime; the
+	// zero time if the plane does not know.
 	ModTime time.Time
 }

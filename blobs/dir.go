@@ -530,9 +530,10 @@ func (d *Dir) syncfs() error {
 }
 
 // storedAt is when a blob file became an object, as far as GC's grace for
-// objects written during a sweep is concerned: its ctime, which a write,
-// the chmod to the object mode and the link of an adopted file all set (an
-// adopted file keeps the mtime the tool gave it, maybe long before).
+// objects written during a sweep is concerned: the later of its mtime and
+// its ctime, which a write, the chmod to the object mode and a rename or
+// link into objects/ all set (a file cloned or linked in may keep an older
+// mtime).
 func storedAt(fi os.FileInfo) time.Time {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		if c := time.Unix(0, st.Ctim.Nano()); c.After(fi.ModTime()) {

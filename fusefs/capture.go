@@ -6,13 +6,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sync/errgroup"
-	"golang.org/x/sys/unix"
 
 	"github.com/acyclicfs/acyclicfs/internal/osfile"
 	"github.com/acyclicfs/acyclicfs/store"
@@ -287,26 +285,7 @@ func (o *overlay) storeFile(c *inode, e *store.Entry, cw *captureWriter) error {
 		e.ID, e.Size = memoID, us.size
 		return nil
 	}
-	var (
-		id      store.ID
-		size    int64
-		adopted bool
-		err     error
-	)
-	if a, ok := cw.adopter(); ok && us.size >= adoptMinBytes {
-		id, size, adopted, err = o.adoptUpper(c, a)
-		if adopted {
-			// The link changed the file's ctime: the memo takes the
-			// stat it has now (nothing can write it any more).
-			if err := syscall.Stat(path, &st); err != nil {
-				return fmt.Errorf("capture %q: %w", e.Name, err)
-			}
-			us = statOf(&st)
-		}
-	}
-	if id.IsZero() && err == nil {
-		id, size, err = cw.writeBlobFile(path)
-	}
+	id, size, err := cw.writeBlobFile(path)
 	if err != nil {
 		return fmt.Errorf("capture %q: %w", e.Name, err)
 	}
@@ -329,43 +308,6 @@ func (o *overlay) storeFile(c *inode, e *store.Entry, cw *captureWriter) error {
 		})
 	}
 	return nil
-}
-
-// adoptMinBytes is the size from which a capture adopts an upper file as
-// its blob (a hard link into the store, Adopter) instead of copying it.
-// Smaller files are copied: the copy is cheap, and the upper file stays
-// the overlay's own, so a view switch can keep it as the clean inode's
-// backing file (Config.RetainUpperBytes) and the next write needs no copy.
-const adoptMinBytes = 8 << 20
-
-// adoptUpper hands c's upper file to the batch as a blob by hard link if
-// no handle has it open and no truncation by path is in flight; from then
-// on c is shared and its upper file is copied before any open or change
-// (unshare), so the stored blob never changes. It returns a zero ID when
-// it did not try. The first link is made under mu (a metadata operation)
-// to a private name, so that an unshare renaming a copy over the upper
-// path meanwhile cannot make the store link the copy.
-func (o *overlay) adoptUpper(c *inode, a Adopter) (store.ID, int64, bool, error) {
-	priv := filepath.Join(o.upperDir(), "adopt-"+strconv.FormatUint(c.num, 10))
-	o.mu.Lock()
-	if !c.upper || c.shared || c.retained || c.opens > 0 || c.pathWriters > 0 || c.tmpfile {
-		o.mu.Unlock()
-		return store.ID{}, 0, false, nil
-	}
-	if err := unix.Link(o.upperPath(c.num), priv); err != nil {
-		o.mu.Unlock()
-		return store.ID{}, 0, false, nil // copied instead
-	}
-	c.shared = true
-	o.mu.Unlock()
-	id, size, adopted, err := a.AdoptBlobFile(priv)
-	rerr := os.Remove(priv)
-	if !adopted && err == nil && rerr == nil {
-		o.mu.Lock()
-		c.shared = false // no link left but the overlay's own
-		o.mu.Unlock()
-	}
-	return id, size, adopted, err
 }
 
 // hashFile returns the blob ID of a file's content without storing it

@@ -16,14 +16,6 @@ type Batch interface {
 	Commit() error
 }
 
-// Adopter is implemented by a Batch that can take a file itself as a blob
-// (a hard link into the store: *store.BlobBatch) instead of copying it.
-// The caller must never write the file's inode again once adopted is
-// true (the overlay copies such an upper file before its next change).
-type Adopter interface {
-	AdoptBlobFile(path string) (id store.ID, size int64, adopted bool, err error)
-}
-
 // Batcher is implemented by Objects that can batch a capture's writes:
 // its blobs through one Batch and its trees in one transaction.
 type Batcher interface {
@@ -73,12 +65,6 @@ func (cw *captureWriter) writeBlobFile(path string) (store.ID, int64, error) {
 		return cw.batch.WriteBlobFile(path)
 	}
 	return cw.objects.WriteBlobFile(path)
-}
-
-// adopter returns the batch's Adopter, if it has one.
-func (cw *captureWriter) adopter() (Adopter, bool) {
-	a, ok := cw.batch.(Adopter)
-	return a, ok
 }
 
 func (cw *captureWriter) writeBlobBytes(b []byte) (store.ID, error) {

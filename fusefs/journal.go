@@ -346,9 +346,6 @@ func (o *overlay) removeStrayUppers() error {
 	for _, e := range ents {
 		num, err := strconv.ParseUint(e.Name(), 10, 64)
 		if err == nil && o.uppers[num] {
-			if err := o.unshareFile(e); err != nil {
-				return fmt.Errorf("state dir: %w", err)
-			}
 			continue
 		}
 		if err == nil {
@@ -377,44 +374,6 @@ func (o *overlay) removeStrayUppers() error {
 		return fmt.Errorf("state dir: %w", err)
 	}
 	return nil
-}
-
-// unshareFile replaces upper file e by a copy if it has other links: a
-// capture adopted it as a store blob (adoptUpper) and the process ended
-// before a view switch dropped it. The table does not record that, and
-// the blob must never change. Only while opening.
-func (o *overlay) unshareFile(e os.DirEntry) error {
-	info, err := e.Info()
-	if err != nil {
-		return err
-	}
-	if st, ok := info.Sys().(*syscall.Stat_t); !ok || st.Nlink <= 1 {
-		return nil
-	}
-	path := filepath.Join(o.upperDir(), e.Name())
-	src, err := osfile.Open(path, os.O_RDONLY, 0)
-	if err != nil {
-		return err
-	}
-	defer src.Close()
-	tmp, err := osfile.CreateTemp(o.upperDir(), "unshare-")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		tmp.Close()
-		os.Remove(tmp.Name())
-	}()
-	if err := cloneOrCopy(tmp, src); err != nil {
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		return err
-	}
-	if err := os.Chtimes(tmp.Name(), info.ModTime(), info.ModTime()); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
 
 // writeSnapshot makes the current overlay durable.

@@ -103,9 +103,7 @@ type Config struct {
 	// tool wrote stays passthrough (native speed) after the lease ends,
 	// and the next write needs no copy-up; the price is the disk space of
 	// a second copy (the store holds the blob) until the file changes or
-	// the mount's state is reset. An upper file a capture adopted as its
-	// blob (8 MiB or more, see capture.go adoptUpper) is never kept: the
-	// blob is that file, so the clean inode reads it without a copy.
+	// the mount's state is reset.
 	RetainUpperBytes int64
 	// ReadOnly mounts the view read-only from the start (see
 	// Mount.SetReadOnly): every change fails with EROFS.

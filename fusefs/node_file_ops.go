@@ -102,7 +102,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 			if err := syscall.Ftruncate(h.fd, int64(size)); err != nil {
 				return toErrno(err)
 			}
-		} else if err := ov.truncateUpper(ino, int64(size)); err != nil {
+		} else if err := syscall.Truncate(ov.upperPath(ino.num), int64(size)); err != nil {
 			return toErrno(err)
 		}
 	}
@@ -377,15 +377,6 @@ func (m *Mount) open(in *inode, flags, pid uint32) (fs.FileHandle, uint32, sysca
 		}
 	}
 	ov.mu.Lock()
-	for in.upper && in.shared {
-		// A capture adopted the upper file as a blob: it is never opened
-		// again (a handle could write it); this open takes a copy.
-		ov.mu.Unlock()
-		if err := ov.unshare(in, false); err != nil {
-			return nil, 0, toErrno(err)
-		}
-		ov.mu.Lock()
-	}
 	defer ov.mu.Unlock()
 	h := &handle{m: m, in: in}
 	if in.upper {

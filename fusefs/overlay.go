@@ -72,13 +72,6 @@ type inode struct {
 	capStat upperStat
 	capID   store.ID
 	capRacy bool // capStat was taken within racyWindow of the last change (then in overlay.racy)
-	// shared: a capture adopted the upper file as a store blob (a hard
-	// link, capture.go adoptUpper): it must never be written in place
-	// again, so any open or truncation first gives the inode a private
-	// copy (unshare). pathWriters counts truncations by path in flight
-	// (Setattr), during which a capture must not adopt the file.
-	shared      bool
-	pathWriters int
 	// wopens counts the opens of the inode for writing or truncation, so
 	// that a view switch can tell whether a file it hashed without the
 	// lock may have been written since (hashRacy).
@@ -520,7 +513,7 @@ func (o *overlay) trashIndex(num uint64) int {
 func (o *overlay) dropUpper(c *inode) {
 	o.unretain(c)
 	o.trashUpper(c.num)
-	c.upper, c.shared = false, false
+	c.upper = false
 	c.capStat, c.capID = upperStat{}, store.ID{}
 }
 

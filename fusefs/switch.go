@@ -374,9 +374,7 @@ func (o *overlay) reconcileLeaf(c *inode, ne store.Entry, dir []string, name str
 		// has the captured bytes and times, the upper file stays as the
 		// clean inode's backing file; otherwise it goes.
 		same := c.isReg() && ne.Kind.IsRegular() && c.capID == ne.ID && c.capStat.mtime == ne.Mtime
-		if !same || c.shared || !o.retain(c, c.capStat.size) {
-			// An adopted upper file is the blob itself: the clean inode
-			// reads it as its lower entry, and a write copies it up.
+		if !same || !o.retain(c, c.capStat.size) {
 			o.dropUpper(c)
 		}
 	}
@@ -423,7 +421,6 @@ func (o *overlay) replaceOpenUpper(c *inode, ne store.Entry) error {
 		if err := os.Rename(tmp.Name(), path); err != nil {
 			return err
 		}
-		c.shared = false // a new file: the overlay's own
 	}
 	mt := time.Unix(0, ne.Mtime)
 	if err := os.Chtimes(path, mt, mt); err != nil {

@@ -22,21 +22,11 @@ func (o *overlay) copyUp(in *inode, trunc bool) error {
 		if in.retained {
 			o.touch(in) // about to be written: dirty again
 		}
-		if in.shared {
-			o.mu.Unlock()
-			return o.unshare(in, trunc) // a private copy, truncated or not
-		}
-		if !trunc {
-			o.mu.Unlock()
-			return nil
-		}
-		in.pathWriters++ // no capture adopts the file while it is truncated
 		o.mu.Unlock()
-		err := os.Truncate(o.upperPath(in.num), 0)
-		o.mu.Lock()
-		in.pathWriters--
-		o.mu.Unlock()
-		return err
+		if trunc {
+			return os.Truncate(o.upperPath(in.num), 0)
+		}
+		return nil
 	}
 	if !in.isReg() {
 		o.mu.Unlock()
@@ -92,79 +82,6 @@ func (o *overlay) copyUp(in *inode, trunc bool) error {
 		o.redirect(in)
 	}
 	return nil
-}
-
-// unshare gives in a private upper file in place of the one a capture
-// adopted as a blob (inode.shared), which must never change: a copy of
-// it (an empty file with trunc), renamed over its name with its times.
-// The copy runs without the lock; a racing unshare of the same inode
-// loses and discards its temp file. Opens of a shared inode unshare
-// first, so no handle has the adopted file open.
-func (o *overlay) unshare(in *inode, trunc bool) error {
-	o.mu.Lock()
-	if !in.shared {
-		o.mu.Unlock()
-		return nil
-	}
-	path := o.upperPath(in.num)
-	o.mu.Unlock()
-	tmp, err := osfile.CreateTemp(o.upperDir(), "unshare-")
-	if err != nil {
-		return fmt.Errorf("unshare: %w", err)
-	}
-	defer func() {
-		tmp.Close()
-		os.Remove(tmp.Name())
-	}()
-	src, err := osfile.Open(path, os.O_RDONLY, 0)
-	if err != nil {
-		return fmt.Errorf("unshare: %w", err)
-	}
-	defer src.Close()
-	var st syscall.Stat_t
-	if err := syscall.Fstat(int(src.Fd()), &st); err != nil {
-		return fmt.Errorf("unshare: %w", err)
-	}
-	if !trunc {
-		if err := cloneOrCopy(tmp, src); err != nil {
-			return fmt.Errorf("unshare: %w", err)
-		}
-	}
-	ts := [2]unix.Timespec{unix.NsecToTimespec(st.Atim.Nano()), unix.NsecToTimespec(st.Mtim.Nano())}
-	if err := futimens(int(tmp.Fd()), &ts); err != nil {
-		return fmt.Errorf("unshare: %w", err)
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if !in.shared || !in.upper {
-		return nil
-	}
-	if err := unix.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("unshare: rename %s: %w", tmp.Name(), err)
-	}
-	in.shared = false
-	return nil
-}
-
-// truncateUpper truncates in's upper file by path (a truncate(2) with no
-// open handle), unsharing it first if a capture adopted it; no capture
-// adopts it meanwhile.
-func (o *overlay) truncateUpper(in *inode, size int64) error {
-	o.mu.Lock()
-	for in.shared {
-		o.mu.Unlock()
-		if err := o.unshare(in, size == 0); err != nil {
-			return err
-		}
-		o.mu.Lock()
-	}
-	in.pathWriters++
-	o.mu.Unlock()
-	err := syscall.Truncate(o.upperPath(in.num), size)
-	o.mu.Lock()
-	in.pathWriters--
-	o.mu.Unlock()
-	return err
 }
 
 // redirect moves in's open blob handles to its upper file, which a
