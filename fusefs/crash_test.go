@@ -15,6 +15,51 @@ import (
 
 const crashChildEnv = "FUSEFS_CRASH_CHILD"
 
+// startCrashChild runs crashChild in a child process serving root (from
+// the objects in objDir) at a new mountpoint with a new state directory,
+// and waits until it serves. kill sends it SIGKILL and reaps it; a child
+// not killed by the test is killed at cleanup, and the mountpoint is
+// detached either way.
+func startCrashChild(t *testing.T, objDir string, root store.ID, pt bool) (state, mnt string, kill func() error) {
+	t.Helper()
+	state, mnt = t.TempDir(), t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), crashChildEnv+"=1", "FUSEFS_ROOT="+root.String(),
+		"FUSEFS_OBJS="+objDir, "FUSEFS_MNT="+mnt, "FUSEFS_STATE="+state)
+	if pt {
+		cmd.Env = append(cmd.Env, "FUSEFS_PT=1")
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	killed := false
+	t.Cleanup(func() {
+		if !killed {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+		syscall.Unmount(mnt, syscall.MNT_DETACH)
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		t.Fatalf("child: %q %v", line, err)
+	}
+	kill = func() error {
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			return err
+		}
+		cmd.Wait()
+		killed = true
+		return nil
+	}
+	return state, mnt, kill
+}
+
 // crashChild serves a mount until it is killed (run by TestCrashRecovery
 // through a re-exec of the test binary).
 func crashChild() {
@@ -71,35 +116,7 @@ func testCrashRecovery(t *testing.T, pt bool) {
 	objDir := t.TempDir()
 	objs := newFakeObjectsAt(objDir)
 	root := objs.build(t, spec{"keep.txt": "lower", "d/old.txt": "old", "big/a": "a"})
-	state := t.TempDir()
-	mnt := t.TempDir()
-
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), crashChildEnv+"=1", "FUSEFS_ROOT="+root.String(),
-		"FUSEFS_OBJS="+objDir, "FUSEFS_MNT="+mnt, "FUSEFS_STATE="+state)
-	if pt {
-		cmd.Env = append(cmd.Env, "FUSEFS_PT=1")
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	killed := false
-	t.Cleanup(func() {
-		if !killed {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-		syscall.Unmount(mnt, syscall.MNT_DETACH)
-	})
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || line != "ready\n" {
-		t.Fatalf("child: %q %v", line, err)
-	}
+	state, mnt, kill := startCrashChild(t, objDir, root, pt)
 	p := func(s string) string { return filepath.Join(mnt, s) }
 
 	writeSync(t, p("new.txt"), "fsynced data")
@@ -127,11 +144,9 @@ func testCrashRecovery(t *testing.T, pt bool) {
 		t.Fatal(err)
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := kill(); err != nil {
 		t.Fatal(err)
 	}
-	cmd.Wait()
-	killed = true
 	if err := syscall.Unmount(mnt, syscall.MNT_DETACH); err != nil {
 		t.Fatalf("detach dead mount: %v", err)
 	}
@@ -209,34 +224,7 @@ func testCrashKeepsUnsynced(t *testing.T, pt bool) {
 		s[fmt.Sprintf("many/f%02d", i)] = "m"
 	}
 	root := objs.build(t, s)
-	state := t.TempDir()
-	mnt := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), crashChildEnv+"=1", "FUSEFS_ROOT="+root.String(),
-		"FUSEFS_OBJS="+objDir, "FUSEFS_MNT="+mnt, "FUSEFS_STATE="+state)
-	if pt {
-		cmd.Env = append(cmd.Env, "FUSEFS_PT=1")
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	killed := false
-	t.Cleanup(func() {
-		if !killed {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-		syscall.Unmount(mnt, syscall.MNT_DETACH)
-	})
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || line != "ready\n" {
-		t.Fatalf("child: %q %v", line, err)
-	}
+	state, mnt, kill := startCrashChild(t, objDir, root, pt)
 	p := func(s string) string { return filepath.Join(mnt, s) }
 	must := func(err error) {
 		t.Helper()
@@ -267,9 +255,7 @@ func testCrashKeepsUnsynced(t *testing.T, pt bool) {
 	must(f.Close())
 	must(os.Rename(p("nd/sub"), p("moved")))
 
-	must(cmd.Process.Signal(syscall.SIGKILL))
-	cmd.Wait()
-	killed = true
+	must(kill())
 	must(syscall.Unmount(mnt, syscall.MNT_DETACH))
 
 	want := map[string]string{
