@@ -43,6 +43,7 @@ var layers = map[string]int{
 	"internal/pathino":   -1,
 	"internal/fsmtoken":  -1,
 	"internal/gitrepo":   -1,
+	"internal/etcdtest":  -1,
 	"rebase/rebasetest":  2,
 }
 

@@ -3,6 +3,7 @@ package etcdmeta_test
 import (
 	"context"
 	"fmt"
+	"github.com/acyclicfs/acyclicfs/internal/etcdtest"
 	"path/filepath"
 	"testing"
 
@@ -19,7 +20,7 @@ func BenchmarkAppend(b *testing.B) {
 		name string
 		open func(*testing.B) meta.Store
 	}{
-		{"etcd", func(b *testing.B) meta.Store { return etcdmeta.New(startCluster(b).client(), "bench") }},
+		{"etcd", func(b *testing.B) meta.Store { return etcdmeta.New(etcdtest.Start(b).Client(), "bench") }},
 		{"bolt", func(b *testing.B) meta.Store {
 			s, err := meta.OpenBolt(filepath.Join(b.TempDir(), "meta.db"), meta.BoltOptions{NoSync: true})
 			if err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/acyclicfs/acyclicfs/internal/etcdtest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,10 +20,10 @@ import (
 // TestCluster runs the tests that leave the members alone on one shared
 // 3-member cluster (starting one takes seconds), each in its own prefixes.
 func TestCluster(t *testing.T) {
-	c := startCluster(t)
+	c := etcdtest.Start(t)
 	for _, tc := range []struct {
 		name string
-		fn   func(*testing.T, *cluster)
+		fn   func(*testing.T, *etcdtest.Cluster)
 	}{
 		{"Conformance", testConformance},
 		{"PrefixesAreDisjoint", testPrefixesAreDisjoint},
@@ -36,8 +37,8 @@ func TestCluster(t *testing.T) {
 
 // testConformance runs the whole metadata-plane suite, each case in its
 // own prefix.
-func testConformance(t *testing.T, c *cluster) {
-	cl := c.client()
+func testConformance(t *testing.T, c *etcdtest.Cluster) {
+	cl := c.Client()
 	metatest.Run(t, func(t *testing.T) meta.Store { return etcdmeta.New(cl, "conformance/"+t.Name()) })
 }
 
@@ -45,8 +46,8 @@ func testConformance(t *testing.T, c *cluster) {
 // and "a/b", "a" and "a\x00d") share no key, even where a plain
 // prefix + "/" join would spell two records alike: store "a"'s b/x NUL k
 // and store "a/b"'s x NUL k.
-func testPrefixesAreDisjoint(t *testing.T, c *cluster) {
-	cl := c.client()
+func testPrefixesAreDisjoint(t *testing.T, c *etcdtest.Cluster) {
+	cl := c.Client()
 	ctx := context.Background()
 	stores := []struct {
 		prefix string
@@ -82,8 +83,8 @@ func testPrefixesAreDisjoint(t *testing.T, c *cluster) {
 
 // testLimits: a value or a transaction over etcd's request limits fails
 // with ErrTooLarge and writes nothing; many reads still commit.
-func testLimits(t *testing.T, c *cluster) {
-	cl := c.client()
+func testLimits(t *testing.T, c *etcdtest.Cluster) {
+	cl := c.Client()
 	s := etcdmeta.New(cl, "limits")
 	ctx := context.Background()
 	sp := meta.NewSpace("t")
@@ -199,8 +200,8 @@ func readLog(t *testing.T, s meta.Store) ([]string, uint64) {
 // testTwoClientsLoseNoUpdate: two Stores over two clients (on different
 // members) append to one log concurrently; every append lands exactly
 // once.
-func testTwoClientsLoseNoUpdate(t *testing.T, c *cluster) {
-	stores := []meta.Store{etcdmeta.New(c.client(0), "race"), etcdmeta.New(c.client(2), "race")}
+func testTwoClientsLoseNoUpdate(t *testing.T, c *etcdtest.Cluster) {
+	stores := []meta.Store{etcdmeta.New(c.Client(0), "race"), etcdmeta.New(c.Client(2), "race")}
 	const workers, each = 3, 15
 	var wg sync.WaitGroup
 	errs := make(chan error, len(stores)*workers)
@@ -247,8 +248,8 @@ func testTwoClientsLoseNoUpdate(t *testing.T, c *cluster) {
 // log once; one that failed is absent, or — only when the failure says the
 // outcome is unknown — at most once; the counter matches the log.
 func TestMemberRestartMidStream(t *testing.T) {
-	c := startCluster(t)
-	s := etcdmeta.New(c.client(), "restart")
+	c := etcdtest.Start(t)
+	s := etcdmeta.New(c.Client(), "restart")
 	type result struct {
 		id  string
 		err error
@@ -299,13 +300,13 @@ func TestMemberRestartMidStream(t *testing.T) {
 		}
 	}
 	waitFor(20, "before the stop")
-	victim := c.leader()
+	victim := c.Leader()
 	if victim < 0 {
 		t.Fatal("no leader")
 	}
-	c.stop(victim)
+	c.Stop(victim)
 	waitFor(20, "with a member down")
-	c.restart(victim)
+	c.Restart(victim)
 	waitFor(20, "after the restart")
 	stop.Store(true)
 	wg.Wait()
@@ -343,8 +344,8 @@ func TestMemberRestartMidStream(t *testing.T) {
 
 // testViewIsOneRevision: a View reads at the revision of its first read,
 // even across a write committed in between.
-func testViewIsOneRevision(t *testing.T, c *cluster) {
-	cl := c.client()
+func testViewIsOneRevision(t *testing.T, c *etcdtest.Cluster) {
+	cl := c.Client()
 	s := etcdmeta.New(cl, "view")
 	ctx := context.Background()
 	k := meta.NewSpace("t").Key([]byte("k"))

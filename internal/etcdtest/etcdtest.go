@@ -1,4 +1,9 @@
-package etcdmeta_test
+// Package etcdtest starts etcd clusters inside a test process: members on
+// 127.0.0.1 ports the kernel picks, data in t.TempDir, fsync off, logs at
+// error level. t.Cleanup stops every member and closes every client made
+// through Client, so no process or port outlives a test. Only tests import
+// it: it pulls in etcd's server module, which the binary must not hold.
+package etcdtest
 
 import (
 	"fmt"
@@ -13,10 +18,10 @@ import (
 	"go.uber.org/zap"
 )
 
-// cluster is a 3-member etcd cluster inside the test process, on
+// Cluster is a 3-member etcd cluster inside the test process, on
 // 127.0.0.1 ports picked free, with its data in t.TempDir; t.Cleanup stops
 // every member (and every client made by client).
-type cluster struct {
+type Cluster struct {
 	t       testing.TB
 	cfgs    []*embed.Config
 	members []*embed.Etcd // nil while a member is stopped
@@ -34,10 +39,11 @@ func freeURL(t testing.TB) url.URL {
 	return url.URL{Scheme: "http", Host: l.Addr().String()}
 }
 
-func startCluster(t testing.TB) *cluster {
+// Start starts a 3-member cluster and waits until every member serves.
+func Start(t testing.TB) *Cluster {
 	t.Helper()
 	const n = 3
-	c := &cluster{t: t}
+	c := &Cluster{t: t}
 	var initial []string
 	for i := range n {
 		cfg := embed.NewConfig()
@@ -46,7 +52,7 @@ func startCluster(t testing.TB) *cluster {
 		peer, client := freeURL(t), freeURL(t)
 		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
 		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
-		cfg.InitialClusterToken = "etcdmeta-test"
+		cfg.InitialClusterToken = "etcdtest"
 		cfg.LogLevel = "error"
 		cfg.UnsafeNoFsync = true // test data: losing it on a crash is fine
 		initial = append(initial, cfg.Name+"="+peer.String())
@@ -55,7 +61,7 @@ func startCluster(t testing.TB) *cluster {
 	c.members = make([]*embed.Etcd, n)
 	t.Cleanup(func() {
 		for i := range c.members {
-			c.stop(i)
+			c.Stop(i)
 		}
 	})
 	for i, cfg := range c.cfgs {
@@ -67,13 +73,13 @@ func startCluster(t testing.TB) *cluster {
 		c.members[i] = e
 	}
 	for i := range c.members {
-		c.ready(i)
+		c.Ready(i)
 	}
 	return c
 }
 
-// ready waits until member i serves clients.
-func (c *cluster) ready(i int) {
+// Ready waits until member i serves clients.
+func (c *Cluster) Ready(i int) {
 	c.t.Helper()
 	select {
 	case <-c.members[i].Server.ReadyNotify():
@@ -84,16 +90,16 @@ func (c *cluster) ready(i int) {
 	}
 }
 
-// stop stops member i (its data stays for restart).
-func (c *cluster) stop(i int) {
+// Stop stops member i (its data stays for restart).
+func (c *Cluster) Stop(i int) {
 	if e := c.members[i]; e != nil {
 		e.Close()
 		c.members[i] = nil
 	}
 }
 
-// restart starts member i again from its data directory.
-func (c *cluster) restart(i int) {
+// Restart starts member i again from its data directory.
+func (c *Cluster) Restart(i int) {
 	c.t.Helper()
 	c.cfgs[i].ClusterState = embed.ClusterStateFlagExisting
 	e, err := embed.StartEtcd(c.cfgs[i])
@@ -101,12 +107,12 @@ func (c *cluster) restart(i int) {
 		c.t.Fatalf("restart member %d: %v", i, err)
 	}
 	c.members[i] = e
-	c.ready(i)
+	c.Ready(i)
 }
 
-// leader returns the index of the member that leads (one that is
+// Leader returns the index of the member that leads (one that is
 // running), -1 if none knows.
-func (c *cluster) leader() int {
+func (c *Cluster) Leader() int {
 	for _, e := range c.members {
 		if e == nil {
 			continue
@@ -121,9 +127,9 @@ func (c *cluster) leader() int {
 	return -1
 }
 
-// client connects to the given members (all if none given).
-func (c *cluster) client(members ...int) *clientv3.Client {
-	c.t.Helper()
+// Endpoints returns the client URLs of the given members (all if none
+// given), as a client's Endpoints want them.
+func (c *Cluster) Endpoints(members ...int) []string {
 	if len(members) == 0 {
 		members = []int{0, 1, 2}
 	}
@@ -131,7 +137,13 @@ func (c *cluster) client(members ...int) *clientv3.Client {
 	for _, i := range members {
 		eps = append(eps, c.cfgs[i].AdvertiseClientUrls[0].String())
 	}
-	cl, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	return eps
+}
+
+// Client connects to the given members (all if none given).
+func (c *Cluster) Client(members ...int) *clientv3.Client {
+	c.t.Helper()
+	cl, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(members...), DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		c.t.Fatal(err)
 	}
