@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
@@ -12,24 +15,147 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/acyclicfs/acyclicfs/cluster"
 	"github.com/acyclicfs/acyclicfs/rebase"
 	"github.com/acyclicfs/acyclicfs/store"
 	"github.com/acyclicfs/acyclicfs/workspace"
 )
 
 func (a *app) cmdInit() *cobra.Command {
-	return &cobra.Command{
-		Use:   "init",
-		Short: "Create the store if absent (idempotent)",
-		Args:  exactArgs(0, "no arguments"),
+	var metaURL, blobsArg, node string
+	var claimTTL time.Duration
+	c := &cobra.Command{
+		Use:   "init [STORE] [--meta etcd://HOST:PORT[,HOST:PORT...]/PREFIX [--node NAME] [--claim-ttl DUR]]",
+		Short: "Create the store if absent (idempotent); with --meta, a node of a store on etcd",
+		Long: `Create the store if absent (idempotent).
+
+STORE is the store directory (as --store gives it). With --meta the
+directory becomes a node of a store whose metadata lives in etcd under
+PREFIX: init writes STORE/cluster.json and every later command on STORE
+reads it. Several store directories (on one machine or many) inited
+against one etcd prefix are the nodes of one store; each keeps its own
+blobs, mounts' upper files and core state. --node names this node (default
+the host name and a hash of the store path); --claim-ttl is how long a dead
+or stopped node keeps its mounts' claims (default 10s, whole seconds).
+Running init again with the same configuration changes nothing; with
+another one, or --meta on a local store, it is refused.`,
+		Args: rangeArgs(0, 1, "[STORE]"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				if a.storeFlag != "" && a.abs(a.storeFlag) != a.abs(args[0]) {
+					return usageError{fmt.Errorf("init: STORE %s and --store %s differ", args[0], a.storeFlag)}
+				}
+				a.storeFlag = args[0]
+			}
+			f := cmd.Flags()
+			if metaURL == "" {
+				for _, n := range []string{"blobs", "node", "claim-ttl"} {
+					if f.Changed(n) {
+						return usageError{fmt.Errorf("init: --%s needs --meta etcd://HOST:PORT/PREFIX", n)}
+					}
+				}
+			} else if err := a.initNode(metaURL, blobsArg, node, claimTTL, f.Changed("claim-ttl")); err != nil {
+				return fmt.Errorf("init: %w", err)
+			}
 			m, err := a.manager()
 			if err != nil {
 				return fmt.Errorf("init store: %w", err)
 			}
-			return a.emit(map[string]string{"store": m.Dir()}, func(w io.Writer) { fmt.Fprintln(w, m.Dir()) })
+			out := initJSON{Store: m.Dir()}
+			if n := m.Node(); n != nil {
+				out.Node, out.Meta = n.Name(), n.Config().MetaURL()
+			}
+			return a.emit(out, func(w io.Writer) {
+				if out.Node != "" {
+					fmt.Fprintf(w, "%s (node %s of %s)\n", out.Store, out.Node, out.Meta)
+					return
+				}
+				fmt.Fprintln(w, out.Store)
+			})
 		},
 	}
+	c.Flags().StringVar(&metaURL, "meta", "", "keep the metadata in etcd: etcd://HOST:PORT[,HOST:PORT...]/PREFIX")
+	c.Flags().StringVar(&blobsArg, "blobs", "", "where blobs are shared between nodes (not supported yet)")
+	c.Flags().StringVar(&node, "node", "", "this node's name (default HOST-HASH of the store path)")
+	c.Flags().DurationVar(&claimTTL, "claim-ttl", cluster.DefaultClaimTTL, "how long a dead node keeps its claims")
+	return c
+}
+
+type initJSON struct {
+	Store string `json:"store"`
+	Node  string `json:"node,omitempty"`
+	Meta  string `json:"meta,omitempty"`
+}
+
+// initNode makes the store directory a node of the store on etcd that
+// metaURL names: it validates everything, checks that etcd answers and
+// writes cluster.json. A directory that is already this node is left as
+// it is; one configured otherwise, or a local store, is refused.
+func (a *app) initNode(metaURL, blobsArg, node string, claimTTL time.Duration, ttlGiven bool) error {
+	if a.mgr != nil && a.mgr.Node() == nil {
+		// In the daemon of a local store.
+		return fmt.Errorf("%w: %s is a local store (served by its daemon); a cluster node starts from a new directory", cluster.ErrConfigDiffers, a.mgr.Dir())
+	}
+	if blobsArg != "" {
+		return fmt.Errorf("--blobs %s: %w: blobs stay on the node that stored them until the shared blob tier lands", blobsArg, cluster.ErrUnsupported)
+	}
+	dir, err := a.storeDir()
+	if err != nil {
+		return err
+	}
+	eps, prefix, err := cluster.ParseMetaURL(metaURL)
+	if err != nil {
+		return err
+	}
+	if node == "" {
+		node = cluster.DefaultNode(dir)
+		if old, found, err := cluster.Load(dir); err == nil && found {
+			node = old.Node // "init --meta URL" again keeps the node's name
+		}
+	}
+	cfg := cluster.Config{Version: cluster.ConfigVersion, Endpoints: eps, Prefix: prefix, Node: node}
+	if ttlGiven {
+		if claimTTL < time.Second || claimTTL%time.Second != 0 {
+			return usageError{fmt.Errorf("--claim-ttl %v: want whole seconds, at least 1s", claimTTL)}
+		}
+		cfg.ClaimTTLSeconds = int(claimTTL / time.Second)
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if a.mgr != nil { // in the daemon: the node is open, with its config
+		if have := a.mgr.Node().Config(); !have.Same(cfg) {
+			return fmt.Errorf("%w: %s is node %s of %s", cluster.ErrConfigDiffers, a.mgr.Dir(), have.Node, have.MetaURL())
+		}
+		return nil
+	}
+	fresh, err := cluster.Check(dir, cfg)
+	if err != nil || !fresh {
+		return err
+	}
+	// Before anything is written: etcd must answer.
+	c, err := cluster.Dial(context.Background(), cfg)
+	if err != nil {
+		return err
+	}
+	c.Close()
+	_, statErr := os.Stat(dir)
+	if _, err := cluster.Write(dir, cfg); err != nil {
+		return err
+	}
+	// Open the store through the new configuration now, so that a failure
+	// leaves nothing written: the directory goes if init made it.
+	m, err := a.manager()
+	if err != nil {
+		if errors.Is(statErr, fs.ErrNotExist) {
+			_ = os.RemoveAll(dir)
+		} else {
+			_ = cluster.Remove(dir)
+		}
+		return err
+	}
+	_ = m // kept open for the rest of init
+	return nil
 }
 
 type importJSON struct {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/acyclicfs/acyclicfs/cluster"
 	"github.com/acyclicfs/acyclicfs/daemon"
 	"github.com/acyclicfs/acyclicfs/fusefs/sessions"
 	"github.com/acyclicfs/acyclicfs/store"
@@ -31,9 +32,12 @@ type statusLease struct {
 
 // statusRow is one workspace in `status`.
 type statusRow struct {
-	Workspace     string                   `json:"workspace"`
-	State         string                   `json:"state"`
-	Mountpoint    string                   `json:"mountpoint,omitempty"`
+	Workspace  string `json:"workspace"`
+	State      string `json:"state"`
+	Mountpoint string `json:"mountpoint,omitempty"`
+	// Node is the node whose daemon mounts the workspace, on a store on
+	// etcd (its claim); absent when no node mounts it.
+	Node          string                   `json:"node,omitempty"`
 	Window        string                   `json:"window"`
 	Leases        []statusLease            `json:"leases,omitempty"`
 	PendingParent store.ID                 `json:"pending_parent,omitzero"`
@@ -85,6 +89,10 @@ type statusRunning struct {
 }
 
 type statusReport struct {
+	// Node and Meta name this node and the store's etcd, on a store on
+	// etcd (absent for a local store).
+	Node       string      `json:"node,omitempty"`
+	Meta       string      `json:"meta,omitempty"`
 	Workspaces []statusRow `json:"workspaces"`
 	Recovery   []string    `json:"recovery"`
 	// BaseReads counts the files of in-place directories whose content
@@ -116,10 +124,27 @@ func (a *app) cmdStatus() *cobra.Command {
 				return fmt.Errorf("status: %w", err)
 			}
 			rep := statusReport{Workspaces: []statusRow{}, Recovery: []string{}}
+			claims := map[string]cluster.Claim{}
+			if n := m.Node(); n != nil {
+				rep.Node, rep.Meta = n.Name(), n.Config().MetaURL()
+				cl, err := n.List(cmd.Context())
+				if err != nil {
+					return fmt.Errorf("status: %w", err)
+				}
+				for _, c := range cl {
+					claims[c.Workspace] = c
+				}
+			}
 			for _, w := range ws {
 				row, err := a.statusOf(cmd.Context(), m, w)
 				if err != nil {
 					return fmt.Errorf("status %s: %w", w.Name, err)
+				}
+				if c, ok := claims[w.Name]; ok {
+					row.Node = c.Node
+					if c.Node != rep.Node { // mounted by another node's daemon
+						row.State, row.Mountpoint = strings.Replace(row.State, "idle", "mounted", 1), c.Mountpoint
+					}
 				}
 				rep.Workspaces = append(rep.Workspaces, row)
 			}
@@ -208,6 +233,9 @@ func (a *app) statusOf(ctx context.Context, m *workspace.Manager, w store.Worksp
 }
 
 func printStatus(out io.Writer, rep statusReport) {
+	if rep.Node != "" {
+		fmt.Fprintf(out, "node %s of %s\n", rep.Node, rep.Meta)
+	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "WORKSPACE\tSTATE\tWINDOW\tLEASES\tPENDING-PARENT\tBEHIND\tCONFLICTS")
 	for _, r := range rep.Workspaces {
@@ -246,6 +274,9 @@ func printStatus(out io.Writer, rep statusReport) {
 		}
 		for _, c := range r.Conflicts {
 			fmt.Fprintf(out, "conflict %s %s (%s)\n", r.Workspace, quotePath(c.Path), c.Kind)
+		}
+		if r.Node != "" {
+			fmt.Fprintf(out, "claim %s %s on node %s\n", r.Workspace, r.Mountpoint, r.Node)
 		}
 		if r.Mountpoint != "" && r.Transport != "" {
 			// Mounted by the running daemon: how it is served.
