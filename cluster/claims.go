@@ -107,8 +107,7 @@ func (cl *Claims) session(ctx context.Context) (*concurrency.Session, error) {
 	defer cl.mu.Unlock()
 	if cl.sess != nil {
 		select {
-		case <-cl.sess.Done():
-			cl.logf("node %s: claims lease %x lost (stopped or cut off past its %v TTL); claims are taken again on a new lease", cl.node, cl.sess.Lease(), cl.ttl)
+		case <-cl.sess.Done(): // lost: watchLoss logged it
 			cl.sess = nil
 		default:
 			return cl.sess, nil
@@ -120,7 +119,21 @@ func (cl *Claims) session(ctx context.Context) (*concurrency.Session, error) {
 		return nil, fmt.Errorf("claims session: %w", err)
 	}
 	cl.sess = s
+	go cl.watchLoss(s)
 	return s, nil
+}
+
+// watchLoss logs when s's lease is lost other than by Close (the node was
+// stopped or cut off from etcd past the TTL): its claims are gone, and
+// another node may have mounted those workspaces since.
+func (cl *Claims) watchLoss(s *concurrency.Session) {
+	<-s.Done()
+	cl.mu.Lock()
+	lost := cl.sess == s
+	cl.mu.Unlock()
+	if lost {
+		cl.logf("node %s: claims lease %x lost (stopped or cut off from etcd past its %v TTL): this node's claims are gone; the next mount takes a new lease", cl.node, s.Lease(), cl.ttl)
+	}
 }
 
 // Claim claims ws for this node, mounted at mountpoint. It fails with a
@@ -200,11 +213,11 @@ func (cl *Claims) Release(ctx context.Context, ws string) error {
 // it goes.
 func (cl *Claims) Close() error {
 	cl.mu.Lock()
-	defer cl.mu.Unlock()
-	if cl.sess == nil {
+	s := cl.sess
+	cl.sess = nil // before Close: watchLoss sees a close, not a loss
+	cl.mu.Unlock()
+	if s == nil {
 		return nil
 	}
-	err := cl.sess.Close()
-	cl.sess = nil
-	return err
+	return s.Close()
 }

@@ -224,7 +224,7 @@ func (d *Daemon) MountWorkspace(ws, mp string, opt MountOptions) (*Mount, []stri
 	// cluster.ErrClaimed, naming that node).
 	if d.claims != nil {
 		if err := d.claims.Claim(context.Background(), ws, mp); err != nil {
-			return nil, nil, fmt.Errorf("mount %s: %w", ws, err)
+			return nil, nil, err // names the workspace (and the node holding it)
 		}
 		defer func() {
 			if !ok {
