@@ -82,6 +82,24 @@ func (n *Node) List(ctx context.Context) ([]Claim, error) {
 	return listClaims(ctx, n.c, encodeRoot(n.cfg.Prefix)+string(rune(tagClaim)))
 }
 
+// Holder returns the claim on ws, if any node holds one.
+func (n *Node) Holder(ctx context.Context, ws string) (Claim, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, DialTimeout)
+	defer cancel()
+	resp, err := n.c.Get(ctx, encodeRoot(n.cfg.Prefix)+string(rune(tagClaim))+ws)
+	if err != nil {
+		return Claim{}, false, fmt.Errorf("claim on %s: %w", ws, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return Claim{}, false, nil
+	}
+	var cl Claim
+	if err := json.Unmarshal(resp.Kvs[0].Value, &cl); err != nil {
+		return cl, false, fmt.Errorf("claim on %s: %w: %w", ws, ErrBadConfig, err)
+	}
+	return cl, true, nil
+}
+
 func listClaims(ctx context.Context, c *clientv3.Client, root string) ([]Claim, error) {
 	ctx, cancel := context.WithTimeout(ctx, DialTimeout)
 	defer cancel()

@@ -128,6 +128,14 @@ func TestTwoNodes(t *testing.T) {
 	if !strings.Contains(r.stderr, "node-b") || !strings.Contains(r.stderr, mpB) {
 		t.Fatalf("A's refused mount does not name node-b and its mountpoint: %s", r)
 	}
+	// Nor may A move or remove what B mounts.
+	empty := filepath.Join(a.dir, "empty")
+	os.MkdirAll(empty, 0o755)
+	for _, args := range [][]string{{"rm", "kid"}, {"commit", "kid", empty}, {"undo", "kid"}} {
+		if r := a.fails(4, args...); !strings.Contains(r.stderr, "on node node-b") {
+			t.Errorf("A's %v of a workspace B mounts: %s", args, r)
+		}
+	}
 	if st := a.clusterStatus(); st.Node != "node-a" {
 		t.Fatalf("A's status names node %q", st.Node)
 	}

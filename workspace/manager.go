@@ -145,6 +145,22 @@ func (m *Manager) Close() error {
 	return err
 }
 
+// mountedAt says where ws is mounted: by this store's daemon (its mount
+// record) or, on etcd, by another node (its claim, named in the answer).
+func (m *Manager) mountedAt(ws string) (where string, ok bool, err error) {
+	if rec, ok, err := m.MountRecord(ws); err != nil || ok {
+		return rec.Mountpoint, ok, err
+	}
+	if m.node == nil {
+		return "", false, nil
+	}
+	cl, ok, err := m.node.Holder(context.Background(), ws)
+	if err != nil || !ok {
+		return "", false, err
+	}
+	return cl.Mountpoint + " on node " + cl.Node, true, nil
+}
+
 // Node returns the store's node when it is on etcd (cluster.json), nil for
 // a local store.
 func (m *Manager) Node() *cluster.Node { return m.node }
