@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -65,16 +66,23 @@ type Claims struct {
 	root string // encodeRoot(prefix) + "c"
 	pid  int
 	logf func(format string, args ...any)
+	held func() map[string]string // the workspaces mounted here, by name: their mountpoints
 
-	mu   sync.Mutex
-	sess *concurrency.Session // nil until the first claim, or after it was lost
+	mu     sync.Mutex
+	sess   *concurrency.Session // nil until the first claim, or after it was lost
+	closed chan struct{}        // closed by Close
+	once   sync.Once
 }
 
-// Claims returns the node's claims; logf is told when the session's lease
-// is lost (the node was stopped or cut off past the TTL).
-func (n *Node) Claims(pid int, logf func(format string, args ...any)) *Claims {
+// Claims returns the node's claims. held lists the workspaces this node
+// mounts (name to mountpoint): when the session's lease is lost (the node
+// was stopped or cut off from etcd past the TTL) they are claimed again on
+// a new one, retried until etcd answers; a workspace another node claimed
+// meanwhile is logged, since it is then mounted on two nodes. logf is told
+// of both.
+func (n *Node) Claims(pid int, held func() map[string]string, logf func(format string, args ...any)) *Claims {
 	return &Claims{c: n.c, node: n.cfg.Node, ttl: n.cfg.ClaimTTL(), root: encodeRoot(n.cfg.Prefix) + string(rune(tagClaim)),
-		pid: pid, logf: logf}
+		pid: pid, held: held, logf: logf, closed: make(chan struct{})}
 }
 
 // List returns every claim of the store (every node's), by workspace.
@@ -125,14 +133,21 @@ func (cl *Claims) session(ctx context.Context) (*concurrency.Session, error) {
 	defer cl.mu.Unlock()
 	if cl.sess != nil {
 		select {
-		case <-cl.sess.Done(): // lost: watchLoss logged it
+		case <-cl.sess.Done(): // lost: watchLoss claims again
 			cl.sess = nil
 		default:
 			return cl.sess, nil
 		}
 	}
-	ttl := max(int(cl.ttl/time.Second), 1)
-	s, err := concurrency.NewSession(cl.c, concurrency.WithTTL(ttl), concurrency.WithContext(context.Background()))
+	// The grant is bounded by ctx (NewSession's own grant would run on
+	// the keep-alive's context, which lives as long as the session).
+	gctx, cancel := context.WithTimeout(ctx, DialTimeout)
+	defer cancel()
+	lease, err := cl.c.Grant(gctx, int64(max(cl.ttl/time.Second, 1)))
+	if err != nil {
+		return nil, fmt.Errorf("claims session: grant lease: %w", err)
+	}
+	s, err := concurrency.NewSession(cl.c, concurrency.WithLease(lease.ID), concurrency.WithContext(context.Background()))
 	if err != nil {
 		return nil, fmt.Errorf("claims session: %w", err)
 	}
@@ -141,16 +156,61 @@ func (cl *Claims) session(ctx context.Context) (*concurrency.Session, error) {
 	return s, nil
 }
 
-// watchLoss logs when s's lease is lost other than by Close (the node was
-// stopped or cut off from etcd past the TTL): its claims are gone, and
-// another node may have mounted those workspaces since.
+// watchLoss waits for s's lease to be lost other than by Close, then
+// claims the mounted workspaces again (reclaim).
 func (cl *Claims) watchLoss(s *concurrency.Session) {
 	<-s.Done()
 	cl.mu.Lock()
-	lost := cl.sess == s
+	if cl.sess == s {
+		cl.sess = nil
+	}
 	cl.mu.Unlock()
-	if lost {
-		cl.logf("node %s: claims lease %x lost (stopped or cut off from etcd past its %v TTL): this node's claims are gone; the next mount takes a new lease", cl.node, s.Lease(), cl.ttl)
+	select {
+	case <-cl.closed:
+		return // Close revoked it
+	default:
+	}
+	cl.logf("node %s: claims lease %x lost (stopped or cut off from etcd past its %v TTL): claiming the mounted workspaces again", cl.node, s.Lease(), cl.ttl)
+	cl.reclaim()
+}
+
+// reclaimBackoff bounds the wait between two rounds of reclaim while etcd
+// does not answer.
+const reclaimBackoff = 5 * time.Second
+
+// reclaim claims every workspace held() lists on a new session, retrying
+// while etcd does not answer, until Close.
+func (cl *Claims) reclaim() {
+	wait := 100 * time.Millisecond
+	for {
+		select {
+		case <-cl.closed:
+			return
+		default:
+		}
+		retry := false
+		for ws, mp := range cl.held() {
+			err := cl.Claim(context.Background(), ws, mp)
+			var other *ClaimedError
+			switch {
+			case err == nil:
+				cl.logf("node %s: %s claimed again", cl.node, ws)
+			case errors.As(err, &other):
+				cl.logf("node %s: %s is mounted here at %s and, since this node lost its claim, on node %s at %s: unmount it on one of them", cl.node, ws, mp, other.Held.Node, other.Held.Mountpoint)
+			default:
+				retry = true
+				cl.logf("node %s: claim %s again: %v (retrying)", cl.node, ws, err)
+			}
+		}
+		if !retry {
+			return
+		}
+		select {
+		case <-cl.closed:
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, reclaimBackoff)
 	}
 }
 
@@ -162,6 +222,10 @@ func (cl *Claims) Claim(ctx context.Context, ws, mountpoint string) error {
 	if err != nil {
 		return err
 	}
+	return cl.claimOn(ctx, s, ws, mountpoint)
+}
+
+func (cl *Claims) claimOn(ctx context.Context, s *concurrency.Session, ws, mountpoint string) error {
 	key := cl.root + ws
 	val, err := json.Marshal(Claim{Workspace: ws, Node: cl.node, Mountpoint: mountpoint, PID: cl.pid, Since: time.Now().UnixMilli()})
 	if err != nil {
@@ -230,9 +294,10 @@ func (cl *Claims) Release(ctx context.Context, ws string) error {
 // Close ends the session: its lease is revoked, and every claim made on
 // it goes.
 func (cl *Claims) Close() error {
+	cl.once.Do(func() { close(cl.closed) })
 	cl.mu.Lock()
 	s := cl.sess
-	cl.sess = nil // before Close: watchLoss sees a close, not a loss
+	cl.sess = nil
 	cl.mu.Unlock()
 	if s == nil {
 		return nil

@@ -37,6 +37,8 @@ func node(t *testing.T, c *etcdtest.Cluster, name string, ttl int) *Node {
 	return n
 }
 
+func none() map[string]string { return nil }
+
 func TestClaims(t *testing.T) {
 	c := etcdtest.Start(t)
 	ctx := context.Background()
@@ -52,7 +54,7 @@ func TestClaims(t *testing.T) {
 		}
 	})
 
-	ca, cb := a.Claims(1, t.Logf), b.Claims(2, t.Logf)
+	ca, cb := a.Claims(1, none, t.Logf), b.Claims(2, none, t.Logf)
 	defer ca.Close()
 	defer cb.Close()
 	if err := ca.Claim(ctx, "ws", "/mnt/a"); err != nil {
@@ -87,7 +89,7 @@ func TestClaims(t *testing.T) {
 	}
 	// A new daemon of node b takes over b's claims; closing a session
 	// revokes its claims at once.
-	cb2 := b.Claims(3, t.Logf)
+	cb2 := b.Claims(3, none, t.Logf)
 	if err := cb2.Claim(ctx, "ws", "/mnt/b2"); err != nil {
 		t.Fatalf("take over own claim: %v", err)
 	}
@@ -114,7 +116,7 @@ func TestClaimExpires(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cb := b.Claims(2, t.Logf)
+	cb := b.Claims(2, none, t.Logf)
 	defer cb.Close()
 	if err := cb.Claim(ctx, "ws", "/mnt/b"); !errors.Is(err, ErrClaimed) {
 		t.Fatalf("claim while a's lease lives: %v", err)
@@ -136,5 +138,49 @@ func TestClaimExpires(t *testing.T) {
 	}
 	if err := cb.Claim(ctx, "ws", "/mnt/b"); err != nil {
 		t.Fatalf("claim after a's lease expired: %v", err)
+	}
+}
+
+// TestReclaimAfterLoss: when the lease of a node's claims is lost (here
+// revoked behind the node's back, as etcd does to a node stopped past its
+// TTL), the node claims the workspaces it still mounts again.
+func TestReclaimAfterLoss(t *testing.T) {
+	c := etcdtest.Start(t)
+	ctx := context.Background()
+	a := node(t, c, "a", 5)
+	held := func() map[string]string { return map[string]string{"ws": "/mnt/a"} }
+	ca := a.Claims(1, held, t.Logf)
+	defer ca.Close()
+	if err := ca.Claim(ctx, "ws", "/mnt/a"); err != nil {
+		t.Fatal(err)
+	}
+	key := encodeRoot("/claims-test") + "c" + "ws"
+	cur, err := a.Client().Get(ctx, key)
+	if err != nil || len(cur.Kvs) != 1 {
+		t.Fatalf("claim key: %v %v", cur, err)
+	}
+	lease := cur.Kvs[0].Lease
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	w := a.Client().Watch(wctx, key, clientv3.WithRev(cur.Header.Revision+1))
+	if _, err := a.Client().Revoke(ctx, clientv3.LeaseID(lease)); err != nil {
+		t.Fatal(err)
+	}
+	var deleted, again bool
+	for wr := range w {
+		for _, ev := range wr.Events {
+			switch {
+			case ev.Type == clientv3.EventTypeDelete:
+				deleted = true
+			case deleted && ev.Type == clientv3.EventTypePut:
+				again = ev.Kv.Lease != lease && strings.Contains(string(ev.Kv.Value), `"node":"a"`)
+			}
+		}
+		if again {
+			break
+		}
+	}
+	if !deleted || !again {
+		t.Fatalf("claim after its lease was revoked: deleted %v, claimed again on a new lease %v", deleted, again)
 	}
 }

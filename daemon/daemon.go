@@ -190,7 +190,7 @@ func Run(storeDir string, ready io.WriteCloser, cfg Config) error {
 		mounts: map[string]*Mount{}, quit: make(chan struct{})}
 	m.SetHooks(workspace.Hooks{ParentAdvanced: d.parentAdvanced})
 	if n := m.Node(); n != nil {
-		d.claims = n.Claims(os.Getpid(), logger.Printf)
+		d.claims = n.Claims(os.Getpid(), d.mountpoints, logger.Printf)
 	}
 
 	sock := filepath.Join(d.dir, SocketName)
@@ -337,6 +337,19 @@ func openManagerPatiently(dir string, logger *log.Logger) (*workspace.Manager, e
 			return m, err
 		}
 	}
+}
+
+// mountpoints maps every workspace this daemon serves to its mountpoint.
+func (d *Daemon) mountpoints() map[string]string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[string]string, len(d.mounts))
+	for ws, s := range d.mounts {
+		if s != nil {
+			out[ws] = s.mp
+		}
+	}
+	return out
 }
 
 func (d *Daemon) stop() { d.quitOnce.Do(func() { close(d.quit) }) }

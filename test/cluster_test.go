@@ -261,3 +261,46 @@ func TestClusterInitErrors(t *testing.T) {
 		t.Errorf("init --meta on a local store wrote cluster.json")
 	}
 }
+
+// TestPausedNodeClaimsAgain: a node's daemon stopped (SIGSTOP) past the
+// claim TTL loses its claim, so that another node could mount the
+// workspace; continued (SIGCONT) while it still serves the mount and
+// nobody else took it, it claims it again, and the other node's mount
+// exits 4 once more.
+func TestPausedNodeClaimsAgain(t *testing.T) {
+	c := etcdtest.Start(t)
+	a := clusterNode(t, c, "paused", "node-a", "--claim-ttl", "2s")
+	b := clusterNode(t, c, "paused", "node-b", "--claim-ttl", "2s")
+	a.ok("create", "main")
+	mpB := b.mountAt("main")
+	pid := b.daemonPID()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	continued := false
+	cont := func() {
+		if !continued {
+			continued = true
+			syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+	defer cont()
+	// Neither the lease's expiry nor the claim coming back has an event
+	// the binary reports: poll A's status, with deadlines well past the
+	// 2s TTL.
+	holder := func() string { n, _ := a.clusterStatus().holder("main"); return n }
+	waitFor(t, 20*time.Second, "B's claim to expire while B is stopped", func() bool { return holder() == "" })
+	cont()
+	waitFor(t, 20*time.Second, "B to claim main again after SIGCONT", func() bool { return holder() == "node-b" })
+	mpA := filepath.Join(a.dir, "mnt-main")
+	if err := os.MkdirAll(mpA, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if r := a.fails(4, "mount", "main", mpA); !strings.Contains(r.stderr, "node-b") {
+		t.Fatalf("A's mount after B claimed again: %s", r)
+	}
+	b.unmount(mpB)
+	if !strings.Contains(b.daemonLog(), "main claimed again") {
+		t.Errorf("B's daemon log does not say it claimed main again:\n%s", b.daemonLog())
+	}
+}
