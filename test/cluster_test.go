@@ -97,6 +97,13 @@ func TestTwoNodes(t *testing.T) {
 	if node, mp := a.clusterStatus().holder("kid"); node != "node-b" || mp != mpB {
 		t.Fatalf("A's status: kid held by %q at %q, want node-b at %s", node, mp, mpB)
 	}
+	if r := a.run("status"); r.code != 0 || !strings.Contains(r.stdout, "node node-a of etcd://") ||
+		!strings.Contains(r.stdout, "claim kid "+mpB+" on node node-b") {
+		t.Fatalf("A's status does not show the node and B's claim: %s", r)
+	}
+	if r := a.run("list"); r.code != 0 || !strings.Contains(r.stdout, "mounted  node-b:"+mpB) {
+		t.Fatalf("A's list does not show kid mounted on node-b: %s", r)
+	}
 	b.execOK(mpB, "mkdir -p src && echo 'from B' > src/b.txt")
 	b.unmount(mpB)
 	b.ok("land", "kid")

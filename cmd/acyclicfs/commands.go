@@ -321,6 +321,39 @@ type listRow struct {
 	Base       store.ID `json:"base"`
 	State      string   `json:"state"`
 	Mountpoint string   `json:"mountpoint"`
+	// Node is the node mounting the workspace, on a store on etcd.
+	Node string `json:"node,omitempty"`
+}
+
+// claims returns every node's claims by workspace, for a store on etcd
+// (empty for a local store), and this node's name.
+func claims(ctx context.Context, m *workspace.Manager) (map[string]cluster.Claim, string, error) {
+	out := map[string]cluster.Claim{}
+	n := m.Node()
+	if n == nil {
+		return out, "", nil
+	}
+	cl, err := n.List(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	for _, c := range cl {
+		out[c.Workspace] = c
+	}
+	return out, n.Name(), nil
+}
+
+// claimedState is a workspace's state and mountpoint (workspaceState's)
+// with its claim: one another node holds makes an idle workspace mounted
+// there.
+func claimedState(state, mountpoint, self string, c cluster.Claim, ok bool) (string, string, string) {
+	if !ok {
+		return state, mountpoint, ""
+	}
+	if c.Node != self {
+		state, mountpoint = strings.Replace(state, "idle", "mounted", 1), c.Mountpoint
+	}
+	return state, mountpoint, c.Node
 }
 
 func (a *app) workspaceState(m *workspace.Manager, w store.Workspace) (state, mountpoint string) {
@@ -353,16 +386,26 @@ func (a *app) cmdList() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("list: %w", err)
 			}
+			held, self, err := claims(cmd.Context(), m)
+			if err != nil {
+				return fmt.Errorf("list: %w", err)
+			}
 			rows := make([]listRow, 0, len(ws))
 			for _, w := range ws {
 				st, mp := a.workspaceState(m, w)
-				rows = append(rows, listRow{w.Name, w.Parent, w.Head, w.Base, st, mp})
+				c, ok := held[w.Name]
+				st, mp, node := claimedState(st, mp, self, c, ok)
+				rows = append(rows, listRow{w.Name, w.Parent, w.Head, w.Base, st, mp, node})
 			}
 			return a.emit(rows, func(out io.Writer) {
 				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "NAME\tPARENT\tHEAD\tBASE\tSTATE\tMOUNTPOINT")
 				for _, r := range rows {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, dash(r.Parent), short(r.Head), short(r.Base), r.State, dash(r.Mountpoint))
+					mp := dash(r.Mountpoint)
+					if r.Node != "" {
+						mp = r.Node + ":" + mp
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, dash(r.Parent), short(r.Head), short(r.Base), r.State, mp)
 				}
 				tw.Flush()
 			})

@@ -10,7 +10,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/acyclicfs/acyclicfs/cluster"
 	"github.com/acyclicfs/acyclicfs/daemon"
 	"github.com/acyclicfs/acyclicfs/fusefs/sessions"
 	"github.com/acyclicfs/acyclicfs/store"
@@ -124,28 +123,20 @@ func (a *app) cmdStatus() *cobra.Command {
 				return fmt.Errorf("status: %w", err)
 			}
 			rep := statusReport{Workspaces: []statusRow{}, Recovery: []string{}}
-			claims := map[string]cluster.Claim{}
+			held, self, err := claims(cmd.Context(), m)
+			if err != nil {
+				return fmt.Errorf("status: %w", err)
+			}
 			if n := m.Node(); n != nil {
-				rep.Node, rep.Meta = n.Name(), n.Config().MetaURL()
-				cl, err := n.List(cmd.Context())
-				if err != nil {
-					return fmt.Errorf("status: %w", err)
-				}
-				for _, c := range cl {
-					claims[c.Workspace] = c
-				}
+				rep.Node, rep.Meta = self, n.Config().MetaURL()
 			}
 			for _, w := range ws {
 				row, err := a.statusOf(cmd.Context(), m, w)
 				if err != nil {
 					return fmt.Errorf("status %s: %w", w.Name, err)
 				}
-				if c, ok := claims[w.Name]; ok {
-					row.Node = c.Node
-					if c.Node != rep.Node { // mounted by another node's daemon
-						row.State, row.Mountpoint = strings.Replace(row.State, "idle", "mounted", 1), c.Mountpoint
-					}
-				}
+				c, ok := held[w.Name]
+				row.State, row.Mountpoint, row.Node = claimedState(row.State, row.Mountpoint, self, c, ok)
 				rep.Workspaces = append(rep.Workspaces, row)
 			}
 			work, err := m.RecoveryWork()
