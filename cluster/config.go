@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -163,8 +164,13 @@ func (c Config) Validate() error {
 	if len(c.Endpoints) == 0 {
 		return fmt.Errorf("%w: no etcd endpoints", ErrBadConfig)
 	}
-	if _, _, err := ParseMetaURL(c.MetaURL()); err != nil {
+	eps, prefix, err := ParseMetaURL(c.MetaURL())
+	if err != nil {
 		return err
+	}
+	// What --meta would have written: http://HOST:PORT endpoints, /PREFIX.
+	if prefix != c.Prefix || !slices.Equal(eps, c.Endpoints) {
+		return fmt.Errorf("%w: endpoints %q and prefix %q are not what %s gives", ErrBadConfig, c.Endpoints, c.Prefix, c.MetaURL())
 	}
 	if c.ClaimTTLSeconds < 0 {
 		return fmt.Errorf("%w: claim_ttl_seconds %d is negative", ErrBadConfig, c.ClaimTTLSeconds)

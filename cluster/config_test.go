@@ -103,11 +103,50 @@ func TestWriteLoad(t *testing.T) {
 	for _, bad := range []string{`{`, `{"version":2,"endpoints":["http://a:1"],"prefix":"/p","node":"a"}`,
 		`{"version":1,"endpoints":["http://a:1"],"prefix":"/p","node":"a","extra":1}`,
 		`{"version":1,"endpoints":[],"prefix":"/p","node":"a"}`,
-		`{"version":1,"endpoints":["http://a:1"],"prefix":"","node":"a"}`} {
+		`{"version":1,"endpoints":["http://a:1"],"prefix":"","node":"a"}`,
+		`{"version":1,"endpoints":["http://a:1/x"],"prefix":"/p","node":"a"}`,
+		`{"version":1,"endpoints":["https://a:1"],"prefix":"/p","node":"a"}`,
+		`{"version":1,"endpoints":["http://a:1"],"prefix":"p","node":"a"}`} {
 		d := t.TempDir()
 		os.WriteFile(filepath.Join(d, ConfigName), []byte(bad), 0o600)
 		if _, _, err := Load(d); !errors.Is(err, ErrBadConfig) {
 			t.Errorf("Load(%s): %v, want ErrBadConfig", bad, err)
 		}
 	}
+}
+
+// FuzzLoad: any bytes as cluster.json are loaded or refused with
+// ErrBadConfig, never a panic; what loads is valid and written back the
+// same.
+func FuzzLoad(f *testing.F) {
+	f.Add([]byte(`{"version":1,"endpoints":["http://127.0.0.1:2379"],"prefix":"/p","node":"a"}`))
+	f.Add([]byte(`{"version":1,"endpoints":["http://a:1","http://b:2"],"prefix":"/p/q","node":"n-1","claim_ttl_seconds":3}`))
+	f.Add([]byte(`{"version":2}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, ConfigName), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, found, err := Load(dir)
+		if !found {
+			t.Fatal("cluster.json not found")
+		}
+		if err != nil {
+			if !errors.Is(err, ErrBadConfig) {
+				t.Fatalf("Load: %v, want ErrBadConfig", err)
+			}
+			return
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("loaded config invalid: %v", err)
+		}
+		other := filepath.Join(t.TempDir(), "n")
+		if _, err := Write(other, cfg); err != nil {
+			t.Fatalf("Write of a loaded config: %v", err)
+		}
+		back, _, err := Load(other)
+		if err != nil || !back.Same(cfg) {
+			t.Fatalf("round trip: %+v %v, want %+v", back, err, cfg)
+		}
+	})
 }
