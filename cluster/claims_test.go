@@ -15,7 +15,7 @@ import (
 )
 
 // node inits a store directory against the cluster and opens it.
-func node(t *testing.T, c *etcdtest.Cluster, name string, ttl int) *Node {
+func node(t testing.TB, c *etcdtest.Cluster, name string, ttl int) *Node {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), name)
 	var hosts []string
