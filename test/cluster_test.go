@@ -135,6 +135,12 @@ func TestTwoNodes(t *testing.T) {
 	if !strings.Contains(r.stderr, "node-b") || !strings.Contains(r.stderr, mpB) {
 		t.Fatalf("A's refused mount does not name node-b and its mountpoint: %s", r)
 	}
+	// init through B's running daemon: the same configuration is a no-op,
+	// another one refused.
+	b.ok("init", b.store, "--meta", metaURL(c, "two"))
+	if r := b.fails(2, "init", b.store, "--meta", metaURL(c, "elsewhere")); !strings.Contains(r.stderr, "node node-b of") {
+		t.Errorf("init of B's running node with another prefix: %s", r)
+	}
 	// Nor may A move or remove what B mounts.
 	empty := filepath.Join(a.dir, "empty")
 	os.MkdirAll(empty, 0o755)

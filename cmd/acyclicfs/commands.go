@@ -107,13 +107,22 @@ func (a *app) initNode(metaURL, blobsArg, node string, claimTTL time.Duration, t
 	if err != nil {
 		return err
 	}
+	cfg := cluster.Config{Version: cluster.ConfigVersion, Endpoints: eps, Prefix: prefix, Node: node}
+	// "init --meta URL" again keeps what it does not say: the node's name
+	// and claim TTL.
+	old, found, err := cluster.Load(dir)
+	if err != nil {
+		return err
+	}
+	if found {
+		cfg.ClaimTTLSeconds = old.ClaimTTLSeconds
+	}
 	if node == "" {
-		node = cluster.DefaultNode(dir)
-		if old, found, err := cluster.Load(dir); err == nil && found {
-			node = old.Node // "init --meta URL" again keeps the node's name
+		cfg.Node = cluster.DefaultNode(dir)
+		if found {
+			cfg.Node = old.Node
 		}
 	}
-	cfg := cluster.Config{Version: cluster.ConfigVersion, Endpoints: eps, Prefix: prefix, Node: node}
 	if ttlGiven {
 		if claimTTL < time.Second || claimTTL%time.Second != 0 {
 			return usageError{fmt.Errorf("--claim-ttl %v: want whole seconds, at least 1s", claimTTL)}
