@@ -14,6 +14,10 @@ var (
 	ErrCorrupt = errors.New("corrupt object")
 	// ErrReadOnly is returned when writing to a plane opened read-only.
 	ErrReadOnly = errors.New("store is read-only")
+	// ErrUnavailable is returned when a remote plane (object storage, a
+	// shared directory) cannot be reached or refuses a request: nothing
+	// that needed it happened, and trying again later may succeed.
+	ErrUnavailable = errors.New("remote blob store unavailable")
 )
 
 // Store is a blob plane: immutable objects named by their content hash.

@@ -23,6 +23,14 @@
 // through), an *os.File verified once per process, and hole-keeping
 // copies.
 //
+// Tier puts a Dir in front of a remote Store (object storage, or a
+// shared directory opened with OpenShared): the Dir becomes a bounded
+// cache. Writers Upload what they put before publishing anything that
+// references it (a failing remote is ErrUnavailable); a local miss is
+// fetched, verified against its ID and kept with its zero blocks as
+// holes; least recently used objects the remote holds are evicted past
+// the bound. The store uses it with store.Options.Remote.
+//
 // Mem is a small in-memory Store for tests of layers above the plane.
 // blobtest.Run is the conformance suite every implementation passes.
 //

@@ -27,6 +27,9 @@ import (
 func viaRefs[T any](s *Store, id ID, onObject func(*blobs.Dir, blobs.ID) (T, error), onRef func(*unresolvedRef) (T, error)) (T, error) {
 	v, err := onObject(s.objs, bid(id))
 	if !errors.Is(err, ErrNotFound) {
+		if s.tier != nil && err == nil {
+			s.tier.Touch(bid(id))
+		}
 		return v, err
 	}
 	var zero T
@@ -34,12 +37,37 @@ func viaRefs[T any](s *Store, id ID, onObject func(*blobs.Dir, blobs.ID) (T, err
 	switch {
 	case rerr != nil:
 		return zero, rerr
+	case !ok && s.tier != nil:
+		return viaTier(s, bid(id), onObject)
 	case !ok:
 		return zero, err
+	case st.resolved && s.tier != nil:
+		return viaTier(s, bid(st.target), onObject)
 	case st.resolved:
 		return onObject(s.objs, bid(st.target))
 	}
 	return onRef(&unresolvedRef{s: s, id: id, ref: st.ref})
+}
+
+// viaTier runs onObject on object id in the cache, fetching it from the
+// remote first if it is not there (an error wrapping ErrNotFound if the
+// remote lacks it too, blobs.ErrUnavailable if the remote failed). An
+// object evicted between the fetch and onObject is fetched once more.
+func viaTier[T any](s *Store, id blobs.ID, onObject func(*blobs.Dir, blobs.ID) (T, error)) (T, error) {
+	v, err := onObject(s.objs, id)
+	if !errors.Is(err, ErrNotFound) {
+		if err == nil {
+			s.tier.Touch(id)
+		}
+		return v, err
+	}
+	release, err := s.tier.Fetch(id)
+	defer release()
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return onObject(s.objs, id)
 }
 
 // unresolvedRef is a file or symlink base reference with no resolution:

@@ -2,8 +2,10 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
+	"sync"
 
 	"github.com/acyclicfs/acyclicfs/blobs"
 )
@@ -18,7 +20,28 @@ func bid(id ID) blobs.ID { return blobs.ID(id) }
 
 // BlobPath returns the path of the object file for id (which may not exist).
 // The mount opens it read-only; nobody may write to it.
-func (s *Store) BlobPath(id ID) string { return s.objs.Path(bid(id)) }
+//
+// With a Remote the object is fetched into the cache first if it is not
+// there (a failed fetch leaves the path absent: opening it fails).
+func (s *Store) BlobPath(id ID) string {
+	p := s.objs.Path(bid(id))
+	if s.tier != nil {
+		if _, err := os.Lstat(p); err != nil {
+			release, _ := s.tier.Fetch(bid(id))
+			release()
+		}
+		s.tier.Touch(bid(id))
+	}
+	return p
+}
+
+// upload puts a just-written object into the remote (no-op without one).
+func (s *Store) upload(id blobs.ID, err error) error {
+	if err != nil || s.tier == nil {
+		return err
+	}
+	return s.tier.Upload(id)
+}
 
 // HasBlob reports whether the object file for id exists. It does not verify
 // the content. For a file or symlink base ref it reports whether the
@@ -45,18 +68,19 @@ func (s *Store) BlobSize(id ID) (int64, error) {
 
 // WriteBlob streams r into the store and returns the blob's ID and length.
 // Memory use is constant in the content size. The object is durable when
-// WriteBlob returns; if it already existed nothing is written.
+// WriteBlob returns (with a Remote: in the remote too, or the error wraps
+// blobs.ErrUnavailable); if it already existed nothing is written.
 func (s *Store) WriteBlob(r io.Reader) (ID, int64, error) {
 	defer s.HoldGC()()
 	id, n, err := s.objs.Put(r)
-	return ID(id), n, err
+	return ID(id), n, s.upload(id, err)
 }
 
 // WriteBlobBytes stores p.
 func (s *Store) WriteBlobBytes(p []byte) (ID, error) {
 	defer s.HoldGC()()
 	id, err := s.objs.PutBytes(p)
-	return ID(id), err
+	return ID(id), s.upload(id, err)
 }
 
 // WriteBlobFile stores the content of the regular file at path. On
@@ -68,7 +92,7 @@ func (s *Store) WriteBlobBytes(p []byte) (ID, error) {
 func (s *Store) WriteBlobFile(path string) (ID, int64, error) {
 	defer s.HoldGC()()
 	id, n, err := s.objs.PutFile(path)
-	return ID(id), n, err
+	return ID(id), n, s.upload(id, err)
 }
 
 // OpenBlob opens blob id for streaming. The reader verifies the content
@@ -79,7 +103,28 @@ func (s *Store) WriteBlobFile(path string) (ID, int64, error) {
 // directory after checking its fingerprint; the Read that reaches its end
 // checks the fingerprint again (ErrBaseChanged if a write intervened).
 func (s *Store) OpenBlob(id ID) (io.ReadCloser, error) {
+	if s.tier != nil {
+		return viaRefs(s, id, func(d *blobs.Dir, id blobs.ID) (io.ReadCloser, error) {
+			rc, err := d.Open(id)
+			if err != nil {
+				return nil, err
+			}
+			return pinned{rc, s.tier.Pin(id)}, nil
+		}, (*unresolvedRef).open)
+	}
 	return viaRefs(s, id, (*blobs.Dir).Open, (*unresolvedRef).open)
+}
+
+// pinned is an object reader that keeps its object in the cache until it
+// is closed.
+type pinned struct {
+	io.ReadCloser
+	release func()
+}
+
+func (p pinned) Close() error {
+	defer p.release()
+	return p.ReadCloser.Close()
 }
 
 // ReadBlob returns the whole content of blob id, verified. For a base ref
@@ -95,9 +140,31 @@ func (s *Store) ReadBlob(id ID) ([]byte, error) {
 // objects/ is always complete and durable; callers must publish metadata
 // that references batch blobs only after Commit returns. Its methods are
 // safe for concurrent use.
+//
+// With a Remote, Commit also uploads every object the batch was given
+// (also those already stored locally) and returns only once all are in
+// the remote: an error wrapping blobs.ErrUnavailable otherwise, and the
+// objects stay to upload at the next Commit.
 type BlobBatch struct {
 	s *Store
 	b *blobs.DirBatch
+
+	// mu protects ids: with a Remote, the objects to upload at Commit.
+	mu  sync.Mutex
+	ids map[blobs.ID]struct{}
+}
+
+// added records id for upload at Commit (with a Remote).
+func (b *BlobBatch) added(id blobs.ID, err error) {
+	if err != nil || b.s.tier == nil {
+		return
+	}
+	b.mu.Lock()
+	if b.ids == nil {
+		b.ids = map[blobs.ID]struct{}{}
+	}
+	b.ids[id] = struct{}{}
+	b.mu.Unlock()
 }
 
 // NewBlobBatch starts a batch.
@@ -108,18 +175,21 @@ func (s *Store) NewBlobBatch() *BlobBatch {
 // WriteBlob streams r into the batch.
 func (b *BlobBatch) WriteBlob(r io.Reader) (ID, int64, error) {
 	id, n, err := b.b.Put(r)
+	b.added(id, err)
 	return ID(id), n, err
 }
 
 // WriteBlobFile adds the content of the file at path (cloned if possible).
 func (b *BlobBatch) WriteBlobFile(path string) (ID, int64, error) {
 	id, n, err := b.b.PutFile(path)
+	b.added(id, err)
 	return ID(id), n, err
 }
 
 // WriteBlobBytes adds p.
 func (b *BlobBatch) WriteBlobBytes(p []byte) (ID, error) {
 	id, err := b.b.PutBytes(p)
+	b.added(id, err)
 	return ID(id), err
 }
 
@@ -130,11 +200,35 @@ func (b *BlobBatch) WriteBlobBytes(p []byte) (ID, error) {
 // call Commit again or Abort.
 func (b *BlobBatch) Commit() error {
 	defer b.s.HoldGC()()
-	return b.b.Commit()
+	if err := b.b.Commit(); err != nil {
+		return err
+	}
+	if b.s.tier == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.ids) == 0 {
+		return nil
+	}
+	ids := make([]blobs.ID, 0, len(b.ids))
+	for id := range b.ids {
+		ids = append(ids, id)
+	}
+	if err := b.s.tier.Upload(ids...); err != nil {
+		return fmt.Errorf("commit blob batch: %w", err)
+	}
+	clear(b.ids)
+	return nil
 }
 
 // Abort drops every blob not yet committed.
-func (b *BlobBatch) Abort() { b.b.Abort() }
+func (b *BlobBatch) Abort() {
+	b.b.Abort()
+	b.mu.Lock()
+	clear(b.ids)
+	b.mu.Unlock()
+}
 
 // OpenBlobFile opens blob id's file for reading by offset (the mount serves
 // and passes through such files). The first open of a blob in this process

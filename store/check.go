@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/acyclicfs/acyclicfs/meta"
 
 	"github.com/acyclicfs/acyclicfs/blobs"
@@ -281,10 +283,18 @@ func (s *Store) Check() ([]Problem, error) {
 	if err != nil {
 		return nil, fmt.Errorf("check: %w", err)
 	}
-	for _, id := range r.blobs.Sorted() {
-		if !present.Has(id) {
-			problems = append(problems, Problem{Kind: ProblemMissingBlob, Object: id.String(),
-				Detail: "referenced by tree " + r.blobFrom[id].String()})
+	if s.tier != nil {
+		missing, err := s.checkRemote(r)
+		if err != nil {
+			return nil, fmt.Errorf("check: %w", err)
+		}
+		problems = append(problems, missing...)
+	} else {
+		for _, id := range r.blobs.Sorted() {
+			if !present.Has(id) {
+				problems = append(problems, Problem{Kind: ProblemMissingBlob, Object: id.String(),
+					Detail: "referenced by tree " + r.blobFrom[id].String()})
+			}
 		}
 	}
 	sortProblems(problems)
@@ -351,6 +361,43 @@ func checkBaseRecordsTx(tx *stx) []Problem {
 	return out
 }
 
+// checkRemoteConcurrency bounds the remote Stats of checkRemote in flight.
+const checkRemoteConcurrency = 16
+
+// checkRemote asks the remote for every reachable blob (the local
+// objects/ is only a cache) and reports those it does not hold. A remote
+// that fails is an error (the check could not run), not a finding.
+func (s *Store) checkRemote(r *reach) ([]Problem, error) {
+	remote := s.tier.Remote()
+	ids := r.blobs.Sorted()
+	missing := make([]bool, len(ids))
+	var g errgroup.Group
+	g.SetLimit(checkRemoteConcurrency)
+	for i, id := range ids {
+		g.Go(func() error {
+			_, err := remote.Stat(bid(id))
+			switch {
+			case errors.Is(err, ErrNotFound):
+				missing[i] = true
+			case err != nil:
+				return fmt.Errorf("remote blob %s: %w: %w", id.Short(), blobs.ErrUnavailable, err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	var out []Problem
+	for i, id := range ids {
+		if missing[i] {
+			out = append(out, Problem{Kind: ProblemMissingBlob, Object: id.String(),
+				Detail: "not in the remote; referenced by tree " + r.blobFrom[id].String()})
+		}
+	}
+	return out, nil
+}
+
 func verifyBlobFile(path string, id ID) error { return blobs.VerifyFile(path, bid(id)) }
 
 // walkObjects calls fn for every file under objects/, with the ID its path
@@ -376,6 +423,10 @@ func (s *Store) walkObjects(fn func(id ID, path string, fi fs.FileInfo, nameErr 
 // transaction. An operation that writes objects without holding HoldGC
 // until its head append can lose them to a concurrent GC. GC refuses to
 // run on a store whose reachable metadata is corrupt.
+//
+// With a Remote, the local cache loses what is unreachable, the remote
+// what is unreachable and older than the grace period (sweepRemote), and
+// the bytes returned are the remote's.
 func (s *Store) GC(extraRoots IDSet) (int64, error) {
 	if s.readOnly {
 		return 0, fmt.Errorf("gc: %w", ErrReadOnly)
@@ -434,6 +485,9 @@ func (s *Store) GC(extraRoots IDSet) (int64, error) {
 			removeErrs = append(removeErrs, err)
 			return nil
 		}
+		if s.tier != nil {
+			s.tier.Forget(in.ID)
+		}
 		freed += in.Size
 		return nil
 	})
@@ -443,7 +497,61 @@ func (s *Store) GC(extraRoots IDSet) (int64, error) {
 	if err != nil {
 		return freed, fmt.Errorf("gc: sweep blobs: %w", err)
 	}
+	if s.tier != nil {
+		// The remote is where objects are kept; the local files were a
+		// cache. What GC frees is what it deleted there.
+		n, err := s.sweepRemote(r.blobs)
+		freed = n
+		if err != nil {
+			return freed, fmt.Errorf("gc: sweep remote blobs: %w", err)
+		}
+	}
 	return freed, nil
+}
+
+// sweepRemote deletes from the remote every object that r does not reach
+// and that was stored (uploaded, or last found present by an upload that
+// touched it) more than the grace period before the sweep: another node's
+// capture uploads its objects before it publishes the head naming them,
+// and this node's marks cannot see that head yet. Stored times are the
+// remote's clock, compared with the store clock (Options.Clock). An object whose stored
+// time the remote does not know is kept. Each candidate is asked for
+// again just before its delete, so an upload that touched it during the
+// sweep keeps it. Returns the bytes deleted.
+func (s *Store) sweepRemote(reached IDSet) (int64, error) {
+	remote := s.tier.Remote()
+	cutoff := time.UnixMilli(s.clock()).Add(-s.gcGrace)
+	var dead []blobs.Info
+	err := remote.List(func(in blobs.Info) error {
+		if !reached.Has(ID(in.ID)) && !in.ModTime.IsZero() && in.ModTime.Before(cutoff) {
+			dead = append(dead, in)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	var freed int64
+	var errs []error
+	for _, in := range dead {
+		now, err := remote.Stat(in.ID)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			continue
+		case err != nil:
+			errs = append(errs, err)
+			continue
+		case now.ModTime.IsZero() || !now.ModTime.Before(cutoff):
+			continue
+		}
+		if err := remote.Delete(in.ID); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		s.tier.ForgetRemote(in.ID)
+		freed += in.Size
+	}
+	return freed, errors.Join(errs...)
 }
 
 // sortProblems orders findings for stable output.

@@ -101,6 +101,36 @@ type Options struct {
 	// that no other writer has files in flight there. LockTimeout does
 	// not apply.
 	Meta meta.Store
+	// Remote, if set, is the blob plane every object is kept on (object
+	// storage, a shared directory: see docs/scale-out.md); objects/ is
+	// then a cache of it (blobs.Tier). A write returns, and a batch
+	// commits, only once its objects are in the remote (an error wrapping
+	// blobs.ErrUnavailable otherwise); a local miss is fetched, verified.
+	// The caller owns the plane.
+	Remote blobs.Store
+	// CacheBytes bounds objects/ with a Remote: past it the least
+	// recently used objects the remote holds are removed locally. 0 means
+	// unbounded.
+	CacheBytes int64
+	// GCGrace spares, with a Remote, the remote's unreferenced objects
+	// stored less than this long ago: another node's capture uploads its
+	// objects before it publishes the head that references them. 0 means
+	// DefaultGCGrace.
+	GCGrace time.Duration
+}
+
+// DefaultGCGrace is Options.GCGrace's default.
+const DefaultGCGrace = time.Hour
+
+// touchAfter is how long a tier trusts that the remote holds an object
+// and how old a found object is before an upload touches it: at most a
+// quarter of the grace, so that a GC elsewhere never deletes an object
+// this node counted on within the time its capture takes to publish.
+func touchAfter(grace time.Duration) time.Duration {
+	if grace <= 0 {
+		grace = DefaultGCGrace
+	}
+	return max(min(10*time.Minute, grace/4), time.Nanosecond)
 }
 
 // Store is an open store directory. All methods are safe for concurrent use.
@@ -122,6 +152,10 @@ type Store struct {
 
 	// objs is the blob plane: the objects directory (package blobs).
 	objs *blobs.Dir
+	// tier puts objs in front of Options.Remote; nil without one.
+	tier *blobs.Tier
+	// gcGrace is Options.GCGrace (or its default) with a Remote.
+	gcGrace time.Duration
 
 	// bases is the in-process state of in-place bases (baseref_store.go).
 	bases baseMemo
@@ -144,6 +178,17 @@ func Open(dir string, opt Options) (*Store, error) {
 	s.objs = blobs.OpenDir(s.objectsDir(), blobs.Options{Tmp: s.tmpDir(), ReadOnly: opt.ReadOnly, NoSync: opt.NoSync, Fail: fail})
 	if s.clock == nil {
 		s.clock = func() int64 { return time.Now().UnixMilli() }
+	}
+	if opt.Remote != nil {
+		s.tier = blobs.NewTier(s.objs, opt.Remote, blobs.TierOptions{
+			CacheBytes: opt.CacheBytes,
+			TouchAfter: touchAfter(opt.GCGrace),
+			Now:        func() time.Time { return time.UnixMilli(s.clock()) },
+		})
+		s.gcGrace = opt.GCGrace
+		if s.gcGrace <= 0 {
+			s.gcGrace = DefaultGCGrace
+		}
 	}
 	if !opt.ReadOnly {
 		if err := s.createDirs(opt.Warn); err != nil {
