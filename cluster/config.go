@@ -60,6 +60,41 @@ type Config struct {
 	// ClaimTTLSeconds is the TTL of the node's claims' lease (0: the
 	// default, DefaultClaimTTL).
 	ClaimTTLSeconds int `json:"claim_ttl_seconds,omitempty"`
+	// Blobs is the shared blob plane every node keeps its objects on: an
+	// absolute directory (NFS and the like; blobs.OpenShared). Empty: each
+	// node's blobs stay in its own objects/.
+	Blobs string `json:"blobs,omitempty"`
+	// CacheBytes bounds the node's objects/ when Blobs is set (0:
+	// unbounded).
+	CacheBytes int64 `json:"cache_bytes,omitempty"`
+}
+
+// ParseBlobs checks a --blobs value: an absolute directory (made absolute
+// by the caller), or s3://BUCKET/PREFIX, which this build refuses
+// (ErrUnsupported).
+func ParseBlobs(s string) (string, error) {
+	switch {
+	case strings.HasPrefix(s, "s3://"):
+		return "", fmt.Errorf("--blobs %s: %w: S3 object storage is not wired in this build; use a shared directory", s, ErrUnsupported)
+	case strings.Contains(s, "://"):
+		return "", fmt.Errorf("%w: --blobs %q: want a directory or s3://BUCKET/PREFIX", ErrBadConfig, s)
+	case !filepath.IsAbs(s):
+		return "", fmt.Errorf("%w: --blobs %q: the shared directory must be an absolute path", ErrBadConfig, s)
+	}
+	for _, c := range s {
+		if c < 0x20 || c == 0x7f {
+			return "", fmt.Errorf("%w: --blobs %q holds a control character", ErrBadConfig, s)
+		}
+	}
+	return filepath.Clean(s), nil
+}
+
+// blobsNote is ", blobs in DIR" for a configuration with shared blobs.
+func (c Config) blobsNote() string {
+	if c.Blobs == "" {
+		return ""
+	}
+	return ", blobs in " + c.Blobs
 }
 
 // ClaimTTL returns the TTL of the node's claims.
@@ -175,6 +210,16 @@ func (c Config) Validate() error {
 	if c.ClaimTTLSeconds < 0 {
 		return fmt.Errorf("%w: claim_ttl_seconds %d is negative", ErrBadConfig, c.ClaimTTLSeconds)
 	}
+	if c.Blobs != "" {
+		if b, err := ParseBlobs(c.Blobs); err != nil {
+			return err
+		} else if b != c.Blobs {
+			return fmt.Errorf("%w: blobs %q is not a clean absolute path", ErrBadConfig, c.Blobs)
+		}
+	}
+	if c.CacheBytes < 0 || (c.CacheBytes > 0 && c.Blobs == "") {
+		return fmt.Errorf("%w: cache_bytes %d: must be 0, or positive with blobs", ErrBadConfig, c.CacheBytes)
+	}
 	return ValidateNode(c.Node)
 }
 
@@ -203,7 +248,8 @@ func Load(dir string) (cfg Config, found bool, err error) {
 // Same reports whether two configurations describe the same node of the
 // same store.
 func (c Config) Same(o Config) bool {
-	if c.Prefix != o.Prefix || c.Node != o.Node || c.ClaimTTL() != o.ClaimTTL() || len(c.Endpoints) != len(o.Endpoints) {
+	if c.Prefix != o.Prefix || c.Node != o.Node || c.ClaimTTL() != o.ClaimTTL() || len(c.Endpoints) != len(o.Endpoints) ||
+		c.Blobs != o.Blobs || c.CacheBytes != o.CacheBytes {
 		return false
 	}
 	for i := range c.Endpoints {
@@ -230,7 +276,7 @@ func Check(dir string, cfg Config) (fresh bool, err error) {
 		if old.Same(cfg) {
 			return false, nil
 		}
-		return false, fmt.Errorf("%w: %s is node %s of %s, not node %s of %s", ErrConfigDiffers, dir, old.Node, old.MetaURL(), cfg.Node, cfg.MetaURL())
+		return false, fmt.Errorf("%w: %s is node %s of %s%s, not node %s of %s%s", ErrConfigDiffers, dir, old.Node, old.MetaURL(), old.blobsNote(), cfg.Node, cfg.MetaURL(), cfg.blobsNote())
 	}
 	if _, err := os.Stat(filepath.Join(dir, "meta.db")); err == nil {
 		return false, fmt.Errorf("%w: %s is a local store (it has a meta.db); a cluster node starts from a new directory", ErrConfigDiffers, dir)

@@ -150,3 +150,35 @@ func FuzzLoad(f *testing.F) {
 		}
 	})
 }
+
+func TestParseBlobs(t *testing.T) {
+	if got, err := ParseBlobs("/srv/blobs/"); err != nil || got != "/srv/blobs" {
+		t.Errorf("ParseBlobs(/srv/blobs/) = %q, %v", got, err)
+	}
+	if _, err := ParseBlobs("s3://bucket/p?endpoint=http://h:9000"); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("s3: %v, want ErrUnsupported", err)
+	}
+	for _, bad := range []string{"rel/dir", "ftp://h/p", "/a\nb"} {
+		if _, err := ParseBlobs(bad); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("ParseBlobs(%q): %v, want ErrBadConfig", bad, err)
+		}
+	}
+	base := Config{Version: ConfigVersion, Endpoints: []string{"http://a:1"}, Prefix: "/p", Node: "n"}
+	ok := base
+	ok.Blobs, ok.CacheBytes = "/srv/blobs", 1<<20
+	if err := ok.Validate(); err != nil {
+		t.Errorf("Validate with blobs: %v", err)
+	}
+	for _, bad := range []Config{
+		func() Config { c := base; c.CacheBytes = 1; return c }(),      // a cache with no remote
+		func() Config { c := ok; c.CacheBytes = -1; return c }(),       // negative
+		func() Config { c := ok; c.Blobs = "/srv/x/../b"; return c }(), // not clean
+	} {
+		if err := bad.Validate(); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("Validate(%+v): %v, want ErrBadConfig", bad, err)
+		}
+	}
+	if ok.Same(base) {
+		t.Error("configs differing in blobs are Same")
+	}
+}

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/acyclicfs/acyclicfs/blobs"
 	"github.com/acyclicfs/acyclicfs/internal/lockfile"
 	"github.com/acyclicfs/acyclicfs/meta"
 	"github.com/acyclicfs/acyclicfs/meta/etcdmeta"
@@ -38,6 +39,7 @@ type Node struct {
 	c    *clientv3.Client
 	lock *lockfile.Lock
 	meta meta.Store
+	blob blobs.Store // the shared blob plane (Config.Blobs), nil without one
 }
 
 // Open opens dir as a node if it has a cluster.json: it takes the node
@@ -57,13 +59,26 @@ func Open(ctx context.Context, dir string) (*Node, error) {
 		}
 		return nil, fmt.Errorf("open node %s: %w", dir, err)
 	}
+	var remote blobs.Store
+	if cfg.Blobs != "" {
+		d, err := blobs.OpenShared(cfg.Blobs, blobs.Options{})
+		if err != nil {
+			lock.Unlock()
+			return nil, fmt.Errorf("node %s: %w", dir, err)
+		}
+		remote = d
+	}
 	c, err := Dial(ctx, cfg)
 	if err != nil {
 		lock.Unlock()
 		return nil, err
 	}
-	return &Node{cfg: cfg, dir: dir, c: c, lock: lock, meta: etcdmeta.New(c, cfg.Prefix)}, nil
+	return &Node{cfg: cfg, dir: dir, c: c, lock: lock, meta: etcdmeta.New(c, cfg.Prefix), blob: remote}, nil
 }
+
+// Remote returns the shared blob plane the node's store keeps its objects
+// on (store.Options.Remote), nil when blobs stay on each node.
+func (n *Node) Remote() blobs.Store { return n.blob }
 
 // Dial connects to cfg's etcd and checks that a member answers within
 // DialTimeout.

@@ -210,7 +210,12 @@ func TestClusterInitErrors(t *testing.T) {
 		{[]string{"--node", "x"}, "--node needs --meta"},
 		{[]string{"--meta", good, "--node", "bad name"}, "node name"},
 		{[]string{"--meta", good, "--claim-ttl", "1500ms"}, "whole seconds"},
-		{[]string{"--meta", good, "--blobs", e.dir}, "not supported yet"},
+		{[]string{"--meta", good, "--blobs", "s3://bucket/p?endpoint=http://127.0.0.1:9000"}, "not supported yet"},
+		{[]string{"--meta", good, "--blobs", "ftp://host/p"}, "want a directory or s3://"},
+		{[]string{"--meta", good, "--blobs", filepath.Join(e.store, "blobs")}, "outside the store"},
+		{[]string{"--cache-size", "10M"}, "--cache-size needs --meta"},
+		{[]string{"--meta", good, "--cache-size", "10M"}, "--cache-size needs --blobs"},
+		{[]string{"--meta", good, "--blobs", filepath.Join(e.dir, "shared"), "--cache-size", "ten"}, "not a positive size"},
 	} {
 		r := e.fails(2, append([]string{"init", e.store}, tc.args...)...)
 		if !strings.Contains(r.stderr, tc.want) {
@@ -315,5 +320,44 @@ func TestPausedNodeClaimsAgain(t *testing.T) {
 	b.unmount(mpB)
 	if !strings.Contains(b.daemonLog(), "main claimed again") {
 		t.Errorf("B's daemon log does not say it claimed main again:\n%s", b.daemonLog())
+	}
+}
+
+// TestTwoNodesSharedBlobs: with --blobs DIR (a shared directory, the
+// remote tier of both nodes), content stored on one node is read on the
+// other: B's mount reads the file A imported, and A reads what B's tool
+// wrote once B landed it, in the parent and in the sibling that followed.
+// (Without --blobs A's `cat` of B's file fails: "blob …: not found".)
+func TestTwoNodesSharedBlobs(t *testing.T) {
+	c := etcdtest.Start(t)
+	shared := filepath.Join(t.TempDir(), "blobs")
+	a := clusterNode(t, c, "shared", "node-a", "--blobs", shared)
+	b := clusterNode(t, c, "shared", "node-b", "--blobs", shared, "--cache-size", "64M")
+	src := filepath.Join(a.dir, "src")
+	writeTree(t, src, map[string]string{"a.txt": "from A\n", "dir/big.bin": strings.Repeat("0123456789abcdef", 1<<14)})
+	a.ok("create", "main", "--from", src)
+	a.ok("fork", "main", "kid")
+	a.ok("fork", "main", "sib")
+
+	mpB := b.mountAt("kid")
+	_, r := b.execOK(mpB, "cat a.txt && wc -c < dir/big.bin && echo 'from B' > b.txt")
+	if want := "from A\n262144\n"; r.stdout != want {
+		t.Fatalf("B's tool read %q from A's content, want %q", r.stdout, want)
+	}
+	b.unmount(mpB)
+	b.ok("land", "kid")
+
+	for _, ws := range []string{"main", "sib"} {
+		if r := a.run("cat", ws, "b.txt"); r.code != 0 || r.stdout != "from B\n" {
+			t.Fatalf("A's cat %s b.txt: %s", ws, r)
+		}
+	}
+	if got := readFile(t, filepath.Join(a.exportTo("main", "out"), "dir/big.bin")); got != strings.Repeat("0123456789abcdef", 1<<14) {
+		t.Fatalf("A's export of main: big.bin differs (%d bytes)", len(got))
+	}
+	a.fsck()
+	b.fsck()
+	if r := a.run("init", a.store, "--meta", metaURL(c, "shared"), "--blobs", filepath.Join(a.dir, "other")); r.code != 2 || !strings.Contains(r.stderr, "blobs in "+shared) {
+		t.Fatalf("init of node-a with other blobs: %s", r)
 	}
 }

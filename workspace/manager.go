@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/acyclicfs/acyclicfs/blobs"
 	"github.com/acyclicfs/acyclicfs/cluster"
 	"github.com/acyclicfs/acyclicfs/corestate"
 	"github.com/acyclicfs/acyclicfs/meta"
@@ -87,12 +88,15 @@ func Open(dir string, opt Options) (*Manager, error) {
 		return nil, fmt.Errorf("store %s: %w: not a directory", abs, ErrInvalidInput)
 	}
 	var node *cluster.Node
+	var remote blobs.Store
+	var cacheBytes int64
 	if opt.Meta == nil {
 		if node, err = cluster.Open(context.Background(), abs); err != nil {
 			return nil, fmt.Errorf("open store %s: %w", abs, err)
 		}
 		if node != nil {
 			opt.Meta = node.Meta()
+			remote, cacheBytes = node.Remote(), node.Config().CacheBytes
 		}
 	}
 	closeNode := func() {
@@ -100,7 +104,8 @@ func Open(dir string, opt Options) (*Manager, error) {
 			node.Close()
 		}
 	}
-	st, err := store.Open(abs, store.Options{Clock: opt.Clock, NoSync: opt.NoSync, Warn: opt.Warn, Watchers: baseWatchers{}, Meta: opt.Meta})
+	st, err := store.Open(abs, store.Options{Clock: opt.Clock, NoSync: opt.NoSync, Warn: opt.Warn, Watchers: baseWatchers{}, Meta: opt.Meta,
+		Remote: remote, CacheBytes: cacheBytes})
 	if err != nil {
 		closeNode()
 		return nil, err // "open store DIR: …" already

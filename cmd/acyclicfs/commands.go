@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -16,16 +17,16 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/acyclicfs/acyclicfs/cluster"
+	"github.com/acyclicfs/acyclicfs/internal/dirfd"
 	"github.com/acyclicfs/acyclicfs/rebase"
 	"github.com/acyclicfs/acyclicfs/store"
 	"github.com/acyclicfs/acyclicfs/workspace"
 )
 
 func (a *app) cmdInit() *cobra.Command {
-	var metaURL, blobsArg, node string
-	var claimTTL time.Duration
+	var fl initFlags
 	c := &cobra.Command{
-		Use:   "init [STORE] [--meta etcd://HOST:PORT[,HOST:PORT...]/PREFIX [--node NAME] [--claim-ttl DUR]]",
+		Use:   "init [STORE] [--meta etcd://HOST:PORT[,HOST:PORT...]/PREFIX [--blobs DIR [--cache-size N]] [--node NAME] [--claim-ttl DUR]]",
 		Short: "Create the store if absent (idempotent); with --meta, a node of a store on etcd",
 		Long: `Create the store if absent (idempotent).
 
@@ -34,11 +35,16 @@ directory becomes a node of a store whose metadata lives in etcd under
 PREFIX: init writes STORE/cluster.json and every later command on STORE
 reads it. Several store directories (on one machine or many) inited
 against one etcd prefix are the nodes of one store; each keeps its own
-blobs, mounts' upper files and core state. --node names this node (default
-the host name and a hash of the store path); --claim-ttl is how long a dead
-or stopped node keeps its mounts' claims (default 10s, whole seconds).
-Running init again with the same configuration changes nothing; with
-another one, or --meta on a local store, it is refused.`,
+mounts' upper files and core state. --blobs DIR keeps every node's blobs
+in one shared directory (NFS and the like; give every node the same), the
+node's objects/ then a cache of it bounded by --cache-size (bytes, or with
+a K, M, G or T suffix; default unbounded); without --blobs a file's
+content stays on the node that stored it. s3://BUCKET/PREFIX is not
+supported yet. --node names this node (default the host name and a hash
+of the store path); --claim-ttl is how long a dead or stopped node keeps
+its mounts' claims (default 10s, whole seconds). Running init again with
+the same configuration changes nothing (flags left out keep their values);
+with another one, or --meta on a local store, it is refused.`,
 		Args: rangeArgs(0, 1, "[STORE]"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
@@ -48,13 +54,13 @@ another one, or --meta on a local store, it is refused.`,
 				a.storeFlag = args[0]
 			}
 			f := cmd.Flags()
-			if metaURL == "" {
-				for _, n := range []string{"blobs", "node", "claim-ttl"} {
+			if fl.meta == "" {
+				for _, n := range []string{"blobs", "cache-size", "node", "claim-ttl"} {
 					if f.Changed(n) {
 						return usageError{fmt.Errorf("init: --%s needs --meta etcd://HOST:PORT/PREFIX", n)}
 					}
 				}
-			} else if err := a.initNode(metaURL, blobsArg, node, claimTTL, f.Changed("claim-ttl")); err != nil {
+			} else if err := a.initNode(fl, f.Changed("claim-ttl")); err != nil {
 				return fmt.Errorf("init: %w", err)
 			}
 			m, err := a.manager()
@@ -63,21 +69,26 @@ another one, or --meta on a local store, it is refused.`,
 			}
 			out := initJSON{Store: m.Dir()}
 			if n := m.Node(); n != nil {
-				out.Node, out.Meta = n.Name(), n.Config().MetaURL()
+				out.Node, out.Meta, out.Blobs = n.Name(), n.Config().MetaURL(), n.Config().Blobs
 			}
 			return a.emit(out, func(w io.Writer) {
 				if out.Node != "" {
-					fmt.Fprintf(w, "%s (node %s of %s)\n", out.Store, out.Node, out.Meta)
+					blobs := ""
+					if out.Blobs != "" {
+						blobs = ", blobs in " + out.Blobs
+					}
+					fmt.Fprintf(w, "%s (node %s of %s%s)\n", out.Store, out.Node, out.Meta, blobs)
 					return
 				}
 				fmt.Fprintln(w, out.Store)
 			})
 		},
 	}
-	c.Flags().StringVar(&metaURL, "meta", "", "keep the metadata in etcd: etcd://HOST:PORT[,HOST:PORT...]/PREFIX")
-	c.Flags().StringVar(&blobsArg, "blobs", "", "where blobs are shared between nodes (not supported yet)")
-	c.Flags().StringVar(&node, "node", "", "this node's name (default HOST-HASH of the store path)")
-	c.Flags().DurationVar(&claimTTL, "claim-ttl", cluster.DefaultClaimTTL, "how long a dead node keeps its claims")
+	c.Flags().StringVar(&fl.meta, "meta", "", "keep the metadata in etcd: etcd://HOST:PORT[,HOST:PORT...]/PREFIX")
+	c.Flags().StringVar(&fl.blobs, "blobs", "", "keep every node's blobs in this shared directory (s3:// not supported yet)")
+	c.Flags().StringVar(&fl.cacheSize, "cache-size", "", "with --blobs, bound this node's objects/ cache (bytes, or N[K|M|G|T])")
+	c.Flags().StringVar(&fl.node, "node", "", "this node's name (default HOST-HASH of the store path)")
+	c.Flags().DurationVar(&fl.claimTTL, "claim-ttl", cluster.DefaultClaimTTL, "how long a dead node keeps its claims")
 	return c
 }
 
@@ -85,49 +96,99 @@ type initJSON struct {
 	Store string `json:"store"`
 	Node  string `json:"node,omitempty"`
 	Meta  string `json:"meta,omitempty"`
+	Blobs string `json:"blobs,omitempty"`
 }
 
 // initNode makes the store directory a node of the store on etcd that
 // metaURL names: it validates everything, checks that etcd answers and
 // writes cluster.json. A directory that is already this node is left as
 // it is; one configured otherwise, or a local store, is refused.
-func (a *app) initNode(metaURL, blobsArg, node string, claimTTL time.Duration, ttlGiven bool) error {
+// initFlags are init's flags for a node.
+type initFlags struct {
+	meta, blobs, cacheSize, node string
+	claimTTL                     time.Duration
+}
+
+// parseSize reads a byte count: digits, optionally followed by K, M, G or
+// T (powers of 1024).
+func parseSize(s string) (int64, error) {
+	mult := int64(1)
+	if n := len(s); n > 0 {
+		switch s[n-1] {
+		case 'K', 'k':
+			mult = 1 << 10
+		case 'M', 'm':
+			mult = 1 << 20
+		case 'G', 'g':
+			mult = 1 << 30
+		case 'T', 't':
+			mult = 1 << 40
+		}
+		if mult > 1 {
+			s = s[:n-1]
+		}
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v < 1 || v > (1<<62)/mult {
+		return 0, fmt.Errorf("not a positive size (bytes, or N with a K, M, G or T suffix)")
+	}
+	return v * mult, nil
+}
+
+func (a *app) initNode(fl initFlags, ttlGiven bool) error {
 	if a.mgr != nil && a.mgr.Node() == nil {
 		// In the daemon of a local store.
 		return fmt.Errorf("%w: %s is a local store (served by its daemon); a cluster node starts from a new directory", cluster.ErrConfigDiffers, a.mgr.Dir())
-	}
-	if blobsArg != "" {
-		return fmt.Errorf("--blobs %s: %w: blobs stay on the node that stored them until the shared blob tier lands", blobsArg, cluster.ErrUnsupported)
 	}
 	dir, err := a.storeDir()
 	if err != nil {
 		return err
 	}
-	eps, prefix, err := cluster.ParseMetaURL(metaURL)
+	eps, prefix, err := cluster.ParseMetaURL(fl.meta)
 	if err != nil {
 		return err
 	}
-	cfg := cluster.Config{Version: cluster.ConfigVersion, Endpoints: eps, Prefix: prefix, Node: node}
-	// "init --meta URL" again keeps what it does not say: the node's name
-	// and claim TTL.
+	cfg := cluster.Config{Version: cluster.ConfigVersion, Endpoints: eps, Prefix: prefix, Node: fl.node}
+	// "init --meta URL" again keeps what it does not say: the node's name,
+	// claim TTL, blobs and cache size.
 	old, found, err := cluster.Load(dir)
 	if err != nil {
 		return err
 	}
 	if found {
-		cfg.ClaimTTLSeconds = old.ClaimTTLSeconds
+		cfg.ClaimTTLSeconds, cfg.Blobs, cfg.CacheBytes = old.ClaimTTLSeconds, old.Blobs, old.CacheBytes
 	}
-	if node == "" {
+	if fl.node == "" {
 		cfg.Node = cluster.DefaultNode(dir)
 		if found {
 			cfg.Node = old.Node
 		}
 	}
 	if ttlGiven {
-		if claimTTL < time.Second || claimTTL%time.Second != 0 {
-			return usageError{fmt.Errorf("--claim-ttl %v: want whole seconds, at least 1s", claimTTL)}
+		if fl.claimTTL < time.Second || fl.claimTTL%time.Second != 0 {
+			return usageError{fmt.Errorf("--claim-ttl %v: want whole seconds, at least 1s", fl.claimTTL)}
 		}
-		cfg.ClaimTTLSeconds = int(claimTTL / time.Second)
+		cfg.ClaimTTLSeconds = int(fl.claimTTL / time.Second)
+	}
+	if fl.blobs != "" {
+		b := fl.blobs
+		if !strings.Contains(b, "://") {
+			b = a.abs(b)
+		}
+		if cfg.Blobs, err = cluster.ParseBlobs(b); err != nil {
+			return err
+		}
+		if filepath.Clean(cfg.Blobs) == dir || dirfd.Within(cfg.Blobs, dir) || dirfd.Within(dir, cfg.Blobs) {
+			return usageError{fmt.Errorf("--blobs %s: the shared directory must be outside the store %s, and the store outside it", cfg.Blobs, dir)}
+		}
+	}
+	if fl.cacheSize != "" {
+		if cfg.Blobs == "" {
+			return usageError{fmt.Errorf("--cache-size needs --blobs: without a shared blob plane, objects/ is the only copy")}
+		}
+		if cfg.CacheBytes, err = parseSize(fl.cacheSize); err != nil {
+			return usageError{fmt.Errorf("--cache-size %q: %w", fl.cacheSize, err)}
+		}
 	}
 	if err := cfg.Validate(); err != nil {
 		return err
