@@ -355,6 +355,9 @@ func TestTwoNodesSharedBlobs(t *testing.T) {
 	if got := readFile(t, filepath.Join(a.exportTo("main", "out"), "dir/big.bin")); got != strings.Repeat("0123456789abcdef", 1<<14) {
 		t.Fatalf("A's export of main: big.bin differs (%d bytes)", len(got))
 	}
+	if r := b.run("status"); r.code != 0 || !strings.Contains(r.stdout, "node node-b of etcd://") || !strings.Contains(r.stdout, ", blobs in "+shared) {
+		t.Errorf("B's status does not name its node and blobs: %s", r)
+	}
 	a.fsck()
 	b.fsck()
 	if r := a.run("init", a.store, "--meta", metaURL(c, "shared"), "--blobs", filepath.Join(a.dir, "other")); r.code != 2 || !strings.Contains(r.stderr, "blobs in "+shared) {

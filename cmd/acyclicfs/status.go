@@ -92,6 +92,7 @@ type statusReport struct {
 	// etcd (absent for a local store).
 	Node       string      `json:"node,omitempty"`
 	Meta       string      `json:"meta,omitempty"`
+	Blobs      string      `json:"blobs,omitempty"`
 	Workspaces []statusRow `json:"workspaces"`
 	Recovery   []string    `json:"recovery"`
 	// BaseReads counts the files of in-place directories whose content
@@ -128,7 +129,7 @@ func (a *app) cmdStatus() *cobra.Command {
 				return fmt.Errorf("status: %w", err)
 			}
 			if n := m.Node(); n != nil {
-				rep.Node, rep.Meta = self, n.Config().MetaURL()
+				rep.Node, rep.Meta, rep.Blobs = self, n.Config().MetaURL(), n.Config().Blobs
 			}
 			for _, w := range ws {
 				row, err := a.statusOf(cmd.Context(), m, w)
@@ -225,7 +226,11 @@ func (a *app) statusOf(ctx context.Context, m *workspace.Manager, w store.Worksp
 
 func printStatus(out io.Writer, rep statusReport) {
 	if rep.Node != "" {
-		fmt.Fprintf(out, "node %s of %s\n", rep.Node, rep.Meta)
+		blobs := ""
+		if rep.Blobs != "" {
+			blobs = ", blobs in " + rep.Blobs
+		}
+		fmt.Fprintf(out, "node %s of %s%s\n", rep.Node, rep.Meta, blobs)
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "WORKSPACE\tSTATE\tWINDOW\tLEASES\tPENDING-PARENT\tBEHIND\tCONFLICTS")
