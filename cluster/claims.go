@@ -57,6 +57,9 @@ func encodeRoot(prefix string) string {
 	return b.String()
 }
 
+// errClosed: a claim asked for after Close (the daemon is exiting).
+var errClosed = errors.New("claims closed: the daemon is exiting")
+
 // Claims takes and releases a node's claims on one etcd session, created
 // at the first claim and kept alive until Close. Safe for concurrent use.
 type Claims struct {
@@ -131,6 +134,11 @@ func listClaims(ctx context.Context, c *clientv3.Client, root string) ([]Claim, 
 func (cl *Claims) session(ctx context.Context) (*concurrency.Session, error) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
+	select {
+	case <-cl.closed:
+		return nil, errClosed
+	default:
+	}
 	if cl.sess != nil {
 		select {
 		case <-cl.sess.Done(): // lost: watchLoss claims again
@@ -294,8 +302,8 @@ func (cl *Claims) Release(ctx context.Context, ws string) error {
 // Close ends the session: its lease is revoked, and every claim made on
 // it goes.
 func (cl *Claims) Close() error {
-	cl.once.Do(func() { close(cl.closed) })
 	cl.mu.Lock()
+	cl.once.Do(func() { close(cl.closed) })
 	s := cl.sess
 	cl.sess = nil
 	cl.mu.Unlock()
