@@ -268,6 +268,24 @@ func TestClusterInitErrors(t *testing.T) {
 	}
 	e.ok("create", "w") // the node works
 
+	// etcd without a quorum: a command on the node fails within the dial
+	// bound, naming the endpoints, and works again once it is back.
+	c.Stop(0)
+	c.Stop(1)
+	start = time.Now()
+	r = e.fails(1, "list")
+	if !strings.Contains(r.stderr, "etcd unreachable") || !strings.Contains(r.stderr, c.Endpoints(2)[0]) {
+		t.Errorf("list without an etcd quorum: %s", r)
+	}
+	if time.Since(start) > 30*time.Second {
+		t.Errorf("list without an etcd quorum took %v", time.Since(start))
+	}
+	c.Restart(0)
+	c.Restart(1)
+	if r := e.run("list"); r.code != 0 || !strings.Contains(r.stdout, "w") {
+		t.Fatalf("list once etcd is back: %s", r)
+	}
+
 	// --meta on a local store is refused.
 	local := newEnv(t)
 	local.ok("init")
