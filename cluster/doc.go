@@ -9,10 +9,12 @@
 // Open and runs the store on the etcd plane: everything on the metadata
 // plane (workspaces, heads, lineage, windows, lease gates, trees,
 // generations, conflicts, attribution) is shared by every node of the
-// prefix; the directory keeps what belongs to this node: the blob objects
-// its captures stored, the mounts' upper files and the core state
+// prefix, and with Config.Blobs every object too (a shared directory, the
+// store's remote blob plane, objects/ a cache of it); the directory keeps
+// what belongs to this node: the mounts' upper files, the core state
 // (journals of this node's operations, mount records, in-place and git
-// bindings to local directories).
+// bindings to local directories) and, without Config.Blobs, the blob
+// objects its captures stored.
 //
 // # Claims
 //
