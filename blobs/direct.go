@@ -6,14 +6,15 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
 // A big dense file is copied into its temp object file with direct I/O
-// (O_DIRECT writes), read, hashed and written one segment at a time, the
-// write of a segment overlapping the read and hash of the next. The
+// (O_DIRECT writes), read, hashed and written one segment at a time by
+// three goroutines, so that reading, hashing and writing overlap. The
 // copy is then where it must be for the object to be durable (on disk),
 // and it takes no page cache: a buffered copy of 1 GiB fills 1 GiB of
 // new page cache and writes it back at the batch's fsync, which made a
@@ -35,9 +36,9 @@ const (
 	// directAlign is the alignment of direct writes' offsets, lengths and
 	// buffers (the file system's block size at most; ext4's is 4 KiB).
 	directAlign = 4096
-	// directBufs segments are in flight: one being hashed, the others
-	// being written.
-	directBufs = 3
+	// directBufs segments are in flight: one being read, one hashed, the
+	// others being written.
+	directBufs = 4
 )
 
 // errNoDirect says the file system refused direct I/O (tmpfs before
@@ -102,29 +103,65 @@ type segment struct {
 	n   int
 }
 
-// copySegments is copyHashingDirect's pipeline: this goroutine reads and
-// hashes, a second one writes. n is how many bytes were written (when
-// err is nil, also what was hashed).
+// copySegments is copyHashingDirect's pipeline of three goroutines: one
+// reads, this one hashes, one writes (the read of the next segment
+// overlaps the hash of this one: 0.28-0.31 s per GiB against 0.34-0.38 s
+// read and hashed in turn). n is how many bytes were written (when err
+// is nil, also what was hashed).
 func copySegments(dst, src *os.File, size int64) (ID, int64, error) {
 	free := make(chan *[]byte, directBufs)
 	for range directBufs {
 		free <- directBufPool.Get().(*[]byte)
 	}
-	work := make(chan segment, directBufs)
+	toHash := make(chan segment, directBufs)
+	toWrite := make(chan segment, directBufs)
+	read := make(chan readResult, 1)
 	written := make(chan writeResult, 1)
-	go writeSegments(dst, work, free, written)
+	var failed atomic.Bool // the writer failed: stop reading
+	go readSegments(src, size, toHash, free, &failed, read)
+	go writeSegments(dst, toWrite, free, &failed, written)
 
 	h := NewHasher()
-	var off int64
-	var rerr error
-	for off < size {
+	for s := range toHash {
+		h.Write((*s.buf)[:s.n])
+		toWrite <- s
+	}
+	close(toWrite)
+	rres, wres := <-read, <-written
+	for range directBufs {
+		directBufPool.Put(<-free)
+	}
+	switch {
+	case wres.err != nil:
+		return ID{}, wres.n, wres.err
+	case rres.err != nil:
+		return ID{}, wres.n, rres.err
+	}
+	// The last write was padded to directAlign.
+	if err := dst.Truncate(rres.n); err != nil {
+		return ID{}, wres.n, fmt.Errorf("direct copy: %w", err)
+	}
+	return h.Sum(), rres.n, nil
+}
+
+type readResult struct {
+	n   int64 // bytes read (the content, if err is nil)
+	err error
+}
+
+// readSegments reads src's first size bytes (fewer if it shrinks
+// meanwhile) segment by segment into buffers from free and sends them on
+// out, which it closes at the end.
+func readSegments(src *os.File, size int64, out chan<- segment, free chan *[]byte, failed *atomic.Bool, done chan<- readResult) {
+	defer close(out)
+	var res readResult
+	for res.n < size && !failed.Load() {
 		buf := <-free
-		want := int(min(directSeg, size-off))
-		n, err := src.ReadAt((*buf)[:want], off)
+		want := int(min(directSeg, size-res.n))
+		n, err := src.ReadAt((*buf)[:want], res.n)
 		if n > 0 {
-			h.Write((*buf)[:n])
-			work <- segment{buf, off, n}
-			off += int64(n)
+			out <- segment{buf, res.n, n}
+			res.n += int64(n)
 		} else {
 			free <- buf
 		}
@@ -132,26 +169,11 @@ func copySegments(dst, src *os.File, size int64) (ID, int64, error) {
 			break // shrank: what was read is the content
 		}
 		if err != nil {
-			rerr = fmt.Errorf("direct copy: read: %w", err)
+			res.err = fmt.Errorf("direct copy: read: %w", err)
 			break
 		}
 	}
-	close(work)
-	res := <-written
-	for range directBufs {
-		directBufPool.Put(<-free)
-	}
-	if rerr != nil {
-		return ID{}, res.n, rerr
-	}
-	if res.err != nil {
-		return ID{}, res.n, res.err
-	}
-	// The last write was padded to directAlign.
-	if err := dst.Truncate(off); err != nil {
-		return ID{}, res.n, fmt.Errorf("direct copy: %w", err)
-	}
-	return h.Sum(), off, nil
+	done <- res
 }
 
 type writeResult struct {
@@ -161,9 +183,9 @@ type writeResult struct {
 
 // writeSegments writes each segment of work at its offset, padded to
 // directAlign (a shorter tail is cut off by the caller's truncate), and
-// hands its buffer back on free. After an error it only hands buffers
-// back.
-func writeSegments(dst *os.File, work <-chan segment, free chan<- *[]byte, done chan<- writeResult) {
+// hands its buffer back on free. After an error it sets failed and only
+// hands buffers back.
+func writeSegments(dst *os.File, work <-chan segment, free chan<- *[]byte, failed *atomic.Bool, done chan<- writeResult) {
 	var res writeResult
 	for s := range work {
 		if res.err == nil {
@@ -172,6 +194,7 @@ func writeSegments(dst *os.File, work <-chan segment, free chan<- *[]byte, done 
 			clear(b[s.n:w])
 			if _, err := dst.WriteAt(b[:w], s.off); err != nil {
 				res.err = fmt.Errorf("direct copy: write: %w", err)
+				failed.Store(true)
 			} else {
 				res.n += int64(s.n)
 			}
