@@ -18,13 +18,14 @@ import (
 // copy is then where it must be for the object to be durable (on disk),
 // and it takes no page cache: a buffered copy of 1 GiB fills 1 GiB of
 // new page cache and writes it back at the batch's fsync, which made a
-// lease end after a 1 GiB write take 1.5–6 s on a 2-core VM whose
-// memory the host backs lazily, against 0.6–0.7 s now (docs/benchmarks.md,
-// issue #25). What is hashed is what is written: each segment is read
-// into a private buffer, hashed, and written from that buffer, so a
-// source changing meanwhile cannot give the object a wrong ID. BLAKE3
-// (lukechampine.com/blake3) hashes a large Write on all CPUs itself:
-// a segment is split into subtrees of 16 chunks hashed in parallel.
+// lease end after a 1 GiB write take 2.8–6.9 s on a loaded 2-core VM
+// whose memory the host backs lazily, against 0.6–1.7 s with direct I/O
+// (docs/benchmarks.md, issue #25). What is hashed is what is written:
+// each segment is read into a private buffer, hashed, and written from
+// that buffer, so a source changing meanwhile cannot give the object a
+// wrong ID. BLAKE3 (lukechampine.com/blake3) hashes a large Write on all
+// CPUs itself: a segment is split into subtrees of 16 chunks hashed in
+// parallel.
 
 const (
 	// directMin is the smallest file copied with direct I/O; smaller
