@@ -127,7 +127,8 @@ func (d *Dir) PutBytes(p []byte) (ID, error) {
 // that support it the data is cloned (FICLONE) rather than copied; the
 // clone is still hashed, so the ID always matches what was stored even if
 // the source changes meanwhile. A file with holes (at least 1 MiB) is
-// stored sparse: only its data is read, hashed and written.
+// stored sparse: only its data is read, hashed and written. A big dense
+// file is copied with direct I/O (direct.go).
 func (d *Dir) PutFile(path string) (ID, int64, error) {
 	return d.put(cloneOrCopy(path))
 }
@@ -185,6 +186,15 @@ func cloneOrCopy(path string) fillFunc {
 				return ID{}, n, fmt.Errorf("write blob from %s: %w", path, err)
 			}
 			return h.Sum(), n, nil
+		}
+		if fi.Size() >= directMin {
+			id, n, err := copyHashingDirect(f, src, fi.Size())
+			if !errors.Is(err, errNoDirect) {
+				if err != nil {
+					return ID{}, n, fmt.Errorf("write blob from %s: %w", path, err)
+				}
+				return id, n, nil
+			}
 		}
 		id, n, err := copyHashing(f, src)
 		if err != nil {

@@ -18,10 +18,11 @@
 // fan-out directories, written temp → fsync → rename → fsync directory
 // (a Batch defers the syncs to one syncfs, or a few concurrent fsyncs, at
 // Commit). Files are cloned (FICLONE) from their source where the file
-// system allows; files with holes are stored sparse. Dir also offers what
-// only a local plane can: the object's path (the mount passes it
-// through), an *os.File verified once per process, and hole-keeping
-// copies.
+// system allows; files with holes are stored sparse; big dense files are
+// copied with direct I/O, bypassing the page cache (direct.go). Dir also
+// offers what only a local plane can: the object's path (the mount
+// passes it through), an *os.File verified once per process, and
+// hole-keeping copies.
 //
 // Tier puts a Dir in front of a remote Store (object storage, or a
 // shared directory opened with OpenShared): the Dir becomes a bounded
