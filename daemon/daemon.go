@@ -24,6 +24,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/acyclicfs/acyclicfs/cluster"
 	"github.com/acyclicfs/acyclicfs/internal/lockfile"
 	"github.com/acyclicfs/acyclicfs/store"
 	"github.com/acyclicfs/acyclicfs/workspace"
@@ -53,6 +54,11 @@ type Daemon struct {
 
 	quit     chan struct{} // closed to stop the daemon
 	quitOnce sync.Once
+
+	// claims are the node's claims on the workspaces it mounts, for a
+	// store on etcd (nil for a local store); closed at exit, which
+	// revokes their lease.
+	claims *cluster.Claims
 }
 
 // minDaemonProcs is the fewest Ps the daemon runs with. go-fuse keeps
@@ -183,6 +189,9 @@ func Run(storeDir string, ready io.WriteCloser, cfg Config) error {
 	d := &Daemon{m: m, dir: m.Dir(), exitWhenIdle: cfg.ExitWhenIdle, logger: logger, cfg: cfg,
 		mounts: map[string]*Mount{}, quit: make(chan struct{})}
 	m.SetHooks(workspace.Hooks{ParentAdvanced: d.parentAdvanced})
+	if n := m.Node(); n != nil {
+		d.claims = n.Claims(os.Getpid(), d.mountpoints, logger.Printf)
+	}
 
 	sock := filepath.Join(d.dir, SocketName)
 	_ = os.Remove(sock)
@@ -255,6 +264,13 @@ func Run(storeDir string, ready io.WriteCloser, cfg Config) error {
 	if b, err := os.ReadFile(pidPath); err == nil && string(bytes.TrimSpace(b)) == strconv.Itoa(os.Getpid()) {
 		_ = os.Remove(pidPath)
 	}
+	if d.claims != nil {
+		// Revokes the claims' lease: every claim left goes now, not at
+		// its TTL.
+		if err := d.claims.Close(); err != nil {
+			logger.Printf("release claims: %v", err)
+		}
+	}
 	return m.Close()
 }
 
@@ -321,6 +337,19 @@ func openManagerPatiently(dir string, logger *log.Logger) (*workspace.Manager, e
 			return m, err
 		}
 	}
+}
+
+// mountpoints maps every workspace this daemon serves to its mountpoint.
+func (d *Daemon) mountpoints() map[string]string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[string]string, len(d.mounts))
+	for ws, s := range d.mounts {
+		if s != nil {
+			out[ws] = s.mp
+		}
+	}
+	return out
 }
 
 func (d *Daemon) stop() { d.quitOnce.Do(func() { close(d.quit) }) }

@@ -19,6 +19,11 @@
 //     changes and is retried in the background.
 //   - Busy reporting (busy.go): commands that move a head refuse while a
 //     window is open and name the holders (OpenLeasesError).
+//   - Claims, on a store on etcd (package cluster): a workspace is
+//     claimed before it is mounted (another node's claim fails the mount
+//     with cluster.ErrClaimed) and released at unmount; the claims'
+//     session lease is revoked at exit, and claimed again for the mounts
+//     still served when it was lost.
 //   - The control protocol's server side (protocol.go): POST /run runs a
 //     forwarded command line through Config.Exec, POST /fsmonitor answers
 //     git's fsmonitor hook, GET /ping.

@@ -219,6 +219,21 @@ func (d *Daemon) MountWorkspace(ws, mp string, opt MountOptions) (*Mount, []stri
 			d.mu.Unlock()
 		}
 	}()
+	// On etcd, a workspace is mounted on one node at a time: claim it
+	// before touching anything (another node's claim fails the mount with
+	// cluster.ErrClaimed, naming that node).
+	if d.claims != nil {
+		if err := d.claims.Claim(context.Background(), ws, mp); err != nil {
+			return nil, nil, err // names the workspace (and the node holding it)
+		}
+		defer func() {
+			if !ok {
+				if err := d.claims.Release(context.Background(), ws); err != nil {
+					d.logger.Printf("%s: %v", ws, err)
+				}
+			}
+		}()
+	}
 
 	var notes []string
 	stateDir := filepath.Join(d.dir, workspace.MountScratchDir, ws)
@@ -985,6 +1000,14 @@ func (s *Mount) Unmount(lazy bool) (res workspace.Result, err error) {
 	_ = os.Remove(s.stateDir)
 	if err := s.d.m.ClearMountRecord(s.ws); err != nil {
 		return res, fmt.Errorf("%w (unmounted; the mount record stays for recovery)", err)
+	}
+	// Nothing of the mount is left on this node: another may mount it.
+	// (A mount record kept for recovery above keeps the claim until the
+	// daemon exits.)
+	if s.d.claims != nil {
+		if err := s.d.claims.Release(context.Background(), s.ws); err != nil {
+			s.d.logger.Printf("%s: %v", s.ws, err)
+		}
 	}
 	s.d.logger.Printf("unmounted %s from %s: %s", s.ws, s.mp, res.Outcome)
 	return res, nil

@@ -33,6 +33,7 @@ var layers = map[string]int{
 	"fusefs/sessions":    0,
 	"fusefs/uring":       3,
 	"daemon":             5,
+	"cluster":            1,
 	"cmd/acyclicfs":      6,
 	"internal/failpoint": 0,
 	"internal/dirfd":     -1,

@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -9,6 +10,8 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/acyclicfs/acyclicfs/blobs"
+	"github.com/acyclicfs/acyclicfs/cluster"
 	"github.com/acyclicfs/acyclicfs/corestate"
 	"github.com/acyclicfs/acyclicfs/meta"
 	"github.com/acyclicfs/acyclicfs/rebase"
@@ -66,10 +69,16 @@ type Manager struct {
 	git     bool // set once by hasGit
 
 	gn *gitNative // the git-native workspaces (gitnative.go)
+
+	node *cluster.Node // the store's node when dir has a cluster.json; nil for a local store
 }
 
 // Open opens (creating if needed) the store at dir and recovers any
-// interrupted work (transactions, export journals, propagation).
+// interrupted work (transactions, export journals, propagation). A
+// directory with a cluster.json is a node of a store on etcd
+// (package cluster): unless opt.Meta is set, the store runs on that etcd
+// plane, and the Manager holds the node (its lock and etcd client) until
+// Close.
 func Open(dir string, opt Options) (*Manager, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -78,16 +87,36 @@ func Open(dir string, opt Options) (*Manager, error) {
 	if fi, err := os.Stat(abs); err == nil && !fi.IsDir() {
 		return nil, fmt.Errorf("store %s: %w: not a directory", abs, ErrInvalidInput)
 	}
-	st, err := store.Open(abs, store.Options{Clock: opt.Clock, NoSync: opt.NoSync, Warn: opt.Warn, Watchers: baseWatchers{}, Meta: opt.Meta})
+	var node *cluster.Node
+	var remote blobs.Store
+	var cacheBytes int64
+	if opt.Meta == nil {
+		if node, err = cluster.Open(context.Background(), abs); err != nil {
+			return nil, fmt.Errorf("open store %s: %w", abs, err)
+		}
+		if node != nil {
+			opt.Meta = node.Meta()
+			remote, cacheBytes = node.Remote(), node.Config().CacheBytes
+		}
+	}
+	closeNode := func() {
+		if node != nil {
+			node.Close()
+		}
+	}
+	st, err := store.Open(abs, store.Options{Clock: opt.Clock, NoSync: opt.NoSync, Warn: opt.Warn, Watchers: baseWatchers{}, Meta: opt.Meta,
+		Remote: remote, CacheBytes: cacheBytes})
 	if err != nil {
+		closeNode()
 		return nil, err // "open store DIR: …" already
 	}
 	cs, err := corestate.Open(filepath.Join(abs, "state"), corestate.Options{NoSync: opt.NoSync})
 	if err != nil {
 		st.Close()
+		closeNode()
 		return nil, fmt.Errorf("open core state: %w", err)
 	}
-	m := &Manager{st: st, cs: cs, opt: opt, dir: abs, limit: opt.Limits}
+	m := &Manager{st: st, cs: cs, opt: opt, dir: abs, limit: opt.Limits, node: node}
 	m.ip = &inPlaces{Manager: m}
 	m.gn = &gitNative{Manager: m}
 	if m.limit == (rebase.Limits{}) {
@@ -104,13 +133,42 @@ func Open(dir string, opt Options) (*Manager, error) {
 	}
 	if _, err := m.Recover(); err != nil {
 		st.Close()
+		closeNode()
 		return nil, fmt.Errorf("recover: %w", err)
 	}
 	return m, nil
 }
 
-// Close releases the store.
-func (m *Manager) Close() error { return m.st.Close() }
+// Close releases the store (and the node, for a store on etcd).
+func (m *Manager) Close() error {
+	err := m.st.Close()
+	if m.node != nil {
+		if cerr := m.node.Close(); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+// mountedAt says where ws is mounted: by this store's daemon (its mount
+// record) or, on etcd, by another node (its claim, named in the answer).
+func (m *Manager) mountedAt(ws string) (where string, ok bool, err error) {
+	if rec, ok, err := m.MountRecord(ws); err != nil || ok {
+		return rec.Mountpoint, ok, err
+	}
+	if m.node == nil {
+		return "", false, nil
+	}
+	cl, ok, err := m.node.Holder(context.Background(), ws)
+	if err != nil || !ok {
+		return "", false, err
+	}
+	return cl.Mountpoint + " on node " + cl.Node, true, nil
+}
+
+// Node returns the store's node when it is on etcd (cluster.json), nil for
+// a local store.
+func (m *Manager) Node() *cluster.Node { return m.node }
 
 // Dir returns the store directory.
 func (m *Manager) Dir() string { return m.dir }

@@ -92,10 +92,10 @@ func (m *Manager) Commit(ctx context.Context, name, dir string) (store.ID, Impor
 	if err != nil {
 		return store.ID{}, stats, err
 	}
-	if rec, ok, err := m.MountRecord(name); err != nil {
+	if mp, ok, err := m.mountedAt(name); err != nil {
 		return store.ID{}, stats, err
 	} else if ok {
-		return store.ID{}, stats, fmt.Errorf("%w: %s is mounted at %s", ErrBusy, name, rec.Mountpoint)
+		return store.ID{}, stats, fmt.Errorf("%w: %s is mounted at %s", ErrBusy, name, mp)
 	}
 	prevRoot, err := m.rootOf(w.Head)
 	if err != nil {
@@ -170,10 +170,10 @@ func (m *Manager) Undo(name string) (store.ID, error) {
 	if err != nil {
 		return store.ID{}, err
 	}
-	if rec, ok, err := m.MountRecord(name); err != nil {
+	if mp, ok, err := m.mountedAt(name); err != nil {
 		return store.ID{}, err
 	} else if ok {
-		return store.ID{}, fmt.Errorf("%w: %s is mounted at %s", ErrBusy, name, rec.Mountpoint)
+		return store.ID{}, fmt.Errorf("%w: %s is mounted at %s", ErrBusy, name, mp)
 	}
 	log, err := m.st.HeadLog(name, 0)
 	if err != nil {
@@ -224,10 +224,10 @@ func (m *Manager) Remove(name string, recursive bool) ([]string, error) {
 	var order []string
 	var walk func(n string) error
 	walk = func(n string) error {
-		if rec, ok, err := m.MountRecord(n); err != nil {
+		if mp, ok, err := m.mountedAt(n); err != nil {
 			return err
 		} else if ok {
-			return fmt.Errorf("%w: %s is mounted at %s; unmount it first", ErrBusy, n, rec.Mountpoint)
+			return fmt.Errorf("%w: %s is mounted at %s; unmount it first", ErrBusy, n, mp)
 		}
 		ks, err := m.st.Children(n)
 		if err != nil {

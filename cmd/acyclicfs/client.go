@@ -36,6 +36,9 @@ func (a *app) forward(ctx context.Context, args []string) (int, bool) {
 		return 0, false
 	}
 	a.storeFlag = line.store
+	if cmd == "init" && line.word(1) != "" && line.store == "" {
+		a.storeFlag = line.word(1) // init STORE: that store's daemon
+	}
 	dir, err := a.storeDir()
 	if err != nil {
 		return 0, false

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -12,24 +16,216 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/acyclicfs/acyclicfs/cluster"
+	"github.com/acyclicfs/acyclicfs/internal/dirfd"
 	"github.com/acyclicfs/acyclicfs/rebase"
 	"github.com/acyclicfs/acyclicfs/store"
 	"github.com/acyclicfs/acyclicfs/workspace"
 )
 
 func (a *app) cmdInit() *cobra.Command {
-	return &cobra.Command{
-		Use:   "init",
-		Short: "Create the store if absent (idempotent)",
-		Args:  exactArgs(0, "no arguments"),
+	var fl initFlags
+	c := &cobra.Command{
+		Use:   "init [STORE] [--meta etcd://HOST:PORT[,HOST:PORT...]/PREFIX [--blobs DIR [--cache-size N]] [--node NAME] [--claim-ttl DUR]]",
+		Short: "Create the store if absent (idempotent); with --meta, a node of a store on etcd",
+		Long: `Create the store if absent (idempotent).
+
+STORE is the store directory (as --store gives it). With --meta the
+directory becomes a node of a store whose metadata lives in etcd under
+PREFIX: init writes STORE/cluster.json and every later command on STORE
+reads it. Several store directories (on one machine or many) inited
+against one etcd prefix are the nodes of one store; each keeps its own
+mounts' upper files and core state. --blobs DIR keeps every node's blobs
+in one shared directory (NFS and the like; give every node the same), the
+node's objects/ then a cache of it bounded by --cache-size (bytes, or with
+a K, M, G or T suffix; default unbounded); without --blobs a file's
+content stays on the node that stored it. s3://BUCKET/PREFIX is not
+supported yet. --node names this node (default the host name and a hash
+of the store path); --claim-ttl is how long a dead or stopped node keeps
+its mounts' claims (default 10s, whole seconds). Running init again with
+the same configuration changes nothing (flags left out keep their values);
+with another one, or --meta on a local store, it is refused.`,
+		Args: rangeArgs(0, 1, "[STORE]"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				if a.storeFlag != "" && a.abs(a.storeFlag) != a.abs(args[0]) {
+					return usageError{fmt.Errorf("init: STORE %s and --store %s differ", args[0], a.storeFlag)}
+				}
+				a.storeFlag = args[0]
+			}
+			f := cmd.Flags()
+			if fl.meta == "" {
+				for _, n := range []string{"blobs", "cache-size", "node", "claim-ttl"} {
+					if f.Changed(n) {
+						return usageError{fmt.Errorf("init: --%s needs --meta etcd://HOST:PORT/PREFIX", n)}
+					}
+				}
+			} else if err := a.initNode(fl, f.Changed("claim-ttl")); err != nil {
+				return fmt.Errorf("init: %w", err)
+			}
 			m, err := a.manager()
 			if err != nil {
 				return fmt.Errorf("init store: %w", err)
 			}
-			return a.emit(map[string]string{"store": m.Dir()}, func(w io.Writer) { fmt.Fprintln(w, m.Dir()) })
+			out := initJSON{Store: m.Dir()}
+			if n := m.Node(); n != nil {
+				out.Node, out.Meta, out.Blobs = n.Name(), n.Config().MetaURL(), n.Config().Blobs
+			}
+			return a.emit(out, func(w io.Writer) {
+				if out.Node != "" {
+					blobs := ""
+					if out.Blobs != "" {
+						blobs = ", blobs in " + out.Blobs
+					}
+					fmt.Fprintf(w, "%s (node %s of %s%s)\n", out.Store, out.Node, out.Meta, blobs)
+					return
+				}
+				fmt.Fprintln(w, out.Store)
+			})
 		},
 	}
+	c.Flags().StringVar(&fl.meta, "meta", "", "keep the metadata in etcd: etcd://HOST:PORT[,HOST:PORT...]/PREFIX")
+	c.Flags().StringVar(&fl.blobs, "blobs", "", "keep every node's blobs in this shared directory (s3:// not supported yet)")
+	c.Flags().StringVar(&fl.cacheSize, "cache-size", "", "with --blobs, bound this node's objects/ cache (bytes, or N[K|M|G|T])")
+	c.Flags().StringVar(&fl.node, "node", "", "this node's name (default HOST-HASH of the store path)")
+	c.Flags().DurationVar(&fl.claimTTL, "claim-ttl", cluster.DefaultClaimTTL, "how long a dead node keeps its claims")
+	return c
+}
+
+type initJSON struct {
+	Store string `json:"store"`
+	Node  string `json:"node,omitempty"`
+	Meta  string `json:"meta,omitempty"`
+	Blobs string `json:"blobs,omitempty"`
+}
+
+// initNode makes the store directory a node of the store on etcd that
+// metaURL names: it validates everything, checks that etcd answers and
+// writes cluster.json. A directory that is already this node is left as
+// it is; one configured otherwise, or a local store, is refused.
+// initFlags are init's flags for a node.
+type initFlags struct {
+	meta, blobs, cacheSize, node string
+	claimTTL                     time.Duration
+}
+
+// parseSize reads a byte count: digits, optionally followed by K, M, G or
+// T (powers of 1024).
+func parseSize(s string) (int64, error) {
+	mult := int64(1)
+	if n := len(s); n > 0 {
+		switch s[n-1] {
+		case 'K', 'k':
+			mult = 1 << 10
+		case 'M', 'm':
+			mult = 1 << 20
+		case 'G', 'g':
+			mult = 1 << 30
+		case 'T', 't':
+			mult = 1 << 40
+		}
+		if mult > 1 {
+			s = s[:n-1]
+		}
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v < 1 || v > (1<<62)/mult {
+		return 0, fmt.Errorf("not a positive size (bytes, or N with a K, M, G or T suffix)")
+	}
+	return v * mult, nil
+}
+
+func (a *app) initNode(fl initFlags, ttlGiven bool) error {
+	if a.mgr != nil && a.mgr.Node() == nil {
+		// In the daemon of a local store.
+		return fmt.Errorf("%w: %s is a local store (served by its daemon); a cluster node starts from a new directory", cluster.ErrConfigDiffers, a.mgr.Dir())
+	}
+	dir, err := a.storeDir()
+	if err != nil {
+		return err
+	}
+	eps, prefix, err := cluster.ParseMetaURL(fl.meta)
+	if err != nil {
+		return err
+	}
+	cfg := cluster.Config{Version: cluster.ConfigVersion, Endpoints: eps, Prefix: prefix, Node: fl.node}
+	// "init --meta URL" again keeps what it does not say: the node's name,
+	// claim TTL, blobs and cache size.
+	old, found, err := cluster.Load(dir)
+	if err != nil {
+		return err
+	}
+	if found {
+		cfg.ClaimTTLSeconds, cfg.Blobs, cfg.CacheBytes = old.ClaimTTLSeconds, old.Blobs, old.CacheBytes
+	}
+	if fl.node == "" {
+		cfg.Node = cluster.DefaultNode(dir)
+		if found {
+			cfg.Node = old.Node
+		}
+	}
+	if ttlGiven {
+		if fl.claimTTL < time.Second || fl.claimTTL%time.Second != 0 {
+			return usageError{fmt.Errorf("--claim-ttl %v: want whole seconds, at least 1s", fl.claimTTL)}
+		}
+		cfg.ClaimTTLSeconds = int(fl.claimTTL / time.Second)
+	}
+	if fl.blobs != "" {
+		b := fl.blobs
+		if !strings.Contains(b, "://") {
+			b = a.abs(b)
+		}
+		if cfg.Blobs, err = cluster.ParseBlobs(b); err != nil {
+			return err
+		}
+		if filepath.Clean(cfg.Blobs) == dir || dirfd.Within(cfg.Blobs, dir) || dirfd.Within(dir, cfg.Blobs) {
+			return usageError{fmt.Errorf("--blobs %s: the shared directory must be outside the store %s, and the store outside it", cfg.Blobs, dir)}
+		}
+	}
+	if fl.cacheSize != "" {
+		if cfg.Blobs == "" {
+			return usageError{fmt.Errorf("--cache-size needs --blobs: without a shared blob plane, objects/ is the only copy")}
+		}
+		if cfg.CacheBytes, err = parseSize(fl.cacheSize); err != nil {
+			return usageError{fmt.Errorf("--cache-size %q: %w", fl.cacheSize, err)}
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if a.mgr != nil { // in the daemon: the node is open, with its config
+		if have := a.mgr.Node().Config(); !have.Same(cfg) {
+			return fmt.Errorf("%w: %s is node %s of %s", cluster.ErrConfigDiffers, a.mgr.Dir(), have.Node, have.MetaURL())
+		}
+		return nil
+	}
+	fresh, err := cluster.Check(dir, cfg)
+	if err != nil || !fresh {
+		return err
+	}
+	// Before anything is written: etcd must answer.
+	c, err := cluster.Dial(context.Background(), cfg)
+	if err != nil {
+		return err
+	}
+	c.Close()
+	_, statErr := os.Stat(dir)
+	if _, err := cluster.Write(dir, cfg); err != nil {
+		return err
+	}
+	// Open the store through the new configuration now, so that a failure
+	// leaves nothing written: the directory goes if init made it.
+	m, err := a.manager()
+	if err != nil {
+		if errors.Is(statErr, fs.ErrNotExist) {
+			_ = os.RemoveAll(dir)
+		} else {
+			_ = cluster.Remove(dir)
+		}
+		return err
+	}
+	_ = m // kept open for the rest of init
+	return nil
 }
 
 type importJSON struct {
@@ -195,6 +391,39 @@ type listRow struct {
 	Base       store.ID `json:"base"`
 	State      string   `json:"state"`
 	Mountpoint string   `json:"mountpoint"`
+	// Node is the node mounting the workspace, on a store on etcd.
+	Node string `json:"node,omitempty"`
+}
+
+// claims returns every node's claims by workspace, for a store on etcd
+// (empty for a local store), and this node's name.
+func claims(ctx context.Context, m *workspace.Manager) (map[string]cluster.Claim, string, error) {
+	out := map[string]cluster.Claim{}
+	n := m.Node()
+	if n == nil {
+		return out, "", nil
+	}
+	cl, err := n.List(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	for _, c := range cl {
+		out[c.Workspace] = c
+	}
+	return out, n.Name(), nil
+}
+
+// claimedState is a workspace's state and mountpoint (workspaceState's)
+// with its claim: one another node holds makes an idle workspace mounted
+// there.
+func claimedState(state, mountpoint, self string, c cluster.Claim, ok bool) (string, string, string) {
+	if !ok {
+		return state, mountpoint, ""
+	}
+	if c.Node != self {
+		state, mountpoint = strings.Replace(state, "idle", "mounted", 1), c.Mountpoint
+	}
+	return state, mountpoint, c.Node
 }
 
 func (a *app) workspaceState(m *workspace.Manager, w store.Workspace) (state, mountpoint string) {
@@ -227,16 +456,26 @@ func (a *app) cmdList() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("list: %w", err)
 			}
+			held, self, err := claims(cmd.Context(), m)
+			if err != nil {
+				return fmt.Errorf("list: %w", err)
+			}
 			rows := make([]listRow, 0, len(ws))
 			for _, w := range ws {
 				st, mp := a.workspaceState(m, w)
-				rows = append(rows, listRow{w.Name, w.Parent, w.Head, w.Base, st, mp})
+				c, ok := held[w.Name]
+				st, mp, node := claimedState(st, mp, self, c, ok)
+				rows = append(rows, listRow{w.Name, w.Parent, w.Head, w.Base, st, mp, node})
 			}
 			return a.emit(rows, func(out io.Writer) {
 				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "NAME\tPARENT\tHEAD\tBASE\tSTATE\tMOUNTPOINT")
 				for _, r := range rows {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, dash(r.Parent), short(r.Head), short(r.Base), r.State, dash(r.Mountpoint))
+					mp := dash(r.Mountpoint)
+					if r.Node != "" {
+						mp = r.Node + ":" + mp
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, dash(r.Parent), short(r.Head), short(r.Base), r.State, mp)
 				}
 				tw.Flush()
 			})

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/acyclicfs/acyclicfs/cluster"
 	"github.com/acyclicfs/acyclicfs/corestate"
 	"github.com/acyclicfs/acyclicfs/daemon"
 	"github.com/acyclicfs/acyclicfs/fusefs"
@@ -66,9 +67,13 @@ func exitCode(err error) int {
 		errors.Is(err, gitrepo.ErrNoRef),
 		errors.Is(err, gitrepo.ErrUnsupported),
 		errors.Is(err, store.ErrInvalidID),
-		errors.Is(err, store.ErrAmbiguous):
+		errors.Is(err, store.ErrAmbiguous),
+		errors.Is(err, cluster.ErrBadConfig),
+		errors.Is(err, cluster.ErrConfigDiffers),
+		errors.Is(err, cluster.ErrUnsupported):
 		return exitUsage
 	case errors.Is(err, workspace.ErrBusy),
+		errors.Is(err, cluster.ErrClaimed),
 		errors.Is(err, store.ErrLocked),
 		errors.Is(err, corestate.ErrLockTimeout):
 		return exitBusy
@@ -82,6 +87,12 @@ func hint(err error) string {
 	switch {
 	case errors.As(err, &ol):
 		return "those sessions still run in the mount (sessions that ended were waited for): let them finish or end them, then retry; an explicit lease ends with 'acyclicfs lease end MOUNTPOINT LEASE'"
+	case errors.Is(err, cluster.ErrClaimed):
+		return "unmount it on that node first ('acyclicfs status' shows which node holds which mount); a node that died or stopped loses its claims when its lease expires (--claim-ttl at init)"
+	case errors.Is(err, cluster.ErrUnreachable):
+		return "check that etcd runs and that the endpoints are right ('etcdctl --endpoints HOST:PORT endpoint health')"
+	case errors.Is(err, cluster.ErrConfigDiffers):
+		return "a store directory is one node of one store: use a new directory for another node or another store"
 	case errors.Is(err, workspace.ErrInvalidName):
 		return "names are 1-128 bytes of letters, digits, '.', '_' and '-', not starting with '.' or '-'"
 	case errors.Is(err, workspace.ErrUnknownWorkspace):

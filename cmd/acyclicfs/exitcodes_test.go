@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/acyclicfs/acyclicfs/cluster"
 	"github.com/acyclicfs/acyclicfs/corestate"
 	"github.com/acyclicfs/acyclicfs/store"
 	"github.com/acyclicfs/acyclicfs/workspace"
@@ -34,6 +35,11 @@ func TestExitCodes(t *testing.T) {
 		{wrap(workspace.ErrBusy), 4},
 		{wrap(store.ErrLocked), 4},
 		{wrap(corestate.ErrLockTimeout), 4},
+		{wrap(cluster.ErrBadConfig), 2},
+		{wrap(cluster.ErrConfigDiffers), 2},
+		{wrap(cluster.ErrUnsupported), 2},
+		{wrap(cluster.ErrUnreachable), 1},
+		{wrap(&cluster.ClaimedError{Held: cluster.Claim{Workspace: "w", Node: "n"}}), 4},
 		{exitWith(42), 42},
 	}
 	for _, c := range cases {

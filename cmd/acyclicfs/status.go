@@ -31,9 +31,12 @@ type statusLease struct {
 
 // statusRow is one workspace in `status`.
 type statusRow struct {
-	Workspace     string                   `json:"workspace"`
-	State         string                   `json:"state"`
-	Mountpoint    string                   `json:"mountpoint,omitempty"`
+	Workspace  string `json:"workspace"`
+	State      string `json:"state"`
+	Mountpoint string `json:"mountpoint,omitempty"`
+	// Node is the node whose daemon mounts the workspace, on a store on
+	// etcd (its claim); absent when no node mounts it.
+	Node          string                   `json:"node,omitempty"`
 	Window        string                   `json:"window"`
 	Leases        []statusLease            `json:"leases,omitempty"`
 	PendingParent store.ID                 `json:"pending_parent,omitzero"`
@@ -85,6 +88,11 @@ type statusRunning struct {
 }
 
 type statusReport struct {
+	// Node and Meta name this node and the store's etcd, on a store on
+	// etcd (absent for a local store).
+	Node       string      `json:"node,omitempty"`
+	Meta       string      `json:"meta,omitempty"`
+	Blobs      string      `json:"blobs,omitempty"`
 	Workspaces []statusRow `json:"workspaces"`
 	Recovery   []string    `json:"recovery"`
 	// BaseReads counts the files of in-place directories whose content
@@ -116,11 +124,20 @@ func (a *app) cmdStatus() *cobra.Command {
 				return fmt.Errorf("status: %w", err)
 			}
 			rep := statusReport{Workspaces: []statusRow{}, Recovery: []string{}}
+			held, self, err := claims(cmd.Context(), m)
+			if err != nil {
+				return fmt.Errorf("status: %w", err)
+			}
+			if n := m.Node(); n != nil {
+				rep.Node, rep.Meta, rep.Blobs = self, n.Config().MetaURL(), n.Config().Blobs
+			}
 			for _, w := range ws {
 				row, err := a.statusOf(cmd.Context(), m, w)
 				if err != nil {
 					return fmt.Errorf("status %s: %w", w.Name, err)
 				}
+				c, ok := held[w.Name]
+				row.State, row.Mountpoint, row.Node = claimedState(row.State, row.Mountpoint, self, c, ok)
 				rep.Workspaces = append(rep.Workspaces, row)
 			}
 			work, err := m.RecoveryWork()
@@ -208,6 +225,13 @@ func (a *app) statusOf(ctx context.Context, m *workspace.Manager, w store.Worksp
 }
 
 func printStatus(out io.Writer, rep statusReport) {
+	if rep.Node != "" {
+		blobs := ""
+		if rep.Blobs != "" {
+			blobs = ", blobs in " + rep.Blobs
+		}
+		fmt.Fprintf(out, "node %s of %s%s\n", rep.Node, rep.Meta, blobs)
+	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "WORKSPACE\tSTATE\tWINDOW\tLEASES\tPENDING-PARENT\tBEHIND\tCONFLICTS")
 	for _, r := range rep.Workspaces {
@@ -246,6 +270,9 @@ func printStatus(out io.Writer, rep statusReport) {
 		}
 		for _, c := range r.Conflicts {
 			fmt.Fprintf(out, "conflict %s %s (%s)\n", r.Workspace, quotePath(c.Path), c.Kind)
+		}
+		if r.Node != "" {
+			fmt.Fprintf(out, "claim %s %s on node %s\n", r.Workspace, r.Mountpoint, r.Node)
 		}
 		if r.Mountpoint != "" && r.Transport != "" {
 			// Mounted by the running daemon: how it is served.

@@ -1,0 +1,314 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// tagClaim is the byte after the store's root that starts a claim key,
+// beside etcdmeta's 'd' (records) and 'g' (guards).
+const tagClaim = 'c'
+
+// Claim is the value of a claim key: which node mounts the workspace,
+// where, since when.
+type Claim struct {
+	Workspace  string `json:"workspace"`
+	Node       string `json:"node"`
+	Mountpoint string `json:"mountpoint"`
+	PID        int    `json:"pid"`
+	Since      int64  `json:"since"` // Unix milliseconds
+}
+
+// ClaimedError is ErrClaimed with the claim that holds the workspace.
+type ClaimedError struct{ Held Claim }
+
+func (e *ClaimedError) Error() string {
+	return fmt.Sprintf("%s: %s is mounted on node %s at %s", ErrClaimed, e.Held.Workspace, e.Held.Node, e.Held.Mountpoint)
+}
+
+// Unwrap makes errors.Is(err, ErrClaimed) true.
+func (e *ClaimedError) Unwrap() error { return ErrClaimed }
+
+// encodeRoot is etcdmeta's root of a prefix: "%" and NUL escaped as %25
+// and %00, then NUL (docs/scale-out.md "Key layout"), so that claim keys
+// fall under the same root as the store's records and nowhere else.
+func encodeRoot(prefix string) string {
+	var b bytes.Buffer
+	for i := 0; i < len(prefix); i++ {
+		switch c := prefix[i]; c {
+		case '%':
+			b.WriteString("%25")
+		case 0:
+			b.WriteString("%00")
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte(0)
+	return b.String()
+}
+
+// errClosed: a claim asked for after Close (the daemon is exiting).
+var errClosed = errors.New("claims closed: the daemon is exiting")
+
+// Claims takes and releases a node's claims on one etcd session, created
+// at the first claim and kept alive until Close. Safe for concurrent use.
+type Claims struct {
+	c    *clientv3.Client
+	node string
+	ttl  time.Duration
+	root string // encodeRoot(prefix) + "c"
+	pid  int
+	logf func(format string, args ...any)
+	held func() map[string]string // the workspaces mounted here, by name: their mountpoints
+
+	mu     sync.Mutex
+	sess   *concurrency.Session // nil until the first claim, or after it was lost
+	closed chan struct{}        // closed by Close
+	once   sync.Once
+}
+
+// Claims returns the node's claims. held lists the workspaces this node
+// mounts (name to mountpoint): when the session's lease is lost (the node
+// was stopped or cut off from etcd past the TTL) they are claimed again on
+// a new one, retried until etcd answers; a workspace another node claimed
+// meanwhile is logged, since it is then mounted on two nodes. logf is told
+// of both.
+func (n *Node) Claims(pid int, held func() map[string]string, logf func(format string, args ...any)) *Claims {
+	return &Claims{c: n.c, node: n.cfg.Node, ttl: n.cfg.ClaimTTL(), root: encodeRoot(n.cfg.Prefix) + string(rune(tagClaim)),
+		pid: pid, held: held, logf: logf, closed: make(chan struct{})}
+}
+
+// List returns every claim of the store (every node's), by workspace.
+func (n *Node) List(ctx context.Context) ([]Claim, error) {
+	return listClaims(ctx, n.c, encodeRoot(n.cfg.Prefix)+string(rune(tagClaim)))
+}
+
+// Holder returns the claim on ws, if any node holds one.
+func (n *Node) Holder(ctx context.Context, ws string) (Claim, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, DialTimeout)
+	defer cancel()
+	resp, err := n.c.Get(ctx, encodeRoot(n.cfg.Prefix)+string(rune(tagClaim))+ws)
+	if err != nil {
+		return Claim{}, false, fmt.Errorf("claim on %s: %w", ws, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return Claim{}, false, nil
+	}
+	var cl Claim
+	if err := json.Unmarshal(resp.Kvs[0].Value, &cl); err != nil {
+		return cl, false, fmt.Errorf("claim on %s: %w: %w", ws, ErrBadConfig, err)
+	}
+	return cl, true, nil
+}
+
+func listClaims(ctx context.Context, c *clientv3.Client, root string) ([]Claim, error) {
+	ctx, cancel := context.WithTimeout(ctx, DialTimeout)
+	defer cancel()
+	resp, err := c.Get(ctx, root, clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("list claims: %w", err)
+	}
+	out := make([]Claim, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		var cl Claim
+		if err := json.Unmarshal(kv.Value, &cl); err != nil {
+			return nil, fmt.Errorf("claim %q: %w: %w", kv.Key, ErrBadConfig, err)
+		}
+		out = append(out, cl)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Workspace < out[j].Workspace })
+	return out, nil
+}
+
+// session returns the live session, making one if there is none.
+func (cl *Claims) session(ctx context.Context) (*concurrency.Session, error) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	select {
+	case <-cl.closed:
+		return nil, errClosed
+	default:
+	}
+	if cl.sess != nil {
+		select {
+		case <-cl.sess.Done(): // lost: watchLoss claims again
+			cl.sess = nil
+		default:
+			return cl.sess, nil
+		}
+	}
+	// The grant is bounded by ctx (NewSession's own grant would run on
+	// the keep-alive's context, which lives as long as the session).
+	gctx, cancel := context.WithTimeout(ctx, DialTimeout)
+	defer cancel()
+	lease, err := cl.c.Grant(gctx, int64(max(cl.ttl/time.Second, 1)))
+	if err != nil {
+		return nil, fmt.Errorf("claims session: grant lease: %w", err)
+	}
+	s, err := concurrency.NewSession(cl.c, concurrency.WithLease(lease.ID), concurrency.WithContext(context.Background()))
+	if err != nil {
+		return nil, fmt.Errorf("claims session: %w", err)
+	}
+	cl.sess = s
+	go cl.watchLoss(s)
+	return s, nil
+}
+
+// watchLoss waits for s's lease to be lost other than by Close, then
+// claims the mounted workspaces again (reclaim).
+func (cl *Claims) watchLoss(s *concurrency.Session) {
+	<-s.Done()
+	cl.mu.Lock()
+	if cl.sess == s {
+		cl.sess = nil
+	}
+	cl.mu.Unlock()
+	select {
+	case <-cl.closed:
+		return // Close revoked it
+	default:
+	}
+	cl.logf("node %s: claims lease %x lost (stopped or cut off from etcd past its %v TTL): claiming the mounted workspaces again", cl.node, s.Lease(), cl.ttl)
+	cl.reclaim()
+}
+
+// reclaimBackoff bounds the wait between two rounds of reclaim while etcd
+// does not answer.
+const reclaimBackoff = 5 * time.Second
+
+// reclaim claims every workspace held() lists on a new session, retrying
+// while etcd does not answer, until Close.
+func (cl *Claims) reclaim() {
+	wait := 100 * time.Millisecond
+	for {
+		select {
+		case <-cl.closed:
+			return
+		default:
+		}
+		retry := false
+		for ws, mp := range cl.held() {
+			err := cl.Claim(context.Background(), ws, mp)
+			var other *ClaimedError
+			switch {
+			case err == nil:
+				cl.logf("node %s: %s claimed again", cl.node, ws)
+			case errors.As(err, &other):
+				cl.logf("node %s: %s is mounted here at %s and, since this node lost its claim, on node %s at %s: unmount it on one of them", cl.node, ws, mp, other.Held.Node, other.Held.Mountpoint)
+			default:
+				retry = true
+				cl.logf("node %s: claim %s again: %v (retrying)", cl.node, ws, err)
+			}
+		}
+		if !retry {
+			return
+		}
+		select {
+		case <-cl.closed:
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, reclaimBackoff)
+	}
+}
+
+// Claim claims ws for this node, mounted at mountpoint. It fails with a
+// *ClaimedError (ErrClaimed) while another node holds it. A claim this
+// node's earlier daemon left is taken over.
+func (cl *Claims) Claim(ctx context.Context, ws, mountpoint string) error {
+	s, err := cl.session(ctx)
+	if err != nil {
+		return err
+	}
+	return cl.claimOn(ctx, s, ws, mountpoint)
+}
+
+func (cl *Claims) claimOn(ctx context.Context, s *concurrency.Session, ws, mountpoint string) error {
+	key := cl.root + ws
+	val, err := json.Marshal(Claim{Workspace: ws, Node: cl.node, Mountpoint: mountpoint, PID: cl.pid, Since: time.Now().UnixMilli()})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, DialTimeout)
+	defer cancel()
+	for range 10 {
+		resp, err := cl.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, string(val), clientv3.WithLease(s.Lease()))).
+			Else(clientv3.OpGet(key)).Commit()
+		if err != nil {
+			return fmt.Errorf("claim %s: %w", ws, err)
+		}
+		if resp.Succeeded {
+			return nil
+		}
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			continue // released meanwhile
+		}
+		var held Claim
+		if err := json.Unmarshal(kvs[0].Value, &held); err != nil {
+			return fmt.Errorf("claim %s: held claim: %w: %w", ws, ErrBadConfig, err)
+		}
+		if held.Node != cl.node {
+			return &ClaimedError{Held: held}
+		}
+		// This node's own: an earlier daemon's (one daemon serves a node)
+		// or this one's. Take it over on this session's lease.
+		resp, err = cl.c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", kvs[0].ModRevision)).
+			Then(clientv3.OpPut(key, string(val), clientv3.WithLease(s.Lease()))).Commit()
+		if err != nil {
+			return fmt.Errorf("claim %s: %w", ws, err)
+		}
+		if resp.Succeeded {
+			return nil
+		}
+	}
+	return fmt.Errorf("claim %s: the claim kept changing", ws)
+}
+
+// Release drops this node's claim on ws (none held: nothing to do).
+func (cl *Claims) Release(ctx context.Context, ws string) error {
+	key := cl.root + ws
+	ctx, cancel := context.WithTimeout(ctx, DialTimeout)
+	defer cancel()
+	resp, err := cl.c.Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("release claim on %s: %w", ws, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil
+	}
+	var held Claim
+	if err := json.Unmarshal(resp.Kvs[0].Value, &held); err != nil || held.Node != cl.node {
+		return nil // not ours to drop
+	}
+	if _, err := cl.c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)).
+		Then(clientv3.OpDelete(key)).Commit(); err != nil {
+		return fmt.Errorf("release claim on %s: %w", ws, err)
+	}
+	return nil
+}
+
+// Close ends the session: its lease is revoked, and every claim made on
+// it goes.
+func (cl *Claims) Close() error {
+	cl.mu.Lock()
+	cl.once.Do(func() { close(cl.closed) })
+	s := cl.sess
+	cl.sess = nil
+	cl.mu.Unlock()
+	if s == nil {
+		return nil
+	}
+	return s.Close()
+}

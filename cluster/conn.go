@@ -1,0 +1,120 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/acyclicfs/acyclicfs/blobs"
+	"github.com/acyclicfs/acyclicfs/internal/lockfile"
+	"github.com/acyclicfs/acyclicfs/meta"
+	"github.com/acyclicfs/acyclicfs/meta/etcdmeta"
+	"github.com/acyclicfs/acyclicfs/store"
+)
+
+// DialTimeout bounds how long opening a node waits for etcd to answer.
+const DialTimeout = 5 * time.Second
+
+// LockName is the node's lock file in the store directory: one process
+// (the daemon, or a command run without one) opens a node at a time, as
+// meta.db's lock makes it for a local store.
+const LockName = "node.lock"
+
+// lockWait bounds the wait for the node lock (store.Options.LockTimeout's
+// default).
+const lockWait = 2 * time.Second
+
+// Node is an open node: its configuration, its etcd client and the
+// metadata plane on it.
+type Node struct {
+	cfg  Config
+	dir  string
+	c    *clientv3.Client
+	lock *lockfile.Lock
+	meta meta.Store
+	blob blobs.Store // the shared blob plane (Config.Blobs), nil without one
+}
+
+// Open opens dir as a node if it has a cluster.json: it takes the node
+// lock (an error wrapping store.ErrLocked when another process holds it for
+// 2s) and connects to etcd, checking within DialTimeout that a member
+// answers (ErrUnreachable naming the endpoints). It returns nil, nil for a
+// local store.
+func Open(ctx context.Context, dir string) (*Node, error) {
+	cfg, found, err := Load(dir)
+	if err != nil || !found {
+		return nil, err
+	}
+	lock := lockfile.New(filepath.Join(dir, LockName), os.O_RDONLY|os.O_CREATE)
+	if err := lock.Wait(ctx, lockfile.Exclusive, lockWait, 20*time.Millisecond); err != nil {
+		if errors.Is(err, lockfile.ErrHeld) {
+			return nil, fmt.Errorf("open node %s: %w", dir, store.ErrLocked)
+		}
+		return nil, fmt.Errorf("open node %s: %w", dir, err)
+	}
+	var remote blobs.Store
+	if cfg.Blobs != "" {
+		d, err := blobs.OpenShared(cfg.Blobs, blobs.Options{})
+		if err != nil {
+			lock.Unlock()
+			return nil, fmt.Errorf("node %s: %w", dir, err)
+		}
+		remote = d
+	}
+	c, err := Dial(ctx, cfg)
+	if err != nil {
+		lock.Unlock()
+		return nil, err
+	}
+	return &Node{cfg: cfg, dir: dir, c: c, lock: lock, meta: etcdmeta.New(c, cfg.Prefix), blob: remote}, nil
+}
+
+// Remote returns the shared blob plane the node's store keeps its objects
+// on (store.Options.Remote), nil when blobs stay on each node.
+func (n *Node) Remote() blobs.Store { return n.blob }
+
+// Dial connects to cfg's etcd and checks that a member answers within
+// DialTimeout.
+func Dial(ctx context.Context, cfg Config) (*clientv3.Client, error) {
+	eps := strings.Join(cfg.Endpoints, ",")
+	c, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: DialTimeout,
+		Logger: zap.NewNop()})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrUnreachable, eps, err)
+	}
+	// The client connects lazily: one linearizable read says that a
+	// quorum answers.
+	rctx, cancel := context.WithTimeout(ctx, DialTimeout)
+	defer cancel()
+	if _, err := c.Get(rctx, cfg.Prefix+"\x00", clientv3.WithCountOnly()); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("%w: no answer from %s within %v: %w", ErrUnreachable, eps, DialTimeout, err)
+	}
+	return c, nil
+}
+
+// Config returns the node's configuration.
+func (n *Node) Config() Config { return n.cfg }
+
+// Name returns the node's name.
+func (n *Node) Name() string { return n.cfg.Node }
+
+// Meta returns the store's metadata plane on etcd.
+func (n *Node) Meta() meta.Store { return n.meta }
+
+// Client returns the node's etcd client (owned by the node).
+func (n *Node) Client() *clientv3.Client { return n.c }
+
+// Close closes the etcd client and releases the node lock.
+func (n *Node) Close() error {
+	err := n.c.Close()
+	n.lock.Unlock()
+	return err
+}
