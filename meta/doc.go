@@ -95,9 +95,11 @@
 // (WithRev of the first read). A commit whose answer is lost is reported
 // as such (etcdmeta.ErrOutcomeUnknown), never re-run.
 //
-// etcd's request size (1.5 MiB default) bounds a transaction, which the
-// records here fit easily; trees and generations do not belong on this
-// plane but on the blob plane (content-addressed, immutable). On etcd the
+// etcd's request size (1.5 MiB default) and operation count (128) bound
+// a transaction; the plane says so by implementing Bounded, and the store
+// then writes its content-addressed records (trees, generations) in
+// bounded transactions of their own before the one that publishes the
+// head naming them (docs/scale-out.md). On etcd the
 // "generations" existence check of a head append moves before the
 // transaction: generations are immutable, and the GC hold the appender
 // takes keeps them from being swept in between.

@@ -68,7 +68,28 @@ type Store struct {
 	root string // encodeRoot(prefix)
 }
 
-var _ meta.Store = (*Store)(nil)
+var (
+	_ meta.Store   = (*Store)(nil)
+	_ meta.Bounded = (*Store)(nil)
+)
+
+// boundedSlack is what TxLimits keeps free of a Txn for the guards of
+// the namespaces written and a handful of other reads (namespace names
+// of up to 1 KiB).
+const boundedSlack = 16
+
+// TxLimits implements meta.Bounded: etcd's Txn limits, less room for the
+// guard puts of up to boundedSlack namespaces. Each write costs its key
+// under the root twice (the put and the compare of its read) and the
+// framing of both.
+func (s *Store) TxLimits() meta.TxLimits {
+	perKey := len(s.root) + 1 + opOverhead
+	return meta.TxLimits{
+		MaxWrites: MaxTxnOps - boundedSlack,
+		MaxBytes:  MaxRequestBytes - boundedSlack*(2*perKey+1024),
+		PerWrite:  2 * perKey,
+	}
+}
 
 // New returns the metadata plane kept in etcd under prefix (any bytes; two
 // stores whose prefixes differ never see each other's keys). The client
