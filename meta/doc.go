@@ -104,6 +104,14 @@
 // transaction: generations are immutable, and the GC hold the appender
 // takes keeps them from being swept in between.
 //
+// # Watches
+//
+// A plane that implements Watcher reports commits under a prefix as
+// events carrying a revision, coalesced and in order, never missing the
+// last change (watch.go; docs/scale-out.md "Watches"): Memory and Bolt
+// from an in-process notifier, etcdmeta from etcd watches. The daemon
+// follows mounted children's parents this way.
+//
 // # corestate's record families
 //
 // corestate keeps its records (capture state, in-place directory state) as
