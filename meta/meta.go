@@ -66,3 +66,18 @@ type TxLimits struct {
 	MaxBytes  int
 	PerWrite  int
 }
+
+// SessionTx is implemented by the transactions of a plane that can bind
+// records to the life of the writing process (etcd: a lease the process
+// keeps alive). Lease gates are written this way, so that a process that
+// dies, or pauses past the session's time to live, loses its gates by
+// itself and every permit it holds is fenced whatever the clocks say. On
+// a plane without sessions (Memory, Bolt) callers use Put, and expiry
+// stays clock-based.
+type SessionTx interface {
+	Tx
+	// PutSession is Put, with the record bound to this process's
+	// session: it is deleted when the session ends. A later Put or
+	// PutSession of the key replaces the binding.
+	PutSession(k Key, v []byte) error
+}
