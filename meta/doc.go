@@ -112,6 +112,14 @@
 // from an in-process notifier, etcdmeta from etcd watches. The daemon
 // follows mounted children's parents this way.
 //
+// # Sessions
+//
+// A plane whose Tx implements SessionTx can bind a record to the writing
+// process's session (etcd: a lease kept alive by the process), so that it
+// vanishes when the process dies or pauses past the session's TTL. The
+// store writes lease gates that way, which fences a dead or paused node's
+// permits whatever its clock says (docs/scale-out.md).
+//
 // # corestate's record families
 //
 // corestate keeps its records (capture state, in-place directory state) as
