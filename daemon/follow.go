@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"time"
 
 	"github.com/acyclicfs/acyclicfs/store"
 )
@@ -12,7 +13,9 @@ import (
 // as parentAdvanced, as a land through this daemon does through the
 // manager's hook. Both paths meet in parentAdvanced, which handles each
 // parent head once (parentSeen), so the watch echoing a land the hook
-// already delivered does nothing, and the final close rebases once.
+// already delivered does nothing, and the final close rebases once. No
+// lock is held while a head is handled: two different heads may be
+// handled at once, as before the watch (the window coalesces them).
 
 // followParent starts following the parent of s's workspace until the
 // mount is gone. A plane without watches, or a workspace without a
@@ -69,12 +72,42 @@ func (s *Mount) parentMaybeMoved(parent string) {
 	s.parentAdvanced(p.Head)
 }
 
-// newParentHead records h as handled and reports whether it was new.
-// Called with followMu held.
-func (s *Mount) newParentHead(h store.ID) bool {
+// followWait bounds how long a second report of a parent head waits for
+// the first one's handling: the hook's caller may hold the very lock that
+// handling waits for (a command on the mount), and must not wait forever.
+const followWait = 10 * time.Second
+
+// takeParentHead takes on parent head h: first is true (and done is to be
+// closed when the handling is over) if h is new. A report of the head
+// being handled waits until that handling is over (at most followWait),
+// so that the hook's caller returns with the child following, as before
+// the watch.
+func (s *Mount) takeParentHead(h store.ID) (done chan struct{}, first bool) {
+	s.followMu.Lock()
 	if h == s.parentSeen {
-		return false
+		wait := s.followDone
+		s.followMu.Unlock()
+		if wait != nil {
+			t := time.NewTimer(followWait)
+			defer t.Stop()
+			select {
+			case <-wait:
+			case <-t.C:
+			}
+		}
+		return nil, false
 	}
-	s.parentSeen = h
-	return true
+	done = make(chan struct{})
+	s.parentSeen, s.followDone = h, done
+	s.followMu.Unlock()
+	return done, true
+}
+
+// forgetParentHead undoes takeParentHead(h) if nothing newer was taken.
+func (s *Mount) forgetParentHead(h store.ID) {
+	s.followMu.Lock()
+	defer s.followMu.Unlock()
+	if s.parentSeen == h {
+		s.parentSeen = store.ID{}
+	}
 }

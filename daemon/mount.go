@@ -82,10 +82,12 @@ type Mount struct {
 	gone     chan struct{}
 	goneOnce sync.Once
 
-	// followMu serializes parentAdvanced; parentSeen is the last parent
-	// head it handled (follow.go).
+	// parentSeen is the last parent head parentAdvanced took on, and
+	// followDone is closed when its handling is over (follow.go); both
+	// under followMu.
 	followMu   sync.Mutex
 	parentSeen store.ID
+	followDone chan struct{}
 }
 
 // view is what the final close, a refresh and a capture retry need of
@@ -829,16 +831,15 @@ func (s *Mount) switchToHead() error {
 func (s *Mount) parentAdvanced(parentHead store.ID) {
 	// The hook and the watch both report a land here: one head once, and
 	// a second report waits for the first one's rebase (follow.go).
-	s.followMu.Lock()
-	defer s.followMu.Unlock()
-	prev := s.parentSeen
-	if !s.newParentHead(parentHead) {
+	done, first := s.takeParentHead(parentHead)
+	if !first {
 		return
 	}
+	defer close(done)
 	ctx := context.Background()
 	r, claimed, err := s.d.m.Windows().ParentAdvanced(ctx, s.ws, parentHead)
 	if err != nil {
-		s.parentSeen = prev // not handled: the next report tries again
+		s.forgetParentHead(parentHead) // not handled: the next report tries again
 		s.d.logger.Printf("%s: parent advanced: %v", s.ws, err)
 		return
 	}
