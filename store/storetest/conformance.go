@@ -695,4 +695,21 @@ func testManyRecordsAtOnce(t *testing.T, open Opener) {
 	if got := must(s.GetTree(must(s.GetGeneration(gid))(t).Root))(t); len(got.Entries) != len(small) {
 		t.Fatalf("published root has %d entries, want %d", len(got.Entries), len(small))
 	}
+
+	// A lazy overlay changed at hundreds of paths at once (an in-place
+	// materialization's shadow).
+	puts := map[string][]byte{}
+	for i := range 400 {
+		puts[fmt.Sprintf("dir/file-%04d", i)] = []byte(fmt.Sprint(i))
+	}
+	ov := must(s.OverlayApply(store.ID{}, puts, nil))(t)
+	ov = must(s.OverlayApply(ov, map[string][]byte{"dir/new": []byte("n")}, []string{"dir/file-0007"}))(t)
+	for _, p := range []string{"dir/file-0000", "dir/file-0399", "dir/new"} {
+		if _, ok, err := s.OverlayGet(ov, p); err != nil || !ok {
+			t.Fatalf("overlay %s: found %v, %v", p, ok, err)
+		}
+	}
+	if _, ok, err := s.OverlayGet(ov, "dir/file-0007"); err != nil || ok {
+		t.Fatalf("overlay deleted path: found %v, %v", ok, err)
+	}
 }
