@@ -425,3 +425,54 @@ func testWatchResumesAfterCompaction(t *testing.T, c *etcdtest.Cluster) {
 	for ev := wait(); ev.Rev < after; ev = wait() {
 	}
 }
+
+// TestWatchSurvivesMemberRestart: a watch through a client of one member
+// loses its stream when that member stops; commits made meanwhile through
+// another member are reported once the member is back (the watch resumes
+// from the last revision it saw), and later ones too.
+func TestWatchSurvivesMemberRestart(t *testing.T) {
+	c := etcdtest.Start(t)
+	watcher := etcdmeta.New(c.Client(1), "restart-watch").(meta.Watcher)
+	writer := etcdmeta.New(c.Client(0, 2), "restart-watch")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	k := meta.NewSpace("t").Key([]byte("k"))
+	ch, err := watcher.Watch(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(v string) int64 {
+		t.Helper()
+		if err := writer.Update(ctx, func(tx meta.Tx) error { return tx.Put(k, []byte(v)) }); err != nil {
+			t.Fatal(err)
+		}
+		r, err := writer.(meta.Watcher).Revision(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	waitRev := func(r int64, what string) {
+		t.Helper()
+		timeout := time.After(30 * time.Second)
+		for {
+			select {
+			case ev, ok := <-ch:
+				if !ok {
+					t.Fatalf("%s: watch closed", what)
+				}
+				if ev.Rev >= r {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("%s: no event at revision %d", what, r)
+			}
+		}
+	}
+	waitRev(put("before"), "before the stop")
+	c.Stop(1)
+	during := put("while the member is down")
+	c.Restart(1)
+	waitRev(during, "commit made while the watch's member was down")
+	waitRev(put("after"), "after the restart")
+}
