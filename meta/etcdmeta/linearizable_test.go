@@ -1,6 +1,7 @@
 package etcdmeta_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -12,6 +13,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/acyclicfs/acyclicfs/internal/etcdtest"
+	"github.com/acyclicfs/acyclicfs/meta"
 	"github.com/acyclicfs/acyclicfs/meta/etcdmeta"
 	"github.com/acyclicfs/acyclicfs/store"
 	"github.com/acyclicfs/acyclicfs/store/storetest"
@@ -19,8 +21,8 @@ import (
 
 // The head of one workspace as a register with compare-and-append, checked
 // for linearizability (porcupine) over a history in which two stores (two
-// clients) append and read concurrently while the etcd leader is stopped
-// and restarted. An append that returned nil happened, one that returned
+// clients) append, each under a permit of its own session-bound gate, and
+// read concurrently while the etcd leader is stopped and restarted. An append that returned nil happened, one that returned
 // ErrHeadMoved did not, and one that failed otherwise may have happened
 // or not (its return is taken as "never", so it may take effect at any
 // time after its call); every generation is in the head log at most once,
@@ -86,6 +88,18 @@ func TestHeadsLinearizableAcrossLeaderRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	storetest.MustCreate(t, nodes[0], "ws", "", g0, store.ID{})
+	// Each node publishes under a permit of its own gate (bound to its
+	// session lease), as a mount's final close does.
+	permits := make([]store.Permit, len(nodes))
+	for i, st := range nodes {
+		err := st.Meta().Update(context.Background(), func(tx meta.Tx) (err error) {
+			permits[i], err = store.OpenGateTx(tx, fmt.Sprintf("node-%d", i), math.MaxInt64)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	var (
 		mu      sync.Mutex
@@ -106,6 +120,7 @@ func TestHeadsLinearizableAcrossLeaderRestart(t *testing.T) {
 	}
 	const workers = 2 // per node
 	for ni, st := range nodes {
+		permit := permits[ni]
 		for w := range workers {
 			client := ni*workers + w
 			wg.Add(1)
@@ -124,7 +139,7 @@ func TestHeadsLinearizableAcrossLeaderRestart(t *testing.T) {
 						continue
 					}
 					call = now()
-					_, err = st.CompareAndAppend("ws", ws.Head, store.HeadEntry{Gen: gen, Kind: store.GenCapture}, nil)
+					_, err = st.CompareAndAppend("ws", ws.Head, store.HeadEntry{Gen: gen, Kind: store.GenCapture}, &permit)
 					ret := now()
 					out := headOutput{ok: err == nil, moved: errors.Is(err, store.ErrHeadMoved)}
 					if !out.ok && !out.moved {
