@@ -3,6 +3,7 @@ module github.com/acyclicfs/acyclicfs
 go 1.26.0
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/gofrs/flock v0.13.2
 	github.com/hanwen/go-fuse/v2 v2.12.1
 	github.com/modelcontextprotocol/go-sdk v1.8.0

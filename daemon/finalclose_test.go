@@ -71,6 +71,8 @@ type fakeView struct {
 	switched []store.ID
 	// during runs inside each capture (before it returns).
 	during func()
+	// onSwitch, if set, is called with each switch request.
+	onSwitch func(root store.ID)
 }
 
 func (v *fakeView) HoldWarm() func() { return func() {} }
@@ -105,6 +107,9 @@ func (v *fakeView) SwitchViewQueuedLinks(root store.ID, _ [][]string) (<-chan st
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.switched = append(v.switched, root)
+	if v.onSwitch != nil {
+		v.onSwitch(root)
+	}
 	ch := make(chan struct{})
 	close(ch)
 	return ch, nil

@@ -81,6 +81,13 @@ type Mount struct {
 	// gone is closed (once, by goneOnce) when the mount is unmounted.
 	gone     chan struct{}
 	goneOnce sync.Once
+
+	// parentSeen is the last parent head parentAdvanced took on, and
+	// followDone is closed when its handling is over (follow.go); both
+	// under followMu.
+	followMu   sync.Mutex
+	parentSeen store.ID
+	followDone chan struct{}
 }
 
 // view is what the final close, a refresh and a capture retry need of
@@ -347,6 +354,7 @@ func (d *Daemon) MountWorkspace(ws, mp string, opt MountOptions) (*Mount, []stri
 	d.mounts[ws] = s
 	d.mu.Unlock()
 	ok = true
+	s.followParent()
 	if err := d.applyContextState(s); err != nil { // a freeze that raced this mount
 		d.logger.Printf("%s: context state: %v", ws, err)
 	}
@@ -836,9 +844,17 @@ func (s *Mount) switchToHead() error {
 // parentAdvanced: idle → rebase now and refresh the view; active → the
 // window coalesces the parent; reconciling → remembered for the next ticket.
 func (s *Mount) parentAdvanced(parentHead store.ID) {
+	// The hook and the watch both report a land here: one head once, and
+	// a second report waits for the first one's rebase (follow.go).
+	done, first := s.takeParentHead(parentHead)
+	if !first {
+		return
+	}
+	defer close(done)
 	ctx := context.Background()
 	r, claimed, err := s.d.m.Windows().ParentAdvanced(ctx, s.ws, parentHead)
 	if err != nil {
+		s.forgetParentHead(parentHead) // not handled: the next report tries again
 		s.d.logger.Printf("%s: parent advanced: %v", s.ws, err)
 		return
 	}

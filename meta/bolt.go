@@ -22,9 +22,23 @@ import (
 // DeletePrefix of a whole nested namespace drops its bucket.
 type Bolt struct {
 	db *bolt.DB
+	n  notifier
 }
 
-var _ Store = (*Bolt)(nil)
+var (
+	_ Store   = (*Bolt)(nil)
+	_ Watcher = (*Bolt)(nil)
+)
+
+// Watch implements Watcher within this process: commits made through this
+// Bolt are reported (Rev counts them since it was made); another process
+// writing the same file is not seen.
+func (b *Bolt) Watch(ctx context.Context, prefix Key) (<-chan Event, error) {
+	return b.n.watch(ctx, prefix)
+}
+
+// Revision implements Watcher.
+func (b *Bolt) Revision(ctx context.Context) (int64, error) { return b.n.revision(ctx) }
 
 // NewBolt returns the plane over an open bbolt file; the caller keeps
 // owning db.
@@ -62,7 +76,44 @@ func (b *Bolt) Update(ctx context.Context, fn func(Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return b.db.Update(func(tx *bolt.Tx) error { return fn(BoltTx(tx)) })
+	w := b.n.begin()
+	err := b.db.Update(func(tx *bolt.Tx) error { return fn(watchedTx{boltTx{tx: tx}, &b.n, &w}) })
+	if err == nil {
+		b.n.commit(&w)
+	}
+	return err
+}
+
+// watchedTx is a write transaction of Bolt that tells the notifier what it
+// writes.
+type watchedTx struct {
+	boltTx
+	n *notifier
+	w *txWatch
+}
+
+func (t watchedTx) Put(k Key, v []byte) error {
+	if err := t.boltTx.Put(k, v); err != nil {
+		return err
+	}
+	t.n.wrote(t.w, k, false)
+	return nil
+}
+
+func (t watchedTx) Delete(k Key) error {
+	if err := t.boltTx.Delete(k); err != nil {
+		return err
+	}
+	t.n.wrote(t.w, k, false)
+	return nil
+}
+
+func (t watchedTx) DeletePrefix(prefix Key) error {
+	if err := t.boltTx.DeletePrefix(prefix); err != nil {
+		return err
+	}
+	t.n.wrote(t.w, prefix, true)
+	return nil
 }
 
 // BoltTx returns tx as a metadata transaction, for the owner of a bbolt

@@ -95,12 +95,30 @@
 // (WithRev of the first read). A commit whose answer is lost is reported
 // as such (etcdmeta.ErrOutcomeUnknown), never re-run.
 //
-// etcd's request size (1.5 MiB default) bounds a transaction, which the
-// records here fit easily; trees and generations do not belong on this
-// plane but on the blob plane (content-addressed, immutable). On etcd the
+// etcd's request size (1.5 MiB default) and operation count (128) bound
+// a transaction; the plane says so by implementing Bounded, and the store
+// then writes its content-addressed records (trees, generations) in
+// bounded transactions of their own before the one that publishes the
+// head naming them (docs/scale-out.md). On etcd the
 // "generations" existence check of a head append moves before the
 // transaction: generations are immutable, and the GC hold the appender
 // takes keeps them from being swept in between.
+//
+// # Watches
+//
+// A plane that implements Watcher reports commits under a prefix as
+// events carrying a revision, coalesced and in order, never missing the
+// last change (watch.go; docs/scale-out.md "Watches"): Memory and Bolt
+// from an in-process notifier, etcdmeta from etcd watches. The daemon
+// follows mounted children's parents this way.
+//
+// # Sessions
+//
+// A plane whose Tx implements SessionTx can bind a record to the writing
+// process's session (etcd: a lease kept alive by the process), so that it
+// vanishes when the process dies or pauses past the session's TTL. The
+// store writes lease gates that way, which fences a dead or paused node's
+// permits whatever its clock says (docs/scale-out.md).
 //
 // # corestate's record families
 //

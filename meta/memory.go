@@ -15,9 +15,21 @@ import (
 type Memory struct {
 	mu   sync.RWMutex      // write-held by an Update, read-held by a View; protects data
 	data map[string][]byte // committed values by key
+	n    notifier
 }
 
-var _ Store = (*Memory)(nil)
+var (
+	_ Store   = (*Memory)(nil)
+	_ Watcher = (*Memory)(nil)
+)
+
+// Watch implements Watcher: in-process, Rev counts this Memory's commits.
+func (m *Memory) Watch(ctx context.Context, prefix Key) (<-chan Event, error) {
+	return m.n.watch(ctx, prefix)
+}
+
+// Revision implements Watcher.
+func (m *Memory) Revision(ctx context.Context) (int64, error) { return m.n.revision(ctx) }
 
 // NewMemory returns an empty store.
 func NewMemory() *Memory { return &Memory{data: map[string][]byte{}} }
@@ -43,13 +55,16 @@ func (m *Memory) Update(ctx context.Context, fn func(Tx) error) error {
 	if err := fn(tx); err != nil {
 		return err
 	}
+	w := m.n.begin()
 	for k, v := range tx.pending {
 		if v == nil {
 			delete(m.data, k)
 		} else {
 			m.data[k] = v
 		}
+		m.n.wrote(&w, Key(k), false)
 	}
+	m.n.commit(&w)
 	return nil
 }
 

@@ -46,3 +46,38 @@ type ScanOptions struct {
 	Reverse bool // newest (greatest key) first
 	Limit   int  // at most this many keys; <= 0: all
 }
+
+// Bounded is implemented by a plane whose transactions have a size limit
+// (etcd: operations per Txn and bytes per request). A caller that writes
+// many independent records — the store's content-addressed trees and
+// generations — splits them into transactions within these limits; the
+// local planes are unbounded and do not implement it.
+type Bounded interface {
+	TxLimits() TxLimits
+}
+
+// TxLimits bound one Update on a Bounded plane: a transaction that reads
+// the keys it writes and puts at most MaxWrites keys (in at most a few
+// namespaces), whose sum over the writes of len(key) + len(value) +
+// PerWrite is at most MaxBytes, commits without ErrTooLarge. A single
+// record over MaxBytes cannot be stored at all.
+type TxLimits struct {
+	MaxWrites int
+	MaxBytes  int
+	PerWrite  int
+}
+
+// SessionTx is implemented by the transactions of a plane that can bind
+// records to the life of the writing process (etcd: a lease the process
+// keeps alive). Lease gates are written this way, so that a process that
+// dies, or pauses past the session's time to live, loses its gates by
+// itself and every permit it holds is fenced whatever the clocks say. On
+// a plane without sessions (Memory, Bolt) callers use Put, and expiry
+// stays clock-based.
+type SessionTx interface {
+	Tx
+	// PutSession is Put, with the record bound to this process's
+	// session: it is deleted when the session ends. A later Put or
+	// PutSession of the key replaces the binding.
+	PutSession(k Key, v []byte) error
+}

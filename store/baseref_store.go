@@ -483,6 +483,9 @@ func (s *Store) WriteResolve(pr *PreparedResolve) error {
 	if pr == nil {
 		return nil
 	}
+	if lim, ok := s.txLimits(); ok {
+		return pr.writeBounded(lim)
+	}
 	return s.update(pr.putTx)
 }
 
@@ -559,7 +562,12 @@ func (pr *PreparedResolve) putTx(tx *stx) error {
 			return fmt.Errorf("resolve %d base refs: %w", len(pr.rs), err)
 		}
 	}
-	for _, r := range pr.rs {
+	return pr.putResolutionsTx(tx, pr.rs)
+}
+
+// putResolutionsTx records the resolutions rs (of pr) after checking each.
+func (pr *PreparedResolve) putResolutionsTx(tx *stx, rs []Resolution) error {
+	for _, r := range rs {
 		ref, found, err := storedRefTx(tx, r.Ref)
 		if err != nil {
 			return fmt.Errorf("resolve %d base refs: %w", len(pr.rs), err)

@@ -13,6 +13,14 @@ import (
 // metadata transaction (meta.Tx), the gate is open, at the permit's epoch, and unexpired at the
 // store's clock. Closing, renewing or expiring a lease therefore linearizes
 // exactly against publication: a fenced writer can never publish.
+//
+// On etcd the fencing token of a publication is the revision its permit
+// was granted at: the gate key's mod revision, which the head append reads
+// (CheckPermitTx) and so compares in the Txn that appends the head
+// (etcdmeta's read set: "mod_revision(gate) == granted"). A renewal, a
+// fence or the end of the granting process's session (the gate is bound
+// to its etcd lease, see putGate) changes or deletes the key, the compare
+// fails, and the append runs again to find ErrFenced.
 
 var bucketGates = []byte("gates")
 
@@ -47,12 +55,30 @@ func loadGate(tx meta.Tx, gate string) (gateRecord, bool, error) {
 	return g, true, nil
 }
 
+// putGate stores a gate. On a plane with sessions (meta.SessionTx: etcd)
+// the record is bound to this process's session, so a process that dies or
+// pauses past the session's TTL loses its gates, and every permit of them
+// is fenced (an unknown gate fences like a closed one) whatever the
+// clocks say. Elsewhere the expiry in the record, checked against the
+// store clock, is all there is.
 func putGate(tx meta.Tx, gate string, g gateRecord) error {
 	v, err := json.Marshal(g)
 	if err != nil {
 		return err
 	}
-	return tx.Put(spaceGates.Key([]byte(gate)), v)
+	k := spaceGates.Key([]byte(gate))
+	if st, ok := planeTx(tx).(meta.SessionTx); ok {
+		return st.PutSession(k, v)
+	}
+	return tx.Put(k, v)
+}
+
+// planeTx returns the plane's own transaction under the store's wrapper.
+func planeTx(tx meta.Tx) meta.Tx {
+	if st, ok := tx.(*stx); ok {
+		return st.Tx
+	}
+	return tx
 }
 
 // OpenGateTx opens (or re-opens) the gate for a lease with a new epoch and

@@ -232,8 +232,20 @@ func (s *Store) OverlayApply(root ID, puts map[string][]byte, deletes []string) 
 		return root, nil
 	}
 	var out ID
-	err := s.update(func(tx *stx) error {
+	run := s.update
+	lim, bounded := s.txLimits()
+	var recs []record
+	if bounded {
+		// The new nodes are content-addressed: built in a read
+		// transaction, then written in bounded ones (bounded.go).
+		run = s.view
+	}
+	err := run(func(tx *stx) error {
 		w := &overlayWork{tx: tx}
+		if bounded {
+			recs = recs[:0]
+			w.collect = &recs
+		}
 		ref := overlayRef{id: root}
 		var err error
 		// The result does not depend on the order of changes; the map's
@@ -251,6 +263,9 @@ func (s *Store) OverlayApply(root ID, puts map[string][]byte, deletes []string) 
 		out, err = w.finish(ref)
 		return err
 	})
+	if err == nil && bounded {
+		err = s.putRecordsBounded(lim, recs)
+	}
 	if err != nil {
 		return ID{}, fmt.Errorf("overlay apply to %s: %w", root.Short(), err)
 	}
@@ -282,6 +297,9 @@ type overlayWorkNode struct {
 // are never hashed or stored: finish encodes only the final dirty nodes.
 type overlayWork struct {
 	tx *stx
+	// collect, if set, receives the new nodes instead of tx (a bounded
+	// plane: they are written afterwards in transactions it accepts).
+	collect *[]record
 }
 
 // load returns the working node for r, loading and verifying it if needed.
@@ -512,6 +530,11 @@ func (w *overlayWork) finish(r overlayRef) (ID, error) {
 		return ID{}, err
 	}
 	id := OverlayNodeID(enc)
+	if w.collect != nil {
+		*w.collect = append(*w.collect, record{prefixLazyOverlay, id[:], enc})
+		n.id, n.dirty = id, false
+		return id, nil
+	}
 	ok, err := w.tx.has(prefixLazyOverlay, id[:])
 	if err == nil && !ok {
 		err = w.tx.put(prefixLazyOverlay, id[:], enc)

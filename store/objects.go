@@ -58,6 +58,12 @@ func (s *Store) PutTrees(ts []*Tree) ([]ID, error) {
 		// and captures often rebuild trees the store has.
 		return ids, nil
 	}
+	if lim, ok := s.txLimits(); ok {
+		if err := s.putTreesBounded(lim, refs, encs, ids); err != nil {
+			return nil, fmt.Errorf("put trees: %w", err)
+		}
+		return ids, nil
+	}
 	err = s.update(func(tx *stx) error {
 		if err := putRefsTx(tx, &s.bases, refs); err != nil {
 			return err
@@ -228,6 +234,23 @@ func (s *Store) PublishGeneration(g *Generation, name string, expect ID, e HeadE
 	}
 	e.Gen = pg.id
 	out := make([]Workspace, 1)
+	if _, ok := s.txLimits(); ok {
+		// A bounded plane: the immutable records first, each in
+		// transactions it accepts, then the append alone (bounded.go).
+		for _, pr := range with {
+			if err := s.WriteResolve(pr); err != nil {
+				return ID{}, Workspace{}, err
+			}
+		}
+		if err := s.update(pg.putTx); err != nil {
+			return ID{}, Workspace{}, fmt.Errorf("put generation: %w", err)
+		}
+		ws, err := s.CompareAndAppend(name, expect, e, permit)
+		if err != nil {
+			return ID{}, Workspace{}, err
+		}
+		return pg.id, ws, nil
+	}
 	err = s.update(func(tx *stx) error {
 		for _, pr := range with {
 			if pr == nil {

@@ -24,6 +24,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/acyclicfs/acyclicfs/meta"
@@ -66,15 +67,63 @@ var (
 type Store struct {
 	c    *clientv3.Client
 	root string // encodeRoot(prefix)
+	ttl  int64  // session lease TTL, seconds
+
+	mu     sync.Mutex       // protects lease and stopKA
+	lease  clientv3.LeaseID // this process's session; 0: none yet or lost
+	stopKA context.CancelFunc
 }
 
-var _ meta.Store = (*Store)(nil)
+// Options configure NewWithOptions.
+type Options struct {
+	// SessionTTL is the time to live of the etcd lease that records
+	// written with PutSession (lease gates) are bound to: a process that
+	// stops renewing it for this long loses them. Default
+	// DefaultSessionTTL; etcd raises values under its minimum.
+	SessionTTL time.Duration
+}
+
+// DefaultSessionTTL is the session lease's TTL unless Options say.
+const DefaultSessionTTL = 10 * time.Second
+
+var (
+	_ meta.Store     = (*Store)(nil)
+	_ meta.Bounded   = (*Store)(nil)
+	_ meta.SessionTx = (*tx)(nil)
+)
+
+// boundedSlack is what TxLimits keeps free of a Txn for the guards of
+// the namespaces written and a handful of other reads (namespace names
+// of up to 1 KiB).
+const boundedSlack = 16
+
+// TxLimits implements meta.Bounded: etcd's Txn limits, less room for the
+// guard puts of up to boundedSlack namespaces. Each write costs its key
+// under the root twice (the put and the compare of its read) and the
+// framing of both.
+func (s *Store) TxLimits() meta.TxLimits {
+	perKey := len(s.root) + 1 + opOverhead
+	return meta.TxLimits{
+		MaxWrites: MaxTxnOps - boundedSlack,
+		MaxBytes:  MaxRequestBytes - boundedSlack*(2*perKey+1024),
+		PerWrite:  2 * perKey,
+	}
+}
 
 // New returns the metadata plane kept in etcd under prefix (any bytes; two
 // stores whose prefixes differ never see each other's keys). The client
 // stays the caller's to close.
 func New(client *clientv3.Client, prefix string) meta.Store {
-	return &Store{c: client, root: encodeRoot(prefix)}
+	return NewWithOptions(client, prefix, Options{})
+}
+
+// NewWithOptions is New with options.
+func NewWithOptions(client *clientv3.Client, prefix string, o Options) meta.Store {
+	ttl := int64(o.SessionTTL / time.Second)
+	if o.SessionTTL <= 0 {
+		ttl = int64(DefaultSessionTTL / time.Second)
+	}
+	return &Store{c: client, root: encodeRoot(prefix), ttl: max(ttl, 1)}
 }
 
 func (s *Store) dataKey(k string) string  { return s.root + string(rune(tagData)) + k }
@@ -153,6 +202,7 @@ type tx struct {
 	reads   map[string]int64  // key -> mod revision at rev, 0 if absent
 	scanned map[string]bool   // namespaces scanned (namespaceOf)
 	pending map[string][]byte // key -> new value; nil for a deletion
+	session map[string]bool   // pending puts bound to the session lease
 	dels    []string          // DeletePrefix prefixes; none covers another
 	touched map[string]bool   // namespaces written
 }
@@ -259,6 +309,21 @@ func (t *tx) Put(k meta.Key, v []byte) error {
 		return fmt.Errorf("%w: put %q: value of %d bytes (a transaction holds at most %d bytes)", ErrTooLarge, k, len(v), MaxRequestBytes)
 	}
 	t.pending[string(k)] = append(make([]byte, 0, len(v)), v...)
+	delete(t.session, string(k))
+	return nil
+}
+
+// PutSession implements meta.SessionTx: the put carries this process's
+// session lease (granted at the commit if there is none), so etcd deletes
+// the record when the lease expires or is revoked.
+func (t *tx) PutSession(k meta.Key, v []byte) error {
+	if err := t.Put(k, v); err != nil {
+		return err
+	}
+	if t.session == nil {
+		t.session = map[string]bool{}
+	}
+	t.session[string(k)] = true
 	return nil
 }
 
@@ -266,6 +331,7 @@ func (t *tx) Delete(k meta.Key) error {
 	if err := t.write(k, meta.ParseKey, "delete"); err != nil {
 		return err
 	}
+	delete(t.session, string(k))
 	if t.deletedByPrefix(string(k)) {
 		delete(t.pending, string(k)) // the range delete covers it
 	} else {
@@ -282,6 +348,7 @@ func (t *tx) DeletePrefix(prefix meta.Key) error {
 	for k := range t.pending {
 		if strings.HasPrefix(k, p) {
 			delete(t.pending, k)
+			delete(t.session, k)
 		}
 	}
 	if t.deletedByPrefix(p) {
@@ -376,7 +443,14 @@ func (t *tx) commit() (bool, error) {
 	if len(t.touched) == 0 {
 		return true, nil // read only: consistent at t.rev, nothing to send
 	}
-	ops, size := t.ops()
+	var lease clientv3.LeaseID
+	if len(t.session) > 0 {
+		var err error
+		if lease, err = t.s.session(t.ctx); err != nil {
+			return false, fmt.Errorf("etcdmeta: session lease: %w", err)
+		}
+	}
+	ops, size := t.ops(lease)
 	cmps, cmpSize := t.compares()
 	size += cmpSize
 	if len(ops) > MaxTxnOps || len(cmps) > MaxTxnOps {
@@ -389,6 +463,13 @@ func (t *tx) commit() (bool, error) {
 		return false, err // not sent: certainly not applied
 	}
 	resp, err := t.s.c.Txn(t.ctx).If(cmps...).Then(ops...).Commit()
+	if err != nil && lease != 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		// The session ended (expired, revoked) before the commit, which
+		// etcd refused whole: run again under a new session, where a
+		// renewal of a gate the old session held finds it gone.
+		t.s.sessionLost(lease)
+		return false, nil
+	}
 	if err != nil {
 		var ee rpctypes.EtcdError
 		if errors.As(err, &ee) && ee.Code() == codes.InvalidArgument {
@@ -442,7 +523,7 @@ func (t *tx) compares() ([]clientv3.Cmp, int) {
 // inside a range deleted by the same Txn, so a prefix delete is split
 // around the puts under it: [prefix, put1) [put1 NUL, put2) ... [putN NUL,
 // prefix end).
-func (t *tx) ops() ([]clientv3.Op, int) {
+func (t *tx) ops(lease clientv3.LeaseID) ([]clientv3.Op, int) {
 	var (
 		ops  []clientv3.Op
 		size int
@@ -453,7 +534,11 @@ func (t *tx) ops() ([]clientv3.Op, int) {
 		if v == nil {
 			ops = append(ops, clientv3.OpDelete(ek))
 		} else {
-			ops = append(ops, clientv3.OpPut(ek, string(v)))
+			var opts []clientv3.OpOption
+			if t.session[k] {
+				opts = append(opts, clientv3.WithLease(lease))
+			}
+			ops = append(ops, clientv3.OpPut(ek, string(v), opts...))
 			puts = append(puts, k)
 		}
 		size += len(ek) + len(v) + opOverhead
@@ -481,4 +566,54 @@ func (t *tx) ops() ([]clientv3.Op, int) {
 		size += len(gk) + opOverhead
 	}
 	return ops, size
+}
+
+// session returns this process's session lease, granting it (and starting
+// its keepalive) if there is none. The keepalive runs until the lease
+// expires or is revoked, or the client closes; then the next session
+// write grants a new lease, and whatever the old one held is gone.
+func (s *Store) session(ctx context.Context) (clientv3.LeaseID, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lease != 0 {
+		return s.lease, nil
+	}
+	g, err := s.c.Grant(ctx, s.ttl)
+	if err != nil {
+		return 0, err
+	}
+	kctx, cancel := context.WithCancel(context.Background())
+	ch, err := s.c.KeepAlive(kctx, g.ID)
+	if err != nil {
+		cancel()
+		return 0, err
+	}
+	s.lease, s.stopKA = g.ID, cancel
+	go func() {
+		for range ch {
+			// Each answer is a renewal; the channel ends with the lease.
+		}
+		s.sessionLost(g.ID)
+	}()
+	return g.ID, nil
+}
+
+// sessionLost forgets lease (if it is still the session) and stops its
+// keepalive.
+func (s *Store) sessionLost(lease clientv3.LeaseID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lease == lease {
+		s.stopKA()
+		s.lease, s.stopKA = 0, nil
+	}
+}
+
+// SessionLease returns the etcd lease this process's session records are
+// bound to (0 if none is held), for status and tests: revoking it fences
+// every lease gate this Store wrote.
+func (s *Store) SessionLease() clientv3.LeaseID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lease
 }

@@ -30,6 +30,7 @@ func TestCluster(t *testing.T) {
 		{"Limits", testLimits},
 		{"TwoClientsLoseNoUpdate", testTwoClientsLoseNoUpdate},
 		{"ViewIsOneRevision", testViewIsOneRevision},
+		{"WatchResumesAfterCompaction", testWatchResumesAfterCompaction},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, c) })
 	}
@@ -370,4 +371,108 @@ func testViewIsOneRevision(t *testing.T, c *etcdtest.Cluster) {
 	if err != nil || string(first) != "1" || string(second) != "1" {
 		t.Fatalf("view read %q then %q (%v), want 1 twice", first, second, err)
 	}
+}
+
+// testWatchResumesAfterCompaction: a watch that resumes from a revision
+// compacted away (a stream lost for a while) cannot replay what it missed:
+// it reports one change at the current revision, then follows new commits.
+func testWatchResumesAfterCompaction(t *testing.T, c *etcdtest.Cluster) {
+	cl := c.Client()
+	s := etcdmeta.New(cl, "compaction")
+	w := s.(meta.Watcher)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	k := meta.NewSpace("t").Key([]byte("k"))
+	put := func(v string) {
+		t.Helper()
+		if err := s.Update(ctx, func(tx meta.Tx) error { return tx.Put(k, []byte(v)) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("1")
+	old, err := w.Revision(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put("2")
+	put("3")
+	now, err := w.Revision(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Compact(ctx, now); err != nil {
+		t.Fatal(err)
+	}
+	ch := etcdmeta.WatchFrom(ctx, s, k, old)
+	wait := func() meta.Event {
+		t.Helper()
+		select {
+		case ev := <-ch:
+			return ev
+		case <-time.After(20 * time.Second):
+			t.Fatal("no event")
+		}
+		return meta.Event{}
+	}
+	if ev := wait(); ev.Rev < now {
+		t.Fatalf("after compaction: event at %d, want >= %d", ev.Rev, now)
+	}
+	put("4")
+	after, err := w.Revision(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ev := wait(); ev.Rev < after; ev = wait() {
+	}
+}
+
+// TestWatchSurvivesMemberRestart: a watch through a client of one member
+// loses its stream when that member stops; commits made meanwhile through
+// another member are reported once the member is back (the watch resumes
+// from the last revision it saw), and later ones too.
+func TestWatchSurvivesMemberRestart(t *testing.T) {
+	c := etcdtest.Start(t)
+	watcher := etcdmeta.New(c.Client(1), "restart-watch").(meta.Watcher)
+	writer := etcdmeta.New(c.Client(0, 2), "restart-watch")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	k := meta.NewSpace("t").Key([]byte("k"))
+	ch, err := watcher.Watch(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(v string) int64 {
+		t.Helper()
+		if err := writer.Update(ctx, func(tx meta.Tx) error { return tx.Put(k, []byte(v)) }); err != nil {
+			t.Fatal(err)
+		}
+		r, err := writer.(meta.Watcher).Revision(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	waitRev := func(r int64, what string) {
+		t.Helper()
+		timeout := time.After(30 * time.Second)
+		for {
+			select {
+			case ev, ok := <-ch:
+				if !ok {
+					t.Fatalf("%s: watch closed", what)
+				}
+				if ev.Rev >= r {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("%s: no event at revision %d", what, r)
+			}
+		}
+	}
+	waitRev(put("before"), "before the stop")
+	c.Stop(1)
+	during := put("while the member is down")
+	c.Restart(1)
+	waitRev(during, "commit made while the watch's member was down")
+	waitRev(put("after"), "after the restart")
 }

@@ -42,6 +42,7 @@ func Run(t *testing.T, open func(t *testing.T) meta.Store) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
 	}
+	runWatch(t, "Watch", open)
 }
 
 var ctx = context.Background()

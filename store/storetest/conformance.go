@@ -27,6 +27,7 @@ func Run(t *testing.T, open Opener) {
 		{"BlobRoundTrip", testBlobRoundTrip},
 		{"BlobBatch", testBlobBatch},
 		{"TreeRoundTrip", testTreeRoundTrip},
+		{"ManyRecordsAtOnce", testManyRecordsAtOnce},
 		{"GenerationRoundTrip", testGenerationRoundTrip},
 		{"ResolveGeneration", testResolveGeneration},
 		{"Workspaces", testWorkspaces},
@@ -630,5 +631,85 @@ func testGC(t *testing.T, open Opener) {
 	// A second GC with the same roots frees nothing.
 	if freed := must(s.GC(store.IDSet{extraGen: {}, extraBlob: {}}))(t); freed != 0 {
 		t.Fatalf("idempotent GC freed %d", freed)
+	}
+}
+
+// manyTrees returns n distinct trees of about entries entries each, whose
+// entries all name blob, and the tree of n directories naming them.
+func manyTrees(blob store.ID, n, entries int, salt string) ([]*store.Tree, *store.Tree) {
+	var ts []*store.Tree
+	root := &store.Tree{}
+	for i := range n {
+		tr := &store.Tree{}
+		for j := range entries {
+			tr.Entries = append(tr.Entries, store.Entry{Name: fmt.Sprintf("%s-%04d-%04d", salt, i, j), Kind: store.KindFile, Size: 5, ID: blob})
+		}
+		ts = append(ts, tr)
+		root.Entries = append(root.Entries, store.Entry{Name: fmt.Sprintf("d%04d", i), Kind: store.KindDir})
+	}
+	return ts, root
+}
+
+// testManyRecordsAtOnce: the calls that write many immutable records at
+// once (an import's PutTrees, a capture's ResolveMany and the
+// PublishGeneration carrying it) work whatever the plane's transaction
+// limits (etcd: 128 operations, 1.5 MiB): hundreds of trees, and more
+// bytes of them than one etcd request holds. Everything is readable after.
+func testManyRecordsAtOnce(t *testing.T, open Opener) {
+	s := open(t, store.Options{})
+	blob := must(s.WriteBlobBytes([]byte("hello")))(t)
+	check := func(ts []*store.Tree, ids []store.ID) {
+		t.Helper()
+		for i, id := range ids {
+			if got := must(s.GetTree(id))(t); len(got.Entries) != len(ts[i].Entries) {
+				t.Fatalf("tree %d: %d entries, want %d", i, len(got.Entries), len(ts[i].Entries))
+			}
+		}
+	}
+	// Many small trees: more than 128 writes.
+	small, root := manyTrees(blob, 300, 2, "small")
+	ids := must(s.PutTrees(small))(t)
+	check(small, ids)
+	for i := range root.Entries {
+		root.Entries[i].ID = ids[i]
+	}
+	// Fewer, big trees: more than 1.5 MiB in all.
+	big, _ := manyTrees(blob, 40, 1000, "big")
+	check(big, must(s.PutTrees(big))(t))
+
+	// A capture's preservation published with its generation.
+	g0 := must(s.PutGeneration(&store.Generation{Root: store.EmptyTreeID(), Workspace: "w", Kind: store.GenCreate}))(t)
+	w := must(s.CreateWorkspace(store.Workspace{Name: "w"}, store.HeadEntry{Gen: g0, Kind: store.GenCreate, Operation: "create"}))(t)
+	more, _ := manyTrees(blob, 200, 50, "more")
+	pr := must(s.PrepareResolve(append(more, root), nil))(t)
+	tids := pr.TreeIDs()
+	g := &store.Generation{Root: tids[len(tids)-1], Parents: []store.ID{g0}, Workspace: "w", Kind: store.GenCapture}
+	gid, w2, err := s.PublishGeneration(g, "w", w.Head, store.HeadEntry{Kind: store.GenCapture, Operation: "capture-1"}, nil, pr)
+	if err != nil {
+		t.Fatalf("publish with %d trees: %v", len(more)+1, err)
+	}
+	if w2.Head != gid {
+		t.Fatalf("head %s, want the published %s", w2.Head.Short(), gid.Short())
+	}
+	check(more, tids[:len(more)])
+	if got := must(s.GetTree(must(s.GetGeneration(gid))(t).Root))(t); len(got.Entries) != len(small) {
+		t.Fatalf("published root has %d entries, want %d", len(got.Entries), len(small))
+	}
+
+	// A lazy overlay changed at hundreds of paths at once (an in-place
+	// materialization's shadow).
+	puts := map[string][]byte{}
+	for i := range 400 {
+		puts[fmt.Sprintf("dir/file-%04d", i)] = []byte(fmt.Sprint(i))
+	}
+	ov := must(s.OverlayApply(store.ID{}, puts, nil))(t)
+	ov = must(s.OverlayApply(ov, map[string][]byte{"dir/new": []byte("n")}, []string{"dir/file-0007"}))(t)
+	for _, p := range []string{"dir/file-0000", "dir/file-0399", "dir/new"} {
+		if _, ok, err := s.OverlayGet(ov, p); err != nil || !ok {
+			t.Fatalf("overlay %s: found %v, %v", p, ok, err)
+		}
+	}
+	if _, ok, err := s.OverlayGet(ov, "dir/file-0007"); err != nil || ok {
+		t.Fatalf("overlay deleted path: found %v, %v", ok, err)
 	}
 }
