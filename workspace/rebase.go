@@ -404,8 +404,11 @@ func (m *Manager) propagate(ctx context.Context, name string, all bool) {
 		if !all {
 			continue
 		}
-		if _, ok, _ := m.MountRecord(k); ok {
-			continue // served by a mount whose daemon is gone: recovered at remount
+		if _, ok, _ := m.mountedAt(k); ok {
+			// Served by a mount: this node's (its daemon is gone, so it
+			// is recovered at remount) or another node's, whose daemon
+			// follows the parent through the plane's watch.
+			continue
 		}
 		if ctx.Err() != nil {
 			return // the recorded propagation is finished by recovery
