@@ -37,7 +37,9 @@ var clusterOps = []struct{ key, label string }{
 	{"create", "create (import of 1,000 files)"},
 	{"fork", "fork"},
 	{"land", "land of a fork with 10 changed files"},
-	{"status", "status"},
+	{"list", "list (a command's fixed cost)"},
+	{"status", "status, the node's daemon serving a mount"},
+	{"status-exit", "status right after the node's last unmount"},
 	{"follow", "follow: land on one node → the child's mount shows it"},
 }
 
@@ -131,8 +133,16 @@ func startEtcd(dir string) (endpoint string, stop func(), err error) {
 	return client.Host, srv.Close, nil
 }
 
+// walFsyncKey and walFsyncUsKey carry etcd's WAL fsyncs (count, and their
+// time in µs) in etcdRequests' map.
+const (
+	walFsyncKey   = "#wal-fsyncs"
+	walFsyncUsKey = "#wal-fsync-µs"
+)
+
 // etcdRequests reads the server's gRPC counters from its metrics endpoint:
-// unary calls handled and messages received on streams, by method.
+// unary calls handled and messages received on streams, by method; and
+// its WAL fsyncs (walFsyncKey, walFsyncUsKey).
 func etcdRequests(ctx context.Context, host string) (map[string]int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+host+"/metrics", nil)
 	if err != nil {
@@ -148,6 +158,16 @@ func etcdRequests(ctx context.Context, host string) (map[string]int, error) {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
+		if v, ok := strings.CutPrefix(line, "etcd_disk_wal_fsync_duration_seconds_count "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			out[walFsyncKey] = int(f)
+			continue
+		}
+		if v, ok := strings.CutPrefix(line, "etcd_disk_wal_fsync_duration_seconds_sum "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			out[walFsyncUsKey] = int(f * 1e6)
+			continue
+		}
 		unary := strings.HasPrefix(line, "grpc_server_handled_total{") && strings.Contains(line, `grpc_type="unary"`)
 		stream := strings.HasPrefix(line, "grpc_server_msg_received_total{") && strings.Contains(line, `grpc_type="bidi_stream"`)
 		if !unary && !stream {
@@ -331,17 +351,31 @@ func clusterRun(ctx context.Context, cr *clusterResult, host, mnts, tree string,
 	if _, err := timed("land", b, "land", fork); err != nil {
 		return err
 	}
-	if _, err := timed("status", a, "status"); err != nil {
+	// A's daemon exits after the fork's unmount, its last: a command now
+	// may meet it exiting.
+	if _, err := timed("status-exit", a, "status"); err != nil {
 		return err
 	}
-	d, err := followOnce(ctx, sys, mount, a, b, base, i)
+	if _, err := timed("list", a, "list"); err != nil {
+		return err
+	}
+	d, err := followOnce(ctx, sys, mount, timed, a, b, base, i)
 	if err != nil {
 		return err
 	}
 	out["follow"] = append(out["follow"], d)
-	logf("cluster: %s run %d: create %v fork %v land %v status %v follow %v", sys, i+1,
-		out["create"][i].Round(time.Microsecond), out["fork"][i].Round(time.Microsecond),
-		out["land"][i].Round(time.Microsecond), out["status"][i].Round(time.Microsecond), d.Round(time.Microsecond))
+	// Every run starts from the same set of workspaces (none), so that
+	// status and list, which read each one, stay comparable across runs.
+	if _, err := a.cmd(ctx, "rm", "--recursive", base); err != nil {
+		return err
+	}
+	var sb strings.Builder
+	for _, op := range clusterOps {
+		if ds := out[op.key]; len(ds) > i {
+			fmt.Fprintf(&sb, " %s %v", op.key, ds[i].Round(time.Microsecond))
+		}
+	}
+	logf("cluster: %s run %d:%s", sys, i+1, sb.String())
 	return nil
 }
 
@@ -357,7 +391,7 @@ var followFile = treeFile(3)
 // by an exec whose lease ended), so they open no lease that would make
 // the child active and defer its rebase to a final close; the view switch
 // invalidates the entry and the next stat sees the new file.
-func followOnce(ctx context.Context, sys string, mount func(node, string) (string, func(), error), a, b node, base string, i int) (time.Duration, error) {
+func followOnce(ctx context.Context, sys string, mount func(node, string) (string, func(), error), timed func(string, node, ...string) (cmdResult, error), a, b node, base string, i int) (time.Duration, error) {
 	child, sib := fmt.Sprintf("c%d", i), fmt.Sprintf("s%d", i)
 	for _, ws := range []string{child, sib} {
 		if _, err := a.cmd(ctx, "fork", base, ws); err != nil {
@@ -369,6 +403,9 @@ func followOnce(ctx context.Context, sys string, mount func(node, string) (strin
 		return 0, err
 	}
 	defer cunmount()
+	if _, err := timed("status", a, "status"); err != nil {
+		return 0, err
+	}
 	target := filepath.Join(cmp, followFile)
 	if _, err := a.cmd(ctx, "exec", cmp, "--", "stat", "-c", "%s", target); err != nil {
 		return 0, err
@@ -471,8 +508,9 @@ func (r *results) clusterMarkdown(b *strings.Builder) {
 	b.WriteString("- *create*: `create tN --from TREE`, a tree of 1,000 small files in 10 directories, on node A.\n")
 	b.WriteString("- *fork*: `fork tN fN` on node A.\n")
 	b.WriteString("- *land*: fN was mounted on node A, 10 files changed through `exec`, unmounted (captured); then `land fN` on node B (locally: the same store).\n")
-	b.WriteString("- *status*: `status` on node A (on the cluster it lists every workspace and the claims of both nodes).\n")
-	fmt.Fprintf(b, "- *follow*: two more forks of tN: a child mounted on node A, idle, and a sibling mounted on node B where one line is appended to `%s`, then unmounted. A poller (this harness, in its own session) stats that file in the child's mount every 1 ms; its stats are answered from the kernel's attribute cache (the file was looked up by an `exec` whose lease ended), so they open no lease, which would make the child active and its rebase wait for a final close. Then `land` of the sibling on node B; timed from that command's return to the first stat that shows the new size (the view switch invalidates the entry). The daemon logs no event for a view switch, so the stat loop is the measure. Locally the land itself waits for idle children to follow, so the time is about 0 or below.\n\n", followFile)
+	b.WriteString("- *status right after the node's last unmount*: `status` on node A right after that unmount (its daemon exits after its last unmount, and the command meets it exiting); *list*: `list` on node A right after that: the fixed cost of a command.\n")
+	b.WriteString("- *status, the node's daemon serving a mount*: `status` on node A while it serves the follow measurement's child (the command is forwarded to the daemon; on the cluster it lists every workspace and the claims of both nodes).\n")
+	fmt.Fprintf(b, "- *follow*: two more forks of tN: a child mounted on node A, idle, and a sibling mounted on node B where one line is appended to `%s`, then unmounted. A poller (this harness, in its own session) stats that file in the child's mount every 1 ms; its stats are answered from the kernel's attribute cache (the file was looked up by an `exec` whose lease ended), so they open no lease, which would make the child active and its rebase wait for a final close. Then `land` of the sibling on node B; timed from that command's return to the first stat that shows the new size (the view switch invalidates the entry). The daemon logs no event for a view switch, so the stat loop is the measure. Locally the sibling's land is made through the same daemon that serves the child, whose hook rebases it.\n\n", followFile)
 	hdr := []string{"operation", "local", "cluster (etcd)", "cluster / local", "goal", "met", "etcd requests per operation (median; by method)"}
 	writeRow(b, hdr)
 	writeSep(b, len(hdr))
@@ -506,7 +544,7 @@ func (r *results) clusterMarkdown(b *strings.Builder) {
 	if cr.err != "" {
 		fmt.Fprintf(b, "\n- failed: `%s`\n", oneLine(cr.err))
 	}
-	b.WriteString("\n*etcd requests* are counted by the server (`grpc_server_handled_total` of unary calls and `grpc_server_msg_received_total` of stream messages on its `/metrics` endpoint, read before and after each command): everything etcd served meanwhile, so the daemons' lease keep-alives and watch traffic of that interval are included.\n")
+	b.WriteString("\n*etcd requests* are counted by the server (`grpc_server_handled_total` of unary calls and `grpc_server_msg_received_total` of stream messages on its `/metrics` endpoint, read before and after each command): everything etcd served meanwhile, so the daemons' lease keep-alives and watch traffic of that interval are included. *WAL fsyncs*: `etcd_disk_wal_fsync_duration_seconds` (count, and their time) over the same interval: each Txn that writes is one raft entry, one fsync.\n")
 	if len(misses) > 0 {
 		fmt.Fprintf(b, "\nNot met: %s.\n", strings.Join(misses, "; "))
 	}
@@ -554,6 +592,9 @@ func rpcSummary(runs []map[string]int) string {
 	for _, m := range runs {
 		t := 0
 		for k, v := range m {
+			if strings.HasPrefix(k, "#") {
+				continue
+			}
 			t += v
 			per[k] = append(per[k], v)
 		}
@@ -580,7 +621,11 @@ func rpcSummary(runs []map[string]int) string {
 			parts = append(parts, fmt.Sprintf("%s %d", k, v))
 		}
 	}
-	return fmt.Sprintf("%d: %s", med(totals), strings.Join(parts, ", "))
+	var fs, fus []int
+	for _, m := range runs {
+		fs, fus = append(fs, m[walFsyncKey]), append(fus, m[walFsyncUsKey])
+	}
+	return fmt.Sprintf("%d: %s; WAL fsyncs %d (%s)", med(totals), strings.Join(parts, ", "), med(fs), fmtSec(float64(med(fus))/1e6))
 }
 
 // spliceSection replaces the section starting with heading in the report
