@@ -88,6 +88,43 @@ func (n node) shutdown(mnts string) {
 	for _, mp := range ms {
 		forceUnmount(mp)
 	}
+	// A daemon the shutdown did not reach (a mount interrupted while its
+	// daemon started: no socket yet) is ended by its id: SIGTERM, and
+	// SIGKILL if it is still there after 5 s (one waiting for an etcd
+	// that is gone does not end on SIGTERM).
+	for _, pid := range n.daemonPIDs() {
+		_ = syscall.Kill(pid, syscall.SIGTERM)
+		deadline := time.Now().Add(5 * time.Second)
+		for syscall.Kill(pid, 0) == nil && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if syscall.Kill(pid, 0) == nil {
+			logf("cluster: daemon %d of %s ignored SIGTERM for 5s: killed", pid, n.store)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// daemonPIDs returns the processes running this node's daemon (this
+// binary with --store n.store daemon).
+func (n node) daemonPIDs() []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, ent := range ents {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if len(args) >= 4 && args[0] == n.e.acy && args[1] == "--store" && args[2] == n.store && args[3] == "daemon" {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // startEtcd starts a single-member etcd inside this process on free
