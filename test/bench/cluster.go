@@ -539,6 +539,9 @@ const clusterHeading = "\n## acyclicfs on etcd: two nodes against a local store"
 func (r *results) clusterMarkdown(b *strings.Builder) {
 	cr := r.cluster
 	b.WriteString(clusterHeading + "\n\n")
+	if r.cfg.onlyClust {
+		fmt.Fprintf(b, "From `%s` (this section alone; the rest of the page is from the run named at the top). ", r.cfg.commandStr)
+	}
 	fmt.Fprintf(b, "%d run(s), %s → %s UTC; load average %s at the start, %s at the end (2 cores). ",
 		cr.runs, cr.started.UTC().Format("2006-01-02 15:04"), cr.finishedAt.UTC().Format("15:04"), cr.load0, cr.load1)
 	fmt.Fprintf(b, "etcd: %s. Two nodes (`init --meta etcd://…/acyclicfs/bench --blobs DIR --node a|b`, one blob directory shared) against a local store (`init`), all on the same file system, each with its own daemon; per run both systems do the same steps, in an order alternated per run, and ratios are taken pair by pair within a run. Every command is the CLI end to end (process start and, on the cluster, its etcd connection included).\n\n", cr.etcd)
