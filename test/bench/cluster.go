@@ -40,7 +40,8 @@ var clusterOps = []struct{ key, label string }{
 	{"list", "list (a command's fixed cost)"},
 	{"status", "status, the node's daemon serving a mount"},
 	{"status-exit", "status right after the node's last unmount"},
-	{"follow", "follow: land on one node → the child's mount shows it"},
+	{"follow", "follow: land on one node returns → the child's mount shows it"},
+	{"follow-start", "follow, from the land command's start"},
 }
 
 // clusterGoals are the issue's goals: a ratio to the local store, or (for
@@ -396,11 +397,12 @@ func clusterRun(ctx context.Context, cr *clusterResult, host, mnts, tree string,
 	if _, err := timed("list", a, "list"); err != nil {
 		return err
 	}
-	d, err := followOnce(ctx, sys, mount, timed, a, b, base, i)
+	d, whole, err := followOnce(ctx, sys, mount, timed, a, b, base, i)
 	if err != nil {
 		return err
 	}
 	out["follow"] = append(out["follow"], d)
+	out["follow-start"] = append(out["follow-start"], whole)
 	// Every run starts from the same set of workspaces (none), so that
 	// status and list, which read each one, stay comparable across runs.
 	if _, err := a.cmd(ctx, "rm", "--recursive", base); err != nil {
@@ -428,32 +430,32 @@ var followFile = treeFile(3)
 // by an exec whose lease ended), so they open no lease that would make
 // the child active and defer its rebase to a final close; the view switch
 // invalidates the entry and the next stat sees the new file.
-func followOnce(ctx context.Context, sys string, mount func(node, string) (string, func(), error), timed func(string, node, ...string) (cmdResult, error), a, b node, base string, i int) (time.Duration, error) {
+func followOnce(ctx context.Context, sys string, mount func(node, string) (string, func(), error), timed func(string, node, ...string) (cmdResult, error), a, b node, base string, i int) (fromReturn, fromStart time.Duration, err error) {
 	child, sib := fmt.Sprintf("c%d", i), fmt.Sprintf("s%d", i)
 	for _, ws := range []string{child, sib} {
 		if _, err := a.cmd(ctx, "fork", base, ws); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
 	cmp, cunmount, err := mount(a, child)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer cunmount()
 	if _, err := timed("status", a, "status"); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	target := filepath.Join(cmp, followFile)
 	if _, err := a.cmd(ctx, "exec", cmp, "--", "stat", "-c", "%s", target); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	smp, sunmount, err := mount(b, sib)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if _, err := b.cmd(ctx, "exec", smp, "--", "sh", "-c", "echo landed by the sibling >> "+shq(filepath.Join(smp, followFile))); err != nil {
 		sunmount()
-		return 0, err
+		return 0, 0, err
 	}
 	sunmount()
 
@@ -463,31 +465,33 @@ func followOnce(ctx context.Context, sys string, mount func(node, string) (strin
 	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	stdout, err := c.StdoutPipe()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	c.Stderr = os.Stderr
 	if err := c.Start(); err != nil {
-		return 0, fmt.Errorf("follow poller: %w", err)
+		return 0, 0, fmt.Errorf("follow poller: %w", err)
 	}
 	defer func() { _ = c.Wait() }()
 	rd := bufio.NewReader(stdout)
 	if line, err := rd.ReadString('\n'); err != nil || strings.TrimSpace(line) != "ready" {
-		return 0, fmt.Errorf("follow poller: %q %v", line, err)
+		return 0, 0, fmt.Errorf("follow poller: %q %v", line, err)
 	}
 	syscall.Sync()
+	landStart := time.Now()
 	if _, err := b.cmd(ctx, "land", sib); err != nil {
-		return 0, fmt.Errorf("%s follow: land %s: %w", sys, sib, err)
+		return 0, 0, fmt.Errorf("%s follow: land %s: %w", sys, sib, err)
 	}
 	landed := time.Now()
 	line, err := rd.ReadString('\n')
 	if err != nil {
-		return 0, fmt.Errorf("%s follow: the child's mount did not show the landing: %v", sys, err)
+		return 0, 0, fmt.Errorf("%s follow: the child's mount did not show the landing: %v", sys, err)
 	}
 	ns, err := strconv.ParseInt(strings.TrimSpace(line), 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%s follow: poller said %q", sys, line)
+		return 0, 0, fmt.Errorf("%s follow: poller said %q", sys, line)
 	}
-	return time.Unix(0, ns).Sub(landed), nil
+	seen := time.Unix(0, ns)
+	return seen.Sub(landed), seen.Sub(landStart), nil
 }
 
 // e0 is the harness binary (the poller runs as its __follow subcommand).
@@ -550,7 +554,7 @@ func (r *results) clusterMarkdown(b *strings.Builder) {
 	b.WriteString("- *land*: fN was mounted on node A, 10 files changed through `exec`, unmounted (captured); then `land fN` on node B (locally: the same store).\n")
 	b.WriteString("- *status right after the node's last unmount*: `status` on node A right after that unmount (its daemon exits after its last unmount, and the command meets it exiting); *list*: `list` on node A right after that: the fixed cost of a command.\n")
 	b.WriteString("- *status, the node's daemon serving a mount*: `status` on node A while it serves the follow measurement's child (the command is forwarded to the daemon; on the cluster it lists every workspace and the claims of both nodes).\n")
-	fmt.Fprintf(b, "- *follow*: two more forks of tN: a child mounted on node A, idle, and a sibling mounted on node B where one line is appended to `%s`, then unmounted. A poller (this harness, in its own session) stats that file in the child's mount every 1 ms; its stats are answered from the kernel's attribute cache (the file was looked up by an `exec` whose lease ended), so they open no lease, which would make the child active and its rebase wait for a final close. Then `land` of the sibling on node B; timed from that command's return to the first stat that shows the new size (the view switch invalidates the entry). The daemon logs no event for a view switch, so the stat loop is the measure. Locally the sibling's land is made through the same daemon that serves the child, whose hook rebases it.\n\n", followFile)
+	fmt.Fprintf(b, "- *follow*: two more forks of tN: a child mounted on node A, idle, and a sibling mounted on node B where one line is appended to `%s`, then unmounted. A poller (this harness, in its own session) stats that file in the child's mount every 1 ms; its stats are answered from the kernel's attribute cache (the file was looked up by an `exec` whose lease ended), so they open no lease, which would make the child active and its rebase wait for a final close. Then `land` of the sibling on node B; timed from that command's return to the first stat that shows the new size (the view switch invalidates the entry); below 0 where the child showed it before the land command had exited (the land's process still closing its etcd session, say), so the time from the land's start is given too. The daemon logs no event for a view switch, so the stat loop is the measure. Locally the sibling's land is made through the same daemon that serves the child, whose hook rebases it.\n\n", followFile)
 	hdr := []string{"operation", "local", "cluster (etcd)", "cluster / local", "goal", "met", "etcd requests per operation (median; by method)"}
 	writeRow(b, hdr)
 	writeSep(b, len(hdr))
@@ -560,6 +564,9 @@ func (r *results) clusterMarkdown(b *strings.Builder) {
 		goal, met := "—", "—"
 		rs := summarize(ratiosSigned(c, l))
 		ratio := fmtRatio(rs)
+		if op.key == "follow-start" {
+			ratio = "—"
+		}
 		if op.key == "follow" {
 			ratio = "—"
 			goal = "≤ " + fmtSec(followGoal.Seconds())
