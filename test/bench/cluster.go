@@ -270,9 +270,6 @@ func runCluster(ctx context.Context, e *benchEnv, res *results) (err error) {
 	if err := os.MkdirAll(mnts, 0o755); err != nil {
 		return err
 	}
-	if err := genTree(tree, clusterFiles); err != nil {
-		return err
-	}
 	host, stop, err := startEtcd(filepath.Join(dir, "etcd"))
 	if err != nil {
 		return err
@@ -367,6 +364,12 @@ func clusterRun(ctx context.Context, cr *clusterResult, host, mnts, tree string,
 			forceUnmount(mp)
 		}, nil
 	}
+	// A tree of its own per run and system: the import stores 1,000 new
+	// blobs every time (a repeated tree would find them stored).
+	tree = filepath.Join(tree, fmt.Sprintf("%s-%d", sys, i))
+	if err := genTreeTagged(tree, clusterFiles, fmt.Sprintf("%s run %d", sys, i)); err != nil {
+		return err
+	}
 	base := fmt.Sprintf("t%d", i)
 	if _, err := timed("create", a, "create", base, "--from", tree); err != nil {
 		return err
@@ -415,6 +418,24 @@ func clusterRun(ctx context.Context, cr *clusterResult, host, mnts, tree string,
 		}
 	}
 	logf("cluster: %s run %d:%s", sys, i+1, sb.String())
+	return nil
+}
+
+// genTreeTagged writes n small files under dir as genTree does, their
+// contents tagged so that no other tree has them, then syncs.
+func genTreeTagged(dir string, n int, tag string) error {
+	defer syscall.Sync()
+	for i := 0; i < n; i++ {
+		p := filepath.Join(dir, treeFile(i))
+		if i%100 == 0 {
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				return fmt.Errorf("gen tree: %w", err)
+			}
+		}
+		if err := os.WriteFile(p, []byte(fmt.Sprintf("file %d of %s\n", i, tag)), 0o644); err != nil {
+			return fmt.Errorf("gen tree: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -549,7 +570,7 @@ func (r *results) clusterMarkdown(b *strings.Builder) {
 	fmt.Fprintf(b, "%d run(s), %s → %s UTC; load average %s at the start, %s at the end (2 cores). ",
 		cr.runs, cr.started.UTC().Format("2006-01-02 15:04"), cr.finishedAt.UTC().Format("15:04"), cr.load0, cr.load1)
 	fmt.Fprintf(b, "etcd: %s. Two nodes (`init --meta etcd://…/acyclicfs/bench --blobs DIR --node a|b`, one blob directory shared) against a local store (`init`), all on the same file system, each with its own daemon; per run both systems do the same steps, in an order alternated per run, and ratios are taken pair by pair within a run. Every command is the CLI end to end (process start and, on the cluster, its etcd connection included).\n\n", cr.etcd)
-	b.WriteString("- *create*: `create tN --from TREE`, a tree of 1,000 small files in 10 directories, on node A.\n")
+	b.WriteString("- *create*: `create tN --from TREE`, a tree of 1,000 small files in 10 directories, on node A; each run and system imports a tree of its own (contents no other tree has), so every import stores 1,000 new blobs.\n")
 	b.WriteString("- *fork*: `fork tN fN` on node A.\n")
 	b.WriteString("- *land*: fN was mounted on node A, 10 files changed through `exec`, unmounted (captured); then `land fN` on node B (locally: the same store).\n")
 	b.WriteString("- *status right after the node's last unmount*: `status` on node A right after that unmount (its daemon exits after its last unmount, and the command meets it exiting); *list*: `list` on node A right after that: the fixed cost of a command.\n")
