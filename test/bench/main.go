@@ -10,6 +10,8 @@
 //	go run ./test/bench -quick           # 1 run, 128 MiB file, 10,000-file fork tree
 //	go run ./test/bench -profile         # also count FUSE requests per workload (--debug)
 //	go run ./test/bench -no-inplace      # skip the in-place workspace measurements
+//	go run ./test/bench -no-cluster      # skip the store on etcd (cluster.go)
+//	go run ./test/bench -only-cluster    # only that group, spliced into the report
 //
 // Every system gets the same lower tree: the Go distribution's src directory
 // laid out as a GOROOT (src, VERSION, go.env and a symlink to the real pkg
@@ -114,7 +116,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.BoolVar(&cfg.noInPlace, "no-inplace", false, "skip the acyclicfs-only in-place workspace measurements (1,000/10,000/100,000 files; -quick: up to 10,000)")
 	fs.BoolVar(&cfg.noCluster, "no-cluster", false, "skip the cluster group: a store on etcd (one member embedded in the harness) with two nodes sharing a blob directory, against a local store")
 	fs.BoolVar(&cfg.onlyClust, "only-cluster", false, "run the cluster group alone and replace its section in the existing -out report (nothing else is measured or rewritten)")
-	fs.IntVar(&cfg.clusterRuns, "cluster-runs", 5, "runs of the cluster group")
+	fs.IntVar(&cfg.clusterRuns, "cluster-runs", 9, "runs of the cluster group")
 	fs.StringVar(&cfg.dir, "dir", "", "work directory (default: a fresh directory under $TMPDIR)")
 	fs.StringVar(&cfg.freshFS, "fresh-fs", "", "make the work directory a fresh journaled ext4 of this size (truncate syntax, e.g. 24G) in a loop-mounted image under $TMPDIR, deleted afterwards; excludes -dir and -keep")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the work directory")
