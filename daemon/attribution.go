@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -145,6 +146,8 @@ func containsPID(ps []uint32, p uint32) bool {
 func (s *Mount) recordCapture(gen store.ID) {
 	pending := s.attr.pending
 	s.attr.pending = nil
+	// Blame looks paths up by binary search: merged retries appended.
+	slices.SortFunc(pending, func(a, b fusefs.PathWriters) int { return strings.Compare(a.Path, b.Path) })
 	paths := make([]workspace.PathAttribution, 0, len(pending))
 	for _, p := range pending {
 		pa := workspace.PathAttribution{Path: p.Path}

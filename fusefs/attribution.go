@@ -15,6 +15,12 @@ import (
 // pid (inode.writer); an earlier, different writer is kept aside in
 // overlay.moreWriters, which only a second writer of one inode touches.
 // TakeWriters walks the dirty part of the table (subSeq) at capture time.
+//
+// A name removed (unlink, rmdir, the old name of a rename, a name a
+// rename replaced) is not reachable from the table any more: its
+// removal is kept by path in overlay.removed, which only those requests
+// touch, and only for names the last capture (or the lower tree) had —
+// a name made and removed since then is no change.
 
 // PathWriters names the processes that changed one path since the last
 // TakeWriters: their pids (FUSE callers: thread ids), oldest first, and
@@ -51,10 +57,43 @@ func (o *overlay) noteWriter(in *inode, pid uint32) {
 	in.writer = pid
 }
 
+// removedName records who removed one path of the captured base.
+type removedName struct {
+	pids        []uint32
+	first, last int64
+}
+
+// noteRemoved records that pid removes d/name, which names c; call it
+// before the name changes. Caller holds mu.
+func (o *overlay) noteRemoved(d *inode, name string, c *inode, pid uint32) {
+	if pid == 0 || c.linkSeq > o.capSeq {
+		return // a name given since the last capture: its removal undoes it
+	}
+	dp, ok := o.dirPath(d)
+	if !ok {
+		return
+	}
+	p := joinPath(dp, name)
+	now := time.Now().UnixNano()
+	if o.removed == nil {
+		o.removed = map[string]*removedName{}
+	}
+	r := o.removed[p]
+	if r == nil {
+		o.removed[p] = &removedName{pids: []uint32{pid}, first: now, last: now}
+		return
+	}
+	if !slices.Contains(r.pids, pid) {
+		r.pids = append(r.pids, pid)
+	}
+	r.last = now
+}
+
 // TakeWriters returns who changed which path since the last call, sorted
-// by path, and forgets it: a path changed again later is reported by the
-// next call only. A path is named by each of its names; changes to
-// removed files are reported as changes of their directory.
+// by path, one entry per path, and forgets it: a path changed again later
+// is reported by the next call only. A path is named by each of its
+// names; a removed name is reported under its own path (and as a change
+// of its directory).
 func (m *Mount) TakeWriters() []PathWriters {
 	o := m.ov
 	o.mu.Lock()
@@ -62,7 +101,35 @@ func (m *Mount) TakeWriters() []PathWriters {
 	var out []PathWriters
 	o.takeWriters(o.root, "", &out)
 	o.moreWriters = nil
-	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	for p, r := range o.removed {
+		out = append(out, PathWriters{Path: p, PIDs: r.pids, First: r.first, Last: r.last})
+	}
+	o.removed = nil
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return mergeWriters(out)
+}
+
+// mergeWriters folds the entries of one path (sorted by path) into one:
+// its pids in order of first appearance, the earliest first and latest
+// last change.
+func mergeWriters(ws []PathWriters) []PathWriters {
+	out := ws[:0]
+	for _, w := range ws {
+		if n := len(out); n > 0 && out[n-1].Path == w.Path {
+			p := &out[n-1]
+			for _, pid := range w.PIDs {
+				if !slices.Contains(p.PIDs, pid) {
+					p.PIDs = append(slices.Clip(p.PIDs), pid)
+				}
+			}
+			if w.First != 0 && (p.First == 0 || w.First < p.First) {
+				p.First = w.First
+			}
+			p.Last = max(p.Last, w.Last)
+			continue
+		}
+		out = append(out, w)
+	}
 	return out
 }
 

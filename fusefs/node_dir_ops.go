@@ -328,8 +328,10 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 		if c.isDir() {
 			return syscall.EISDIR
 		}
+		pid := callerPID(ctx)
+		ov.noteRemoved(n.in, name, c, pid)
 		ov.removeLink(n.in, name, c)
-		ov.noteWriter(n.in, callerPID(ctx))
+		ov.noteWriter(n.in, pid)
 		return nil
 	}))
 }
@@ -358,8 +360,10 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 		if len(gc) > 0 {
 			return syscall.ENOTEMPTY
 		}
+		pid := callerPID(ctx)
+		ov.noteRemoved(n.in, name, c, pid)
 		ov.removeLink(n.in, name, c)
-		ov.noteWriter(n.in, callerPID(ctx))
+		ov.noteWriter(n.in, pid)
 		return nil
 	}))
 }
@@ -439,12 +443,15 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 			} else if dst.isDir() {
 				return syscall.EISDIR
 			}
+		}
+		pid := callerPID(ctx)
+		ov.noteRemoved(sd, name, src, pid)
+		if dst != nil {
 			ov.removeLink(dd, newName, dst)
 		}
 		delete(sc, name)
 		ov.moveLink(sd, name, dd, newName, src)
 		dc[newName] = src
-		pid := callerPID(ctx)
 		ov.noteWriter(src, pid)
 		ov.noteWriter(sd, pid) // the old name went away
 		return nil

@@ -233,6 +233,9 @@ type overlay struct {
 	// process changed since attribution last took them (attribution.go).
 	// Guarded by mu.
 	moreWriters map[*inode][]uint32
+	// removed holds, by path, who removed names of the captured base
+	// since attribution last took them (attribution.go). Guarded by mu.
+	removed map[string]*removedName
 }
 
 func newOverlay(objects Objects, stateDir string, rootID store.ID) *overlay {

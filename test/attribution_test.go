@@ -341,3 +341,42 @@ func TestAttributionUndoneChangesNotCarried(t *testing.T) {
 	}
 	e.unmount(mp)
 }
+
+// Removed names (issue #29): `rm f` is blamed on f and `mv a b` on a (removed)
+// and b (created), not only on their directory; a name made and removed
+// within one window is no change and is blamed on nobody.
+func TestAttributionRemovedNames(t *testing.T) {
+	e := newMountEnv(t)
+	src := filepath.Join(e.dir, "src")
+	writeTree(t, src, map[string]string{"f": "f\n", "a": "a\n", "d/g": "g\n", "keep": "k\n"})
+	e.ok("create", "w", "--from", src)
+	mp := e.mountAt("w")
+	argv := []string{"sh", "-c", "rm f; mv a b; rm d/g; rmdir d; echo t > tmp; rm tmp; echo n > new"}
+	pid := runTool(t, mp, argv...)
+	e.waitIdle("w")
+	sid := fmt.Sprintf("sid:%d", pid)
+	for p, want := range map[string][]string{"f": {"rm", "f"}, "a": {"mv", "a", "b"}, "b": {"mv", "a", "b"},
+		"d/g": {"rm", "d/g"}, "d": {"rmdir", "d"}, "new": argv} {
+		bl := e.blame("w", p)
+		if len(bl) != 1 || len(bl[0].Writers) != 1 || bl[0].Writers[0].Session != sid || !slices.Equal(bl[0].Writers[0].Argv, want) {
+			t.Errorf("blame %s: %+v, want %q of session %s", p, bl, want, sid)
+		}
+	}
+	if bl := e.blame("w", "."); len(bl) != 1 || len(bl[0].Writers) == 0 {
+		t.Errorf("blame .: %+v, want the session's changes of the root's listing", bl)
+	}
+	for _, p := range []string{"tmp", "keep"} {
+		if bl := e.blame("w", p); len(bl) != 0 {
+			t.Errorf("blame %s: %+v, want none", p, bl)
+		}
+	}
+	ss := e.sessions("w")
+	if want := []string{".", "a", "b", "d", "d/g", "f", "new"}; len(ss) != 1 || !slices.Equal(ss[0].Paths, want) {
+		t.Errorf("sessions: %+v, want one entry with paths %q", ss, want)
+	}
+	text := e.out("blame", "w", "f")
+	if !strings.Contains(text, sid) {
+		t.Errorf("blame w f printed %q, want the removing session", text)
+	}
+	e.unmount(mp)
+}
