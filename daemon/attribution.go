@@ -123,22 +123,13 @@ func (s *Mount) takeWriters() {
 			continue
 		}
 		p := &s.attr.pending[i]
-		for _, pid := range w.PIDs {
-			if !containsPID(p.PIDs, pid) {
-				p.PIDs = append(p.PIDs, pid)
+		for _, x := range w.Writers {
+			if !slices.Contains(p.Writers, x) {
+				p.Writers = append(p.Writers, x)
 			}
 		}
 		p.Last = max(p.Last, w.Last)
 	}
-}
-
-func containsPID(ps []uint32, p uint32) bool {
-	for _, q := range ps {
-		if q == p {
-			return true
-		}
-	}
-	return false
 }
 
 // recordCapture stores the attribution of the published capture gen.
@@ -151,10 +142,10 @@ func (s *Mount) recordCapture(gen store.ID) {
 	paths := make([]workspace.PathAttribution, 0, len(pending))
 	for _, p := range pending {
 		pa := workspace.PathAttribution{Path: p.Path}
-		for _, pid := range p.PIDs {
-			w := workspace.Writer{PID: pid, Argv: []string{}, First: p.First / 1e6, Last: p.Last / 1e6}
+		for _, x := range p.Writers {
+			w := workspace.Writer{PID: x.PID, Argv: []string{}, First: p.First / 1e6, Last: p.Last / 1e6}
 			if s.tracker != nil {
-				if pi, ok := s.tracker.Proc(pid); ok {
+				if pi, ok := s.tracker.ProcExec(x.PID, x.Exec); ok {
 					w.Comm, w.ArgvTruncated, w.Session = pi.Comm, pi.Truncated, string(pi.Owner)
 					if pi.Argv != nil {
 						w.Argv = pi.Argv

@@ -10,11 +10,14 @@ import (
 )
 
 // Write attribution: which processes changed which paths since the last
-// capture. The hot path pays one compare (and, for a new writer, a field
-// write) per change of an inode: the inode remembers its latest writer's
-// pid (inode.writer); an earlier, different writer is kept aside in
-// overlay.moreWriters, which only a second writer of one inode touches.
-// TakeWriters walks the dirty part of the table (subSeq) at capture time.
+// capture. The hot path pays, per change of an inode (not per read,
+// lookup or data write), one ask of the exec watcher (ExecWatcher, a
+// pread of /proc/PID/comm: fusefs/sessions) and one compare (and, for a
+// new writer, a field write): the inode remembers its latest writer
+// (inode.writer: pid and exec generation); an earlier, different writer
+// is kept aside in overlay.moreWriters, which only a second writer of
+// one inode touches. TakeWriters walks the dirty part of the table
+// (subSeq) at capture time.
 //
 // A name removed (unlink, rmdir, the old name of a rename, a name a
 // rename replaced) is not reachable from the table any more: its
@@ -23,12 +26,41 @@ import (
 // a name made and removed since then is no change.
 
 // PathWriters names the processes that changed one path since the last
-// TakeWriters: their pids (FUSE callers: thread ids), oldest first, and
-// the first and last change time (ns since the epoch).
+// TakeWriters, oldest first, and the first and last change time (ns
+// since the epoch).
 type PathWriters struct {
 	Path        string
-	PIDs        []uint32
+	Writers     []WriterRef
 	First, Last int64
+}
+
+// WriterRef names one writer: its pid (FUSE callers: thread ids) and the
+// exec generation of the program it ran when it wrote (ExecWatcher; 0
+// without one).
+type WriterRef struct {
+	PID, Exec uint32
+}
+
+// ExecWatcher is what an Admitter may also be: it tells which program a
+// pid runs, as a generation counting the execs it noticed, so that a
+// process that execs is attributed with the program that made each
+// change. ExecGen is called once per change of an inode.
+type ExecWatcher interface {
+	ExecGen(pid uint32) uint32
+}
+
+// callerWriter is the writer of the request in ctx; PID 0 when unknown.
+// Only for a request that changes something: it asks the exec watcher.
+func (o *overlay) callerWriter(ctx context.Context) WriterRef {
+	return o.writerOf(callerPID(ctx))
+}
+
+// writerOf is pid as a writer now.
+func (o *overlay) writerOf(pid uint32) WriterRef {
+	if pid == 0 || o.execs == nil {
+		return WriterRef{PID: pid}
+	}
+	return WriterRef{PID: pid, Exec: o.execs.ExecGen(pid)}
 }
 
 // callerPID is the pid of the request in ctx; 0 when unknown.
@@ -39,14 +71,14 @@ func callerPID(ctx context.Context) uint32 {
 	return 0
 }
 
-// noteWriter records pid as in's latest writer. Caller holds mu.
-func (o *overlay) noteWriter(in *inode, pid uint32) {
-	if pid == 0 || in.writer == pid {
+// noteWriter records w as in's latest writer. Caller holds mu.
+func (o *overlay) noteWriter(in *inode, w WriterRef) {
+	if w.PID == 0 || in.writer == w {
 		return
 	}
-	if in.writer != 0 {
+	if in.writer.PID != 0 {
 		if o.moreWriters == nil {
-			o.moreWriters = map[*inode][]uint32{}
+			o.moreWriters = map[*inode][]WriterRef{}
 		}
 		if prev := o.moreWriters[in]; !slices.Contains(prev, in.writer) {
 			o.moreWriters[in] = append(prev, in.writer)
@@ -54,19 +86,19 @@ func (o *overlay) noteWriter(in *inode, pid uint32) {
 	} else {
 		in.writerSince = time.Now().UnixNano()
 	}
-	in.writer = pid
+	in.writer = w
 }
 
 // removedName records who removed one path of the captured base.
 type removedName struct {
-	pids        []uint32
+	ws          []WriterRef
 	first, last int64
 }
 
 // noteRemoved records that pid removes d/name, which names c; call it
 // before the name changes. Caller holds mu.
-func (o *overlay) noteRemoved(d *inode, name string, c *inode, pid uint32) {
-	if pid == 0 || c.linkSeq > o.capSeq {
+func (o *overlay) noteRemoved(d *inode, name string, c *inode, w WriterRef) {
+	if w.PID == 0 || c.linkSeq > o.capSeq {
 		return // a name given since the last capture: its removal undoes it
 	}
 	dp, ok := o.dirPath(d)
@@ -80,11 +112,11 @@ func (o *overlay) noteRemoved(d *inode, name string, c *inode, pid uint32) {
 	}
 	r := o.removed[p]
 	if r == nil {
-		o.removed[p] = &removedName{pids: []uint32{pid}, first: now, last: now}
+		o.removed[p] = &removedName{ws: []WriterRef{w}, first: now, last: now}
 		return
 	}
-	if !slices.Contains(r.pids, pid) {
-		r.pids = append(r.pids, pid)
+	if !slices.Contains(r.ws, w) {
+		r.ws = append(r.ws, w)
 	}
 	r.last = now
 }
@@ -102,7 +134,7 @@ func (m *Mount) TakeWriters() []PathWriters {
 	o.takeWriters(o.root, "", &out)
 	o.moreWriters = nil
 	for p, r := range o.removed {
-		out = append(out, PathWriters{Path: p, PIDs: r.pids, First: r.first, Last: r.last})
+		out = append(out, PathWriters{Path: p, Writers: r.ws, First: r.first, Last: r.last})
 	}
 	o.removed = nil
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Path < out[j].Path })
@@ -110,16 +142,16 @@ func (m *Mount) TakeWriters() []PathWriters {
 }
 
 // mergeWriters folds the entries of one path (sorted by path) into one:
-// its pids in order of first appearance, the earliest first and latest
+// its writers in order of first appearance, the earliest first and latest
 // last change.
 func mergeWriters(ws []PathWriters) []PathWriters {
 	out := ws[:0]
 	for _, w := range ws {
 		if n := len(out); n > 0 && out[n-1].Path == w.Path {
 			p := &out[n-1]
-			for _, pid := range w.PIDs {
-				if !slices.Contains(p.PIDs, pid) {
-					p.PIDs = append(slices.Clip(p.PIDs), pid)
+			for _, x := range w.Writers {
+				if !slices.Contains(p.Writers, x) {
+					p.Writers = append(slices.Clip(p.Writers), x)
 				}
 			}
 			if w.First != 0 && (p.First == 0 || w.First < p.First) {
@@ -136,7 +168,7 @@ func mergeWriters(ws []PathWriters) []PathWriters {
 // takeWriters collects and clears the writers of d and below. Caller
 // holds mu.
 func (o *overlay) takeWriters(d *inode, path string, out *[]PathWriters) {
-	if d.writer != 0 {
+	if d.writer.PID != 0 {
 		p := path
 		if p == "" {
 			p = "."
@@ -146,12 +178,12 @@ func (o *overlay) takeWriters(d *inode, path string, out *[]PathWriters) {
 	for name, c := range d.children {
 		p := joinPath(path, name)
 		if c.isDir() {
-			if c.subSeq != 0 || c.writer != 0 {
+			if c.subSeq != 0 || c.writer.PID != 0 {
 				o.takeWriters(c, p, out)
 			}
 			continue
 		}
-		if c.writer == 0 {
+		if c.writer.PID == 0 {
 			continue
 		}
 		if len(c.links) > 1 {
@@ -168,10 +200,10 @@ func (o *overlay) takeWriters(d *inode, path string, out *[]PathWriters) {
 // emitWriters appends in's writers under each of paths and clears them.
 // Caller holds mu.
 func (o *overlay) emitWriters(in *inode, paths []string, out *[]PathWriters) {
-	pids := append(slices.Clone(o.moreWriters[in]), in.writer)
+	ws := append(slices.Clone(o.moreWriters[in]), in.writer)
 	last := max(in.ctime, in.mtime, in.writerSince)
 	for _, p := range paths {
-		*out = append(*out, PathWriters{Path: p, PIDs: pids, First: in.writerSince, Last: last})
+		*out = append(*out, PathWriters{Path: p, Writers: ws, First: in.writerSince, Last: last})
 	}
-	in.writer, in.writerSince = 0, 0
+	in.writer, in.writerSince = WriterRef{}, 0
 }

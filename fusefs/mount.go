@@ -224,6 +224,9 @@ func mountAt(mountpoint string, cfg Config) (*Mount, error) {
 		notifyC: make(chan struct{}, 1), doneC: make(chan struct{})}
 	m.readOnly.Store(cfg.ReadOnly)
 	ov.retainLimit = max(cfg.RetainUpperBytes, 0)
+	if ew, ok := cfg.Admitter.(ExecWatcher); ok {
+		ov.execs = ew
+	}
 	ov.pool = newUpperPool(ov.upperDir(), ov.reserveIno)
 	ov.pool.start()
 	m.rootNode = &node{m: m, in: ov.root}

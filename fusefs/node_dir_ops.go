@@ -134,7 +134,7 @@ func (n *node) addNew(ctx context.Context, name string, mode uint32, out *fuse.E
 		}
 		ov.addLink(n.in, name, c)
 		ov.touch(c)
-		ov.noteWriter(c, callerPID(ctx))
+		ov.noteWriter(c, ov.callerWriter(ctx))
 		a = snapAttr(c)
 		return nil
 	})
@@ -213,7 +213,7 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 		}
 		c.tmpfile = true
 		ov.touch(c)
-		ov.noteWriter(c, callerPID(ctx))
+		ov.noteWriter(c, ov.callerWriter(ctx))
 		a = snapAttr(c)
 		return nil
 	})
@@ -301,7 +301,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 		ov.addLink(n.in, name, t)
 		t.ctime = time.Now().UnixNano()
 		ov.touch(t)
-		ov.noteWriter(t, callerPID(ctx))
+		ov.noteWriter(t, ov.callerWriter(ctx))
 		a = snapAttr(t)
 		return nil
 	})
@@ -328,7 +328,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 		if c.isDir() {
 			return syscall.EISDIR
 		}
-		pid := callerPID(ctx)
+		pid := ov.callerWriter(ctx)
 		ov.noteRemoved(n.in, name, c, pid)
 		ov.removeLink(n.in, name, c)
 		ov.noteWriter(n.in, pid)
@@ -360,7 +360,7 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 		if len(gc) > 0 {
 			return syscall.ENOTEMPTY
 		}
-		pid := callerPID(ctx)
+		pid := ov.callerWriter(ctx)
 		ov.noteRemoved(n.in, name, c, pid)
 		ov.removeLink(n.in, name, c)
 		ov.noteWriter(n.in, pid)
@@ -414,7 +414,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 			ov.moveLink(sd, name, dd, newName, src)
 			ov.moveLink(dd, newName, sd, name, dst)
 			sc[name], dc[newName] = dst, src
-			pid := callerPID(ctx)
+			pid := ov.callerWriter(ctx)
 			ov.noteWriter(src, pid)
 			ov.noteWriter(dst, pid)
 			return nil
@@ -444,7 +444,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 				return syscall.EISDIR
 			}
 		}
-		pid := callerPID(ctx)
+		pid := ov.callerWriter(ctx)
 		ov.noteRemoved(sd, name, src, pid)
 		if dst != nil {
 			ov.removeLink(dd, newName, dst)

@@ -81,10 +81,10 @@ type inode struct {
 	// from names added by a rebase.
 	capTree store.ID
 
-	// writer is the pid of the latest process that changed the inode since
-	// attribution last took it (attribution.go); 0: none. writerSince is
-	// when that began. Earlier writers are in overlay.moreWriters.
-	writer      uint32
+	// writer is the latest process that changed the inode since
+	// attribution last took it (attribution.go); PID 0: none. writerSince
+	// is when that began. Earlier writers are in overlay.moreWriters.
+	writer      WriterRef
 	writerSince int64
 	// walGen is the log generation (wal.go) whose snapshot or frames hold
 	// a record of this inode; walListed says that record lists its
@@ -232,10 +232,13 @@ type overlay struct {
 	// moreWriters holds the earlier writers of inodes that more than one
 	// process changed since attribution last took them (attribution.go).
 	// Guarded by mu.
-	moreWriters map[*inode][]uint32
+	moreWriters map[*inode][]WriterRef
 	// removed holds, by path, who removed names of the captured base
 	// since attribution last took them (attribution.go). Guarded by mu.
 	removed map[string]*removedName
+	// execs tells a pid's exec generation (the Admitter, if it is an
+	// ExecWatcher); set before the mount serves.
+	execs ExecWatcher
 }
 
 func newOverlay(objects Objects, stateDir string, rootID store.ID) *overlay {

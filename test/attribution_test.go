@@ -380,3 +380,41 @@ func TestAttributionRemovedNames(t *testing.T) {
 	}
 	e.unmount(mp)
 }
+
+// A process that execs (issue #29): its changes before the exec are
+// attributed with the command line it had then, the ones after with the
+// program it exec'd — one pid, two command lines.
+func TestAttributionExec(t *testing.T) {
+	e := newMountEnv(t)
+	src := filepath.Join(e.dir, "src")
+	writeTree(t, src, map[string]string{"keep": "k\n"})
+	e.ok("create", "w", "--from", src)
+	mp := e.mountAt("w")
+	cpSrc := filepath.Join(e.dir, "cp-src")
+	if err := os.WriteFile(cpSrc, []byte("copied\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ shell, before, after string }{{"sh", "a", "b"}, {"bash", "c", "d"}} {
+		if _, err := exec.LookPath(c.shell); err != nil {
+			t.Logf("no %s: %v", c.shell, err)
+			continue
+		}
+		argv := []string{c.shell, "-c", "echo one > " + c.before + "; exec cp " + cpSrc + " " + c.after}
+		pid := runTool(t, mp, argv...)
+		e.waitIdle("w")
+		check := func(path, comm string, want []string) {
+			t.Helper()
+			bl := e.blame("w", path)
+			if len(bl) != 1 || len(bl[0].Writers) != 1 {
+				t.Fatalf("blame %s: %+v, want one writer", path, bl)
+			}
+			w := bl[0].Writers[0]
+			if w.PID != uint32(pid) || w.Comm != comm || !slices.Equal(w.Argv, want) || w.Session != fmt.Sprintf("sid:%d", pid) {
+				t.Errorf("blame %s: writer %+v, want pid %d comm %s argv %q", path, w, pid, comm, want)
+			}
+		}
+		check(c.before, c.shell, argv)
+		check(c.after, "cp", []string{"cp", cpSrc, c.after})
+	}
+	e.unmount(mp)
+}
