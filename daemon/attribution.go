@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"slices"
 	"strconv"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"github.com/acyclicfs/acyclicfs/fusefs"
 	"github.com/acyclicfs/acyclicfs/fusefs/sessions"
 	"github.com/acyclicfs/acyclicfs/store"
+	"github.com/acyclicfs/acyclicfs/window"
 	"github.com/acyclicfs/acyclicfs/workspace"
 )
 
@@ -82,6 +84,42 @@ func (s *Mount) noteLeaseBegun(hl *heldLease) {
 	}
 	s.attr.leaseOf[hl.owner] = hl.id.String()
 	hl.leader = s.leaderArgv(hl.owner)
+	s.leaseMu.Lock()
+	if s.leaseInfo == nil {
+		s.leaseInfo = map[sessions.Owner]leaseDesc{}
+	}
+	s.leaseInfo[hl.owner] = leaseDesc{id: hl.id.String(), kind: leaseKind(hl.explicit, hl.label), leader: hl.leader, start: hl.since.UnixNano()}
+	s.leaseMu.Unlock()
+}
+
+// leaseDesc is what the overlay log records of a lease with its writers.
+type leaseDesc struct {
+	id, kind string
+	leader   []string
+	start    int64
+}
+
+// describeWriter describes a writer for the overlay log
+// (fusefs.Config.DescribeWriter): its program as the tracker read it,
+// its session and that session's lease. Called by the overlay while it
+// serves, once per writer per log; takes neither s.lock nor anything
+// the overlay waits for.
+func (s *Mount) describeWriter(w fusefs.WriterRef) fusefs.WriterInfo {
+	info := fusefs.WriterInfo{Ref: w}
+	if s.tracker == nil {
+		return info
+	}
+	pi, ok := s.tracker.ProcExec(w.PID, w.Exec)
+	if !ok {
+		return info
+	}
+	info.Comm, info.Argv, info.ArgvTruncated, info.Session = pi.Comm, pi.Argv, pi.Truncated, string(pi.Owner)
+	s.leaseMu.Lock()
+	if l, ok := s.leaseInfo[pi.Owner]; ok {
+		info.Lease, info.LeaseKind, info.Leader, info.LeaseStart = l.id, l.kind, l.leader, l.start
+	}
+	s.leaseMu.Unlock()
+	return info
 }
 
 // noteLeaseEnded queues hl's entry for the window's final close. Called
@@ -189,7 +227,114 @@ func (s *Mount) recordWindow(outcome workspace.Outcome) {
 		s.d.logger.Printf("%s: record %d session entries: %v", s.ws, len(entries), err)
 	}
 	s.attr = attrState{}
+	s.leaseMu.Lock()
+	s.leaseInfo = nil
+	s.leaseMu.Unlock()
 	if s.tracker != nil {
 		s.tracker.PruneProcs()
+	}
+}
+
+// recoveredOutcome is the outcome of the session entries a recovery
+// writes for the leases of a dead daemon.
+const recoveredOutcome = "recovered"
+
+// orphanLeases lists the leases the window of ws still holds (a dead
+// daemon's, before recovery claims the window).
+func (d *Daemon) orphanLeases(ws string) []window.LeaseRecord {
+	snap, err := d.m.Windows().Inspect(context.Background(), ws)
+	if err != nil || snap.Phase.Kind != window.PhaseActive {
+		return nil
+	}
+	out := make([]window.LeaseRecord, 0, len(snap.Phase.Leases))
+	for _, l := range snap.Phase.Leases {
+		out = append(out, l)
+	}
+	slices.SortFunc(out, func(a, b window.LeaseRecord) int { return strings.Compare(a.ID.String(), b.ID.String()) })
+	return out
+}
+
+// recordRecovered stores what a recovery learnt from a dead mount's
+// overlay log: the attribution of its capture gen (zero: it captured
+// nothing) and a session entry, outcome "recovered", for each lease of
+// the dead daemon — the ones its writers name, and the ones its window
+// still held. A failure is logged, never fails the recovery.
+func (d *Daemon) recordRecovered(ws string, gen store.ID, paths []fusefs.RecoveredPath, orphans []window.LeaseRecord) {
+	now := time.Now()
+	type lease struct {
+		e     workspace.SessionEntry
+		known bool // described by a writer record
+	}
+	leases := map[string]*lease{}
+	var order []string
+	add := func(id string) *lease {
+		l := leases[id]
+		if l == nil {
+			l = &lease{e: workspace.SessionEntry{Workspace: ws, Lease: id, Leader: []string{}, Outcome: recoveredOutcome,
+				Generation: gen, Paths: []string{}, End: now.UnixMilli()}}
+			leases[id] = l
+			order = append(order, id)
+		}
+		return l
+	}
+	var recs []workspace.PathAttribution
+	for _, p := range paths {
+		pa := workspace.PathAttribution{Path: p.Path}
+		for _, w := range p.Writers {
+			argv := w.Argv
+			if argv == nil {
+				argv = []string{}
+			}
+			pa.Writers = append(pa.Writers, workspace.Writer{PID: w.Ref.PID, Comm: w.Comm, Argv: argv, ArgvTruncated: w.ArgvTruncated,
+				Session: w.Session, Lease: w.Lease, First: p.First / 1e6, Last: p.Last / 1e6})
+			if w.Lease == "" {
+				continue
+			}
+			l := add(w.Lease)
+			if !l.known {
+				l.known = true
+				l.e.Owner, l.e.Kind, l.e.StartNS = w.Session, w.LeaseKind, w.LeaseStart
+				if w.Leader != nil {
+					l.e.Leader = w.Leader
+				}
+			}
+			if !slices.Contains(l.e.Paths, p.Path) {
+				l.e.Paths = append(l.e.Paths, p.Path)
+			}
+		}
+		recs = append(recs, pa)
+	}
+	for i, o := range orphans {
+		l := add(o.ID.String())
+		if !l.known {
+			// Known by its label only: an implicit session's label is its
+			// owner; its start is not recorded.
+			l.e.Owner, l.e.Kind, l.e.StartNS = o.Owner, orphanKind(o.Owner), now.UnixNano()+int64(i)
+		}
+	}
+	entries := make([]workspace.SessionEntry, 0, len(order))
+	for _, id := range order {
+		e := leases[id].e
+		e.Start, e.PathCount = e.StartNS/1e6, len(e.Paths)
+		entries = append(entries, e)
+	}
+	var a *workspace.Attribution
+	if !gen.IsZero() && len(recs) > 0 {
+		a = &workspace.Attribution{Generation: gen, Workspace: ws, Time: now.UnixMilli(), Sessions: append([]string{}, order...), Paths: recs}
+	}
+	if err := d.m.RecordAttribution(a, entries); err != nil {
+		d.logger.Printf("%s: record recovered attribution: %v", ws, err)
+	}
+}
+
+// orphanKind is the kind of a lease known only by its label.
+func orphanKind(label string) string {
+	switch {
+	case strings.HasPrefix(label, "exec "):
+		return "exec"
+	case strings.HasPrefix(label, "sid:"), strings.HasPrefix(label, "pgid:"), strings.HasPrefix(label, "pid:"):
+		return "session"
+	default:
+		return "lease"
 	}
 }

@@ -73,9 +73,22 @@ func callerPID(ctx context.Context) uint32 {
 
 // noteWriter records w as in's latest writer. Caller holds mu.
 func (o *overlay) noteWriter(in *inode, w WriterRef) {
-	if w.PID == 0 || in.writer == w {
+	if w.PID == 0 {
 		return
 	}
+	if o.taken != nil {
+		if t, ok := o.taken[in]; ok {
+			// A change after TakeWriters: WritersRecorded must not clear w.
+			if i := slices.Index(t, w); i >= 0 {
+				o.taken[in] = slices.Delete(slices.Clone(t), i, i+1)
+			}
+		}
+	}
+	if in.writer == w {
+		return
+	}
+	o.unsnapped = true
+	o.walMark(in, walFull) // the log records the inode's writers
 	if in.writer.PID != 0 {
 		if o.moreWriters == nil {
 			o.moreWriters = map[*inode][]WriterRef{}
@@ -110,6 +123,12 @@ func (o *overlay) noteRemoved(d *inode, name string, c *inode, w WriterRef) {
 	if o.removed == nil {
 		o.removed = map[string]*removedName{}
 	}
+	o.walRemovedChanged(p)
+	if t, ok := o.takenRemoved[p]; ok {
+		if i := slices.Index(t, w); i >= 0 {
+			o.takenRemoved[p] = slices.Delete(slices.Clone(t), i, i+1)
+		}
+	}
 	r := o.removed[p]
 	if r == nil {
 		o.removed[p] = &removedName{ws: []WriterRef{w}, first: now, last: now}
@@ -121,24 +140,67 @@ func (o *overlay) noteRemoved(d *inode, name string, c *inode, w WriterRef) {
 	r.last = now
 }
 
-// TakeWriters returns who changed which path since the last call, sorted
-// by path, one entry per path, and forgets it: a path changed again later
-// is reported by the next call only. A path is named by each of its
-// names; a removed name is reported under its own path (and as a change
-// of its directory).
+// TakeWriters returns who changed which path since the last recorded
+// capture, sorted by path, one entry per path. A path is named by each of
+// its names; a removed name is reported under its own path (and as a
+// change of its directory). What it reports stays (and stays in the
+// overlay log, for a recovery) until WritersRecorded: a second call
+// before that reports it again, with any change made since.
 func (m *Mount) TakeWriters() []PathWriters {
 	o := m.ov
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var out []PathWriters
+	o.taken, o.takenRemoved = map[*inode][]WriterRef{}, map[string][]WriterRef{}
 	o.takeWriters(o.root, "", &out)
-	o.moreWriters = nil
 	for p, r := range o.removed {
-		out = append(out, PathWriters{Path: p, Writers: r.ws, First: r.first, Last: r.last})
+		out = append(out, PathWriters{Path: p, Writers: slices.Clone(r.ws), First: r.first, Last: r.last})
+		o.takenRemoved[p] = slices.Clone(r.ws)
 	}
-	o.removed = nil
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return mergeWriters(out)
+}
+
+// WritersRecorded forgets what the last TakeWriters reported (the daemon
+// stored it with the capture, or the capture changed nothing): the next
+// TakeWriters reports only changes made since. The overlay log records
+// the cleared state before it returns, so that a recovery does not
+// attribute the same changes again.
+func (m *Mount) WritersRecorded() {
+	o := m.ov
+	o.mu.Lock()
+	before := o.walMarks.Load()
+	for in, ws := range o.taken {
+		all := append(slices.Clone(o.moreWriters[in]), in.writer)
+		all = slices.DeleteFunc(all, func(w WriterRef) bool { return w.PID == 0 || slices.Contains(ws, w) })
+		if len(all) == 0 {
+			in.writer, in.writerSince = WriterRef{}, 0
+			delete(o.moreWriters, in)
+		} else {
+			in.writer = all[len(all)-1]
+			if len(all) > 1 {
+				o.moreWriters[in] = all[:len(all)-1]
+			} else {
+				delete(o.moreWriters, in)
+			}
+		}
+		o.unsnapped = true
+		o.walMark(in, walFull)
+	}
+	for p, ws := range o.takenRemoved {
+		if r := o.removed[p]; r != nil {
+			r.ws = slices.DeleteFunc(r.ws, func(w WriterRef) bool { return slices.Contains(ws, w) })
+			if len(r.ws) == 0 {
+				delete(o.removed, p)
+			}
+		}
+		o.walRemovedChanged(p)
+	}
+	o.taken, o.takenRemoved = nil, nil
+	o.mu.Unlock()
+	if m.dirs != nil && m.dirs.flush != nil {
+		m.dirs.flush(before)
+	}
 }
 
 // mergeWriters folds the entries of one path (sorted by path) into one:
@@ -165,8 +227,8 @@ func mergeWriters(ws []PathWriters) []PathWriters {
 	return out
 }
 
-// takeWriters collects and clears the writers of d and below. Caller
-// holds mu.
+// takeWriters collects the writers of d and below into out and o.taken.
+// Caller holds mu.
 func (o *overlay) takeWriters(d *inode, path string, out *[]PathWriters) {
 	if d.writer.PID != 0 {
 		p := path
@@ -197,13 +259,14 @@ func (o *overlay) takeWriters(d *inode, path string, out *[]PathWriters) {
 	}
 }
 
-// emitWriters appends in's writers under each of paths and clears them.
-// Caller holds mu.
+// emitWriters appends in's writers under each of paths. Caller holds mu.
 func (o *overlay) emitWriters(in *inode, paths []string, out *[]PathWriters) {
 	ws := append(slices.Clone(o.moreWriters[in]), in.writer)
 	last := max(in.ctime, in.mtime, in.writerSince)
 	for _, p := range paths {
 		*out = append(*out, PathWriters{Path: p, Writers: ws, First: in.writerSince, Last: last})
 	}
-	in.writer, in.writerSince = WriterRef{}, 0
+	if o.taken != nil {
+		o.taken[in] = slices.Clone(ws)
+	}
 }

@@ -237,8 +237,17 @@ type overlay struct {
 	// since attribution last took them (attribution.go). Guarded by mu.
 	removed map[string]*removedName
 	// execs tells a pid's exec generation (the Admitter, if it is an
-	// ExecWatcher); set before the mount serves.
-	execs ExecWatcher
+	// ExecWatcher); describe describes a writer for the overlay log
+	// (Config.DescribeWriter). Both set before the mount serves.
+	execs    ExecWatcher
+	describe func(WriterRef) WriterInfo
+	// walDesc holds the writers a replayed snapshot or log described
+	// (wal_attribution.go). Guarded by mu.
+	walDesc map[WriterRef]WriterInfo
+	// taken holds what the last TakeWriters reported, per inode and per
+	// removed path, until WritersRecorded clears it. Guarded by mu.
+	taken        map[*inode][]WriterRef
+	takenRemoved map[string][]WriterRef
 }
 
 func newOverlay(objects Objects, stateDir string, rootID store.ID) *overlay {

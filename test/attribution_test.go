@@ -418,3 +418,99 @@ func TestAttributionExec(t *testing.T) {
 	}
 	e.unmount(mp)
 }
+
+// attributionRun writes in w through two tool sessions while a lease
+// holds the window open, after a first window that closed normally; with
+// crash, the daemon is killed (SIGKILL) before the window closes and the
+// next mount recovers it. It returns blame of each path and the session
+// log, keyed by command line (pids differ between runs).
+func attributionRun(t *testing.T, crash bool) (blames map[string][]string, sessions map[string][]string, ss []sessionJSON, e *env) {
+	e = newMountEnv(t)
+	src := filepath.Join(e.dir, "src")
+	writeTree(t, src, map[string]string{"f": "f\n", "keep": "k\n"})
+	e.ok("create", "w", "--from", src)
+	mp := e.mountAt("w", "--lease-ttl", "300ms")
+	cpSrc := filepath.Join(e.dir, "cp-src")
+	if err := os.WriteFile(cpSrc, []byte("copied\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A first window that closes normally: its writer is recorded once,
+	// and never again by the recovery.
+	runTool(t, mp, "sh", "-c", "echo x > x")
+	e.waitIdle("w")
+	lease := e.ok("lease", "begin", mp, "--owner", "agent", "--ttl", "300ms")
+	runTool(t, mp, "sh", "-c", "echo one > a; rm f; echo both > both")
+	runTool(t, e.dir, "cp", cpSrc, filepath.Join(mp, "b"))
+	runTool(t, mp, "sh", "-c", "echo two >> both")
+	waitFor(t, 10*time.Second, "the tool sessions to end", func() bool {
+		return len(e.statusOf("w").Leases) == 1
+	})
+	if crash {
+		pid := e.daemonPID()
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		if err := waitGone(pid, 20*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(400 * time.Millisecond) // let the dead daemon's 300ms leases expire (a clock deadline, no event)
+		e.mountAt("w")
+	} else {
+		e.ok("lease", "end", mp, lease)
+		e.waitIdle("w")
+	}
+	blames = map[string][]string{}
+	for _, p := range []string{"x", "a", "f", "b", "both", "keep", "."} {
+		for _, bl := range e.blame("w", p) {
+			var ws []string
+			for _, w := range bl.Writers {
+				if w.Lease == "" || w.Session == "" || w.First == 0 {
+					t.Errorf("blame %s: writer %+v without session, lease or time", p, w)
+				}
+				ws = append(ws, strings.ReplaceAll(strings.Join(w.Argv, " "), e.dir, "$DIR"))
+			}
+			blames[p] = append(blames[p], strings.Join(ws, " | "))
+		}
+	}
+	sessions = map[string][]string{}
+	ss = e.sessions("w")
+	for _, s := range ss {
+		k := s.Kind + ": " + strings.ReplaceAll(strings.Join(s.Leader, " "), e.dir, "$DIR")
+		if _, dup := sessions[k]; dup {
+			t.Errorf("sessions: two entries for %s: %+v", k, ss)
+		}
+		sessions[k] = s.Paths
+	}
+	e.unmount(mp)
+	return blames, sessions, ss, e
+}
+
+// Across a daemon kill -9 (issue #29): the overlay log records each
+// change's writer, and the recovery attributes what it captures to them
+// and gives the dead daemon's leases session entries: blame and sessions
+// say what they say without the crash, except outcomes.
+func TestAttributionSurvivesKill(t *testing.T) {
+	wantB, wantS, _, _ := attributionRun(t, false)
+	gotB, gotS, ss, e := attributionRun(t, true)
+	if fmt.Sprint(gotB) != fmt.Sprint(wantB) {
+		t.Errorf("blame after kill -9 and recovery:\n%v\nwithout the crash:\n%v", gotB, wantB)
+	}
+	if fmt.Sprint(gotS) != fmt.Sprint(wantS) {
+		t.Errorf("sessions after kill -9 and recovery:\n%v\nwithout the crash:\n%v", gotS, wantS)
+	}
+	if len(wantB["a"]) != 1 || len(wantB["f"]) != 1 || len(wantB["x"]) != 1 || len(wantS) != 5 {
+		t.Errorf("the run without the crash: blame %v, sessions %v", wantB, wantS)
+	}
+	recovered := 0
+	for _, s := range ss {
+		if s.Outcome == "recovered" {
+			recovered++
+			if strings.Trim(s.Generation, "0") == "" {
+				t.Errorf("recovered session %+v names no generation", s)
+			}
+		}
+	}
+	if recovered != 4 {
+		t.Errorf("sessions: %d recovered entries, want 4 (three tool sessions and the lease): %+v\n%s", recovered, ss, e.daemonLog())
+	}
+}
