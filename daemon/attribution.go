@@ -257,10 +257,20 @@ func (d *Daemon) orphanLeases(ws string) []window.LeaseRecord {
 // recordRecovered stores what a recovery learnt from a dead mount's
 // overlay log: the attribution of its capture gen (zero: it captured
 // nothing) and a session entry, outcome "recovered", for each lease of
-// the dead daemon — the ones its writers name, and the ones its window
-// still held. A failure is logged, never fails the recovery.
-func (d *Daemon) recordRecovered(ws string, gen store.ID, paths []fusefs.RecoveredPath, orphans []window.LeaseRecord) {
+// the dead daemon that has none — the ones its writers name, the ones
+// its window still held, and the ones the attribution of its last
+// published capture (that of head, the workspace's head before the
+// recovery) names: a daemon killed between storing a capture's
+// attribution and its window's entries. A failure is logged, never
+// fails the recovery.
+func (d *Daemon) recordRecovered(ws string, head, gen store.ID, paths []fusefs.RecoveredPath, orphans []window.LeaseRecord) {
 	now := time.Now()
+	have := map[string]bool{}
+	if es, err := d.m.Sessions(ws, 0, false); err == nil {
+		for _, e := range es {
+			have[e.Lease] = true
+		}
+	}
 	type lease struct {
 		e     workspace.SessionEntry
 		known bool // described by a writer record
@@ -304,8 +314,41 @@ func (d *Daemon) recordRecovered(ws string, gen store.ID, paths []fusefs.Recover
 		}
 		recs = append(recs, pa)
 	}
+	if a, ok, err := d.m.Attribution(head); err == nil && ok && a.Workspace == ws && !head.IsZero() {
+		for _, id := range a.Sessions {
+			if have[id] {
+				continue
+			}
+			l := add(id)
+			if l.known {
+				continue
+			}
+			l.known = true
+			l.e.Generation, l.e.Kind, l.e.StartNS = head, "", now.UnixNano()+int64(len(order))
+			for _, pa := range a.Paths {
+				for _, w := range pa.Writers {
+					if w.Lease != id {
+						continue
+					}
+					l.e.Owner = w.Session
+					if !slices.Contains(l.e.Paths, pa.Path) {
+						l.e.Paths = append(l.e.Paths, pa.Path)
+					}
+					if w.PID == ownerPID(sessions.Owner(w.Session)) && len(w.Argv) > 0 {
+						l.e.Leader = w.Argv
+					}
+				}
+			}
+		}
+	}
 	for i, o := range orphans {
 		l := add(o.ID.String())
+		if l.e.Kind == "" && l.e.Owner == "" {
+			l.e.Owner = o.Owner
+		}
+		if l.e.Kind == "" {
+			l.e.Kind = orphanKind(o.Owner)
+		}
 		if !l.known {
 			// Known by its label only: an implicit session's label is its
 			// owner; its start is not recorded.
@@ -315,12 +358,24 @@ func (d *Daemon) recordRecovered(ws string, gen store.ID, paths []fusefs.Recover
 	entries := make([]workspace.SessionEntry, 0, len(order))
 	for _, id := range order {
 		e := leases[id].e
+		if have[id] {
+			continue
+		}
+		if e.Kind == "" {
+			e.Kind = orphanKind(e.Owner)
+		}
 		e.Start, e.PathCount = e.StartNS/1e6, len(e.Paths)
 		entries = append(entries, e)
 	}
 	var a *workspace.Attribution
 	if !gen.IsZero() && len(recs) > 0 {
-		a = &workspace.Attribution{Generation: gen, Workspace: ws, Time: now.UnixMilli(), Sessions: append([]string{}, order...), Paths: recs}
+		ids := []string{}
+		for _, id := range order {
+			if leases[id].e.Generation == gen {
+				ids = append(ids, id)
+			}
+		}
+		a = &workspace.Attribution{Generation: gen, Workspace: ws, Time: now.UnixMilli(), Sessions: ids, Paths: recs}
 	}
 	if err := d.m.RecordAttribution(a, entries); err != nil {
 		d.logger.Printf("%s: record recovered attribution: %v", ws, err)

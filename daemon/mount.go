@@ -450,6 +450,10 @@ func (d *Daemon) RecoverMount(rec workspace.MountRecord) ([]string, error) {
 		return notes, err
 	}
 	orphans := d.orphanLeases(rec.Workspace) // before the window is claimed
+	var head store.ID
+	if w, err := m.Get(rec.Workspace); err == nil {
+		head = w.Head
+	}
 	newRoot, newLinks, changed, lost, attributed, err := fusefs.RecoverCaptureAttributed(rec.StateDir, storeObjects{m.Store()}, pinnedRoot, pinnedLinks)
 	for _, l := range lost {
 		d.logger.Printf("%s: recovery: %s", rec.Workspace, l)
@@ -473,9 +477,7 @@ func (d *Daemon) RecoverMount(rec workspace.MountRecord) ([]string, error) {
 			notes = append(notes, "kept the mount's version of "+c.Path)
 		}
 	}
-	if changed || len(orphans) > 0 {
-		d.recordRecovered(rec.Workspace, recovered, attributed, orphans)
-	}
+	d.recordRecovered(rec.Workspace, head, recovered, attributed, orphans)
 	if err := fusefs.ResetState(rec.StateDir); err != nil {
 		return notes, err
 	}

@@ -419,25 +419,53 @@ func TestAttributionExec(t *testing.T) {
 	e.unmount(mp)
 }
 
-// attributionRun writes in w through two tool sessions while a lease
-// holds the window open, after a first window that closed normally; with
-// crash, the daemon is killed (SIGKILL) before the window closes and the
-// next mount recovers it. It returns blame of each path and the session
-// log, keyed by command line (pids differ between runs).
-func attributionRun(t *testing.T, crash bool) (blames map[string][]string, sessions map[string][]string, ss []sessionJSON, e *env) {
+// attributionRun writes in w: a first window that closes after one tool
+// session, then two more tool sessions while a lease holds the window
+// open. crash is where the daemon dies: "" nowhere; "kill" by SIGKILL
+// before the second window closes; a failpoint (the daemon exits there)
+// at the first final close. The next mount recovers and the run goes on.
+// It returns blame of each path and the session log, keyed by command
+// line (pids and directories differ between runs).
+func attributionRun(t *testing.T, crash string) (blames map[string][]string, sessions map[string][]string, ss []sessionJSON, e *env) {
 	e = newMountEnv(t)
 	src := filepath.Join(e.dir, "src")
 	writeTree(t, src, map[string]string{"f": "f\n", "keep": "k\n"})
 	e.ok("create", "w", "--from", src)
-	mp := e.mountAt("w", "--lease-ttl", "300ms")
+	mp := filepath.Join(e.dir, "mnt-w")
+	if crash != "" && crash != "kill" {
+		if err := os.MkdirAll(mp, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		e.mountWithFailpoint(crash, "w", mp, "--lease-ttl", "300ms")
+	} else {
+		e.mountAt("w", "--lease-ttl", "300ms")
+	}
 	cpSrc := filepath.Join(e.dir, "cp-src")
 	if err := os.WriteFile(cpSrc, []byte("copied\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// A first window that closes normally: its writer is recorded once,
-	// and never again by the recovery.
+	died := func() {
+		t.Helper()
+		pid := e.daemonPID()
+		if crash == "kill" {
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := waitGone(pid, 20*time.Second); err != nil {
+			t.Fatalf("daemon did not die at %s: %v", crash, err)
+		}
+		time.Sleep(400 * time.Millisecond) // let the dead daemon's 300ms leases expire (a clock deadline, no event)
+		if r := e.run("mount", "w", mp, "--lease-ttl", "300ms"); r.code != 0 {
+			t.Fatalf("remount after a crash at %s: %s", crash, r)
+		}
+	}
 	runTool(t, mp, "sh", "-c", "echo x > x")
-	e.waitIdle("w")
+	if crash != "" && crash != "kill" {
+		died()
+	} else {
+		e.waitIdle("w")
+	}
 	lease := e.ok("lease", "begin", mp, "--owner", "agent", "--ttl", "300ms")
 	runTool(t, mp, "sh", "-c", "echo one > a; rm f; echo both > both")
 	runTool(t, e.dir, "cp", cpSrc, filepath.Join(mp, "b"))
@@ -445,16 +473,8 @@ func attributionRun(t *testing.T, crash bool) (blames map[string][]string, sessi
 	waitFor(t, 10*time.Second, "the tool sessions to end", func() bool {
 		return len(e.statusOf("w").Leases) == 1
 	})
-	if crash {
-		pid := e.daemonPID()
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		if err := waitGone(pid, 20*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(400 * time.Millisecond) // let the dead daemon's 300ms leases expire (a clock deadline, no event)
-		e.mountAt("w")
+	if crash == "kill" {
+		died()
 	} else {
 		e.ok("lease", "end", mp, lease)
 		e.waitIdle("w")
@@ -487,30 +507,39 @@ func attributionRun(t *testing.T, crash bool) (blames map[string][]string, sessi
 
 // Across a daemon kill -9 (issue #29): the overlay log records each
 // change's writer, and the recovery attributes what it captures to them
-// and gives the dead daemon's leases session entries: blame and sessions
-// say what they say without the crash, except outcomes.
+// and gives the dead daemon's leases session entries; a crash inside a
+// final close (after its capture, after its publish, before its ticket
+// completes) neither loses nor repeats anything: blame and sessions say
+// what they say without the crash, except outcomes.
 func TestAttributionSurvivesKill(t *testing.T) {
-	wantB, wantS, _, _ := attributionRun(t, false)
-	gotB, gotS, ss, e := attributionRun(t, true)
-	if fmt.Sprint(gotB) != fmt.Sprint(wantB) {
-		t.Errorf("blame after kill -9 and recovery:\n%v\nwithout the crash:\n%v", gotB, wantB)
-	}
-	if fmt.Sprint(gotS) != fmt.Sprint(wantS) {
-		t.Errorf("sessions after kill -9 and recovery:\n%v\nwithout the crash:\n%v", gotS, wantS)
-	}
+	wantB, wantS, _, _ := attributionRun(t, "")
 	if len(wantB["a"]) != 1 || len(wantB["f"]) != 1 || len(wantB["x"]) != 1 || len(wantS) != 5 {
-		t.Errorf("the run without the crash: blame %v, sessions %v", wantB, wantS)
+		t.Fatalf("the run without the crash: blame %v, sessions %v", wantB, wantS)
 	}
-	recovered := 0
-	for _, s := range ss {
-		if s.Outcome == "recovered" {
-			recovered++
-			if strings.Trim(s.Generation, "0") == "" {
-				t.Errorf("recovered session %+v names no generation", s)
+	for _, c := range []struct {
+		crash     string
+		recovered int // session entries the recovery wrote
+	}{{"kill", 4}, {"reconcile.after-capture", 1}, {"reconcile.after-publish", 1}, {"reconcile.before-complete", 1}} {
+		t.Run(c.crash, func(t *testing.T) {
+			gotB, gotS, ss, e := attributionRun(t, c.crash)
+			if fmt.Sprint(gotB) != fmt.Sprint(wantB) {
+				t.Errorf("blame after a crash at %s and recovery:\n%v\nwithout the crash:\n%v", c.crash, gotB, wantB)
 			}
-		}
-	}
-	if recovered != 4 {
-		t.Errorf("sessions: %d recovered entries, want 4 (three tool sessions and the lease): %+v\n%s", recovered, ss, e.daemonLog())
+			if fmt.Sprint(gotS) != fmt.Sprint(wantS) {
+				t.Errorf("sessions after a crash at %s and recovery:\n%v\nwithout the crash:\n%v", c.crash, gotS, wantS)
+			}
+			recovered := 0
+			for _, s := range ss {
+				if s.Outcome == "recovered" {
+					recovered++
+					if strings.Trim(s.Generation, "0") == "" {
+						t.Errorf("recovered session %+v names no generation", s)
+					}
+				}
+			}
+			if recovered != c.recovered {
+				t.Errorf("sessions: %d recovered entries, want %d: %+v\n%s", recovered, c.recovered, ss, e.daemonLog())
+			}
+		})
 	}
 }
