@@ -95,6 +95,9 @@ type walState struct {
 	writerIdx    map[WriterRef]uint32
 	newWriters   []WriterInfo
 	removedDirty map[string]bool
+	// arena holds the writer indices of the frame or snapshot being
+	// encoded (walWriters). Guarded by mu and walMu.
+	arena []uint32
 }
 
 // walLog is the open log file, guarded by overlay.walMu.
@@ -173,6 +176,7 @@ func walListable(in *inode) bool { return in.isDir() && in.children != nil && in
 // files to delete once it is written. Caller holds mu; o.wal.gen != 0.
 func (o *overlay) walEncode() (*walFrame, []uint64) {
 	f := &walFrame{NextIno: o.nextIno, Seq: o.seq}
+	o.wal.arena = o.wal.arena[:0] // the last frame is written: walMu is held
 	var listed []*inode
 	full := func(in *inode) {
 		l := walListable(in)

@@ -87,17 +87,20 @@ func (o *overlay) walWriterIndex(w WriterRef) uint32 {
 }
 
 // walWriters are in's writers as table indices, oldest first, and when
-// the first began. Caller holds mu.
+// the first began. The indices live in o.wal.arena, which the next
+// frame or snapshot reuses (walMu serialises encoding and writing), so
+// that logging them allocates nothing per record. Caller holds mu and
+// walMu.
 func (o *overlay) walWriters(in *inode) ([]uint32, int64) {
 	if in.writer.PID == 0 {
 		return nil, 0
 	}
-	more := o.moreWriters[in]
-	idx := make([]uint32, 0, len(more)+1)
-	for _, w := range more {
-		idx = append(idx, o.walWriterIndex(w))
+	start := len(o.wal.arena)
+	for _, w := range o.moreWriters[in] {
+		o.wal.arena = append(o.wal.arena, o.walWriterIndex(w))
 	}
-	return append(idx, o.walWriterIndex(in.writer)), in.writerSince
+	o.wal.arena = append(o.wal.arena, o.walWriterIndex(in.writer))
+	return o.wal.arena[start:len(o.wal.arena):len(o.wal.arena)], in.writerSince
 }
 
 // walRemovedRec is path's removal state for a record. Caller holds mu.
@@ -116,6 +119,7 @@ func (o *overlay) walRemovedRec(path string) walRemoved {
 // being encoded, which describes what it names). Caller holds mu.
 func (o *overlay) walResetWriters() {
 	o.wal.writerIdx, o.wal.newWriters, o.wal.removedDirty = nil, nil, nil
+	o.wal.arena = o.wal.arena[:0]
 }
 
 // walRemovedChanged records that path's removal state changed. Caller
