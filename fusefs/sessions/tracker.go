@@ -101,7 +101,7 @@ func (o *ownerState) touch(e uint64) {
 }
 
 // pidEntry caches what the tracker knows about one pid. It is immutable
-// except for os, which is guarded by Tracker.mu.
+// except for os and comm, which are guarded by Tracker.mu.
 type pidEntry struct {
 	owner   Owner
 	id      int
