@@ -259,9 +259,20 @@ func (o *overlay) takeWriters(d *inode, path string, out *[]PathWriters) {
 	}
 }
 
+// writersOf lists in's writers in order of their first change: the
+// earlier ones (a writer that came back after another is there already),
+// then the latest. Caller holds mu.
+func (o *overlay) writersOf(in *inode) []WriterRef {
+	ws := slices.Clone(o.moreWriters[in])
+	if !slices.Contains(ws, in.writer) {
+		ws = append(ws, in.writer)
+	}
+	return ws
+}
+
 // emitWriters appends in's writers under each of paths. Caller holds mu.
 func (o *overlay) emitWriters(in *inode, paths []string, out *[]PathWriters) {
-	ws := append(slices.Clone(o.moreWriters[in]), in.writer)
+	ws := o.writersOf(in)
 	last := max(in.ctime, in.mtime, in.writerSince)
 	for _, p := range paths {
 		*out = append(*out, PathWriters{Path: p, Writers: ws, First: in.writerSince, Last: last})

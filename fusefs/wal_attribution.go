@@ -96,10 +96,13 @@ func (o *overlay) walWriters(in *inode) ([]uint32, int64) {
 		return nil, 0
 	}
 	start := len(o.wal.arena)
-	for _, w := range o.moreWriters[in] {
+	more := o.moreWriters[in]
+	for _, w := range more {
 		o.wal.arena = append(o.wal.arena, o.walWriterIndex(w))
 	}
-	o.wal.arena = append(o.wal.arena, o.walWriterIndex(in.writer))
+	if !slices.Contains(more, in.writer) { // a writer that came back is listed at its first change
+		o.wal.arena = append(o.wal.arena, o.walWriterIndex(in.writer))
+	}
 	return o.wal.arena[start:len(o.wal.arena):len(o.wal.arena)], in.writerSince
 }
 

@@ -1,11 +1,16 @@
 package fusefs
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sort"
+	"strings"
 	"testing"
+
+	"pgregory.net/rapid"
 )
 
 // copyState copies a live mount's state directory (what a SIGKILL would
@@ -90,4 +95,104 @@ func TestWALVersion1Replays(t *testing.T) {
 	if got, _ := decodeWAL(b, 7); len(got) != 1 || got[0].Seq != 1 {
 		t.Fatalf("version 1 log: %+v", got)
 	}
+}
+
+// peekWriters is what TakeWriters would report now, without taking it.
+func peekWriters(m *Mount) []PathWriters {
+	o := m.ov
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	taken, takenRemoved := o.taken, o.takenRemoved
+	o.taken = nil
+	var out []PathWriters
+	o.takeWriters(o.root, "", &out)
+	for p, r := range o.removed {
+		out = append(out, PathWriters{Path: p, Writers: r.ws, First: r.first, Last: r.last})
+	}
+	o.taken, o.takenRemoved = taken, takenRemoved
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return mergeWriters(out)
+}
+
+// writerSummary is paths and their writers' pids, for comparing.
+func writerSummary(ws []PathWriters) string {
+	var b strings.Builder
+	for _, w := range ws {
+		fmt.Fprintf(&b, "%s:", w.Path)
+		for _, r := range w.Writers {
+			fmt.Fprintf(&b, " %d/%d", r.PID, r.Exec)
+		}
+		b.WriteString("; ")
+	}
+	return b.String()
+}
+
+// Property: at any moment — whatever was changed, synced (a snapshot),
+// taken and recorded before — a recovery from the state a SIGKILL would
+// leave attributes exactly what TakeWriters would report: nothing lost,
+// nothing recorded before attributed again.
+func TestWALWritersRecoveryModel(t *testing.T) {
+	objs := newFakeObjects(t)
+	root := objs.build(t, spec{"f1": "1", "f2": "2", "d/g": "g"})
+	state := t.TempDir()
+	m, mnt := mountT(t, objs, root, &mountOpts{stateDir: state})
+	m.ov.mu.Lock()
+	m.ov.describe = func(w WriterRef) WriterInfo { return WriterInfo{Comm: "t", Session: "sid:1", Lease: "L"} }
+	m.ov.mu.Unlock()
+	names := []string{"f1", "f2", "n1", "n2", "d/g", "d/n3"}
+	rapid.Check(t, func(rt *rapid.T) {
+		m.TakeWriters()
+		m.WritersRecorded()
+		check := func() {
+			waitReleased(m)
+			want := peekWriters(m)
+			_, _, changed, _, paths, err := RecoverCaptureAttributed(copyState(t, state), objs, root, nil)
+			if err != nil {
+				rt.Fatalf("recover: %v", err)
+			}
+			if !changed {
+				return // the changes cancel out: nothing is captured, nothing attributed
+			}
+			got := make([]PathWriters, 0, len(paths))
+			for _, p := range paths {
+				pw := PathWriters{Path: p.Path}
+				for _, w := range p.Writers {
+					pw.Writers = append(pw.Writers, w.Ref)
+					if w.Lease != "L" {
+						rt.Fatalf("recovered %s: writer %+v not as described", p.Path, w)
+					}
+				}
+				got = append(got, pw)
+			}
+			if g, w := writerSummary(got), writerSummary(want); g != w {
+				rt.Fatalf("recovered writers\n%s\nlive writers\n%s", g, w)
+			}
+		}
+		rt.Repeat(map[string]func(*rapid.T){
+			"write": func(rt *rapid.T) {
+				p := filepath.Join(mnt, rapid.SampledFrom(names).Draw(rt, "name"))
+				_ = os.WriteFile(p, []byte(rapid.StringN(0, 8, -1).Draw(rt, "data")), 0o644)
+			},
+			"rm": func(rt *rapid.T) {
+				_ = os.Remove(filepath.Join(mnt, rapid.SampledFrom(names).Draw(rt, "name")))
+			},
+			"mv": func(rt *rapid.T) {
+				_ = os.Rename(filepath.Join(mnt, rapid.SampledFrom(names).Draw(rt, "from")), filepath.Join(mnt, rapid.SampledFrom(names).Draw(rt, "to")))
+			},
+			"sync": func(rt *rapid.T) { // fsync writes a snapshot, which starts a new log
+				if f, err := os.Open(filepath.Join(mnt, rapid.SampledFrom(names).Draw(rt, "name"))); err == nil {
+					_ = f.Sync()
+					f.Close()
+				}
+			},
+			"record": func(rt *rapid.T) {
+				m.TakeWriters()
+				if rapid.Bool().Draw(rt, "recorded") {
+					m.WritersRecorded()
+				}
+			},
+			"crash": func(rt *rapid.T) { check() },
+		})
+		check()
+	})
 }
