@@ -132,3 +132,23 @@ func FuzzSplitCmdline(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkExecGen is what the mount pays per change of an inode to
+// notice an exec: one pread of the caller's /proc/PID/comm.
+func BenchmarkExecGen(b *testing.B) {
+	tr, err := New(Config{Handler: newRecorder(), SweepInterval: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tr.Close()
+	pid := uint32(os.Getpid())
+	if err := tr.Admit(pid); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if g := tr.ExecGen(pid); g != 0 {
+			b.Fatalf("ExecGen = %d without an exec", g)
+		}
+	}
+}
