@@ -343,16 +343,13 @@ func (d *Daemon) recordRecovered(ws string, head, gen store.ID, paths []fusefs.R
 	}
 	for i, o := range orphans {
 		l := add(o.ID.String())
-		if l.e.Kind == "" && l.e.Owner == "" {
-			l.e.Owner = o.Owner
-		}
-		if l.e.Kind == "" {
-			l.e.Kind = orphanKind(o.Owner)
-		}
 		if !l.known {
 			// Known by its label only: an implicit session's label is its
 			// owner; its start is not recorded.
-			l.e.Owner, l.e.Kind, l.e.StartNS = o.Owner, orphanKind(o.Owner), now.UnixNano()+int64(i)
+			l.e.Owner, l.e.StartNS = o.Owner, now.UnixNano()+int64(i)
+		}
+		if l.e.Kind == "" {
+			l.e.Kind = orphanKind(o.Owner) // the label tells an exec's lease
 		}
 	}
 	entries := make([]workspace.SessionEntry, 0, len(order))
