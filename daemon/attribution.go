@@ -345,8 +345,8 @@ func (d *Daemon) recordRecovered(ws string, head, gen store.ID, paths []fusefs.R
 		l := add(o.ID.String())
 		if !l.known {
 			// Known by its label only: an implicit session's label is its
-			// owner; its start is not recorded.
-			l.e.Owner, l.e.StartNS = o.Owner, now.UnixNano()+int64(i)
+			// owner, an exec's "exec OWNER"; its start is not recorded.
+			l.e.Owner, l.e.StartNS = strings.TrimPrefix(o.Owner, "exec "), now.UnixNano()+int64(i)
 		}
 		if l.e.Kind == "" {
 			l.e.Kind = orphanKind(o.Owner) // the label tells an exec's lease
