@@ -16,6 +16,20 @@ import (
 	"github.com/acyclicfs/acyclicfs/internal/weedtest"
 )
 
+// openB is open for a benchmark.
+func openB(b *testing.B, srv *weedtest.Server, n *atomic.Int64) *s3blobs.Store {
+	b.Helper()
+	sp, err := s3blobs.ParseSpec(fmt.Sprintf("s3://acyclicfs/b%d?endpoint=%s&insecure=1", n.Add(1), srv.Endpoint))
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := s3blobs.OpenSpec(context.Background(), sp, s3blobs.Options{CreateBucket: true, TempDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
 // open opens a store on srv's bucket "acyclicfs" under a fresh prefix,
 // credentials from the AWS environment variables, as a user's would be.
 func open(t *testing.T, srv *weedtest.Server, n *atomic.Int64, opt s3blobs.Options) *s3blobs.Store {
