@@ -129,6 +129,8 @@ func (s *Server) args() []string {
 		"-s3.config=" + filepath.Join(s.dir, "s3.json"),
 		"-s3.port.iceberg=0", "-s3.port.lance=0",
 		"-master.volumeSizeLimitMB=64", "-volume.max=0",
+		// A restarted master waits this long before it leads again.
+		"-master.electionTimeout=1s",
 	}
 }
 
@@ -147,10 +149,12 @@ func (s *Server) start() {
 	}
 	s.cmd, s.log = cmd, log
 	s.mu.Unlock()
+	began := time.Now()
 	if err := s.waitReady(90 * time.Second); err != nil {
 		s.Stop()
 		s.t.Fatalf("weed server: %v\n%s", err, tail(log.String(), 4000))
 	}
+	s.t.Logf("weed server -s3 on %s ready in %v", s.Endpoint, time.Since(began).Round(time.Millisecond))
 }
 
 type syncWriter struct {
