@@ -38,7 +38,8 @@ func (v *Verifier) Check() error {
 
 // Uploader is a remote Store that can take an immutable object file
 // whose ID the caller knows (a Tier's cached object) without hashing it
-// again; reads verify it anyway. The s3blobs Store is one.
+// again; reads verify it anyway. The caller has just found the object
+// absent, so Upload need not ask. The s3blobs Store is one.
 type Uploader interface {
 	Upload(id ID, path string) error
 }

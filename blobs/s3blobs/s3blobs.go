@@ -403,6 +403,11 @@ func (s *Store) send(id blobs.ID, sp *spool) error {
 	} else if !errors.Is(err, blobs.ErrNotFound) {
 		return err
 	}
+	return s.putObject(id, sp)
+}
+
+// putObject uploads a spool as object id.
+func (s *Store) putObject(id blobs.ID, sp *spool) error {
 	rc, err := sp.reader()
 	if err != nil {
 		return fmt.Errorf("s3 put blob %s: %w", id.Short(), err)
@@ -449,13 +454,14 @@ func (s *Store) PutFile(path string) (blobs.ID, int64, error) {
 }
 
 // Upload stores the immutable file at path as object id without hashing
-// it (blobs.Uploader): reads verify it.
+// it (blobs.Uploader): reads verify it. It does not ask whether the
+// bucket has the object first (the tier just did).
 func (s *Store) Upload(id blobs.ID, path string) error {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return fmt.Errorf("s3 upload blob %s: %w", id.Short(), err)
 	}
-	return s.send(id, &spool{file: path, size: fi.Size()})
+	return s.putObject(id, &spool{file: path, size: fi.Size()})
 }
 
 // NewBatch starts a batch: objects are spooled at Put and uploaded
