@@ -39,3 +39,24 @@ func BenchmarkTierColdRead(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTierWrite writes new objects through a store whose remote is
+// S3 (SeaweedFS on loopback): local write, then HEAD and PUT before
+// WriteBlobBytes returns.
+func BenchmarkTierWrite(b *testing.B) {
+	srv := weedtest.Start(b)
+	srv.SetEnv(b)
+	for _, size := range []int{4 << 10, 1 << 20} {
+		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
+			s := storetest.MustOpenDir(b, b.TempDir(), store.Options{NoSync: true, Remote: s3Remote(b, srv)})
+			p := make([]byte, size)
+			b.SetBytes(int64(size))
+			for i := 0; b.Loop(); i++ {
+				binary.LittleEndian.PutUint64(p, uint64(i))
+				if _, err := s.WriteBlobBytes(p); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
