@@ -150,7 +150,7 @@ func (s *Server) start() {
 	s.cmd, s.log = cmd, log
 	s.mu.Unlock()
 	began := time.Now()
-	if err := s.waitReady(90 * time.Second); err != nil {
+	if err := s.waitReady(3 * time.Minute); err != nil {
 		s.Stop()
 		s.t.Fatalf("weed server: %v\n%s", err, tail(log.String(), 4000))
 	}
