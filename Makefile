@@ -4,7 +4,7 @@ BIN       ?= bin/acyclicfs
 STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $(shell $(GO) env GOPATH)/bin/staticcheck)
 PKGS      := ./...
 
-.PHONY: all build demo test check fmt fmt-check vet staticcheck tidy-check unit race race-devfuse bench bench-profile bench-fs bench-deps bench-micro clean
+.PHONY: all build demo test weed check fmt fmt-check vet staticcheck tidy-check unit race race-devfuse bench bench-profile bench-fs bench-deps bench-micro clean
 
 all: build
 
@@ -19,7 +19,15 @@ demo: build
 
 # Everything CI checks: formatting, vet, staticcheck, go mod tidy, and every
 # test (unit, property, mount, end-to-end through the binary) under -race.
-test: fmt-check vet staticcheck tidy-check race race-devfuse
+test: fmt-check vet staticcheck tidy-check weed race race-devfuse
+
+# SeaweedFS's weed binary, the real S3 server of the object-storage tests
+# (internal/weedtest), built once per machine into a cache outside the
+# repository (about 5 minutes the first time; reused after). make test
+# then requires it: ACYCLICFS_REQUIRE_WEED=1 turns those tests' skip into
+# a failure.
+weed:
+	scripts/build-weed.sh >/dev/null
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
@@ -51,7 +59,7 @@ unit:
 # take their default transport, io_uring, as on a machine set up for speed;
 # scripts/with-uring.sh puts it back as it was afterwards.
 race:
-	scripts/with-uring.sh $(GO) test -race -count=1 -timeout 15m $(PKGS)
+	ACYCLICFS_REQUIRE_WEED=1 scripts/with-uring.sh $(GO) test -race -count=1 -timeout 15m $(PKGS)
 
 # The tool and window tests once more with every mount served through
 # read and write on /dev/fuse (mount --transport dev-fuse), the transport

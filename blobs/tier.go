@@ -160,6 +160,13 @@ func (t *Tier) upload(id ID) error {
 
 // send copies the local object to the remote.
 func (t *Tier) send(id ID) error {
+	if up, ok := t.remote.(Uploader); ok {
+		if err := up.Upload(id, t.local.Path(id)); err != nil {
+			return unavailable("upload", id, err)
+		}
+		t.uploaded(id)
+		return nil
+	}
 	got, _, err := t.remote.PutFile(t.local.Path(id))
 	if err != nil {
 		return unavailable("upload", id, err)

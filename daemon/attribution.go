@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -8,6 +10,7 @@ import (
 	"github.com/acyclicfs/acyclicfs/fusefs"
 	"github.com/acyclicfs/acyclicfs/fusefs/sessions"
 	"github.com/acyclicfs/acyclicfs/store"
+	"github.com/acyclicfs/acyclicfs/window"
 	"github.com/acyclicfs/acyclicfs/workspace"
 )
 
@@ -81,6 +84,42 @@ func (s *Mount) noteLeaseBegun(hl *heldLease) {
 	}
 	s.attr.leaseOf[hl.owner] = hl.id.String()
 	hl.leader = s.leaderArgv(hl.owner)
+	s.leaseMu.Lock()
+	if s.leaseInfo == nil {
+		s.leaseInfo = map[sessions.Owner]leaseDesc{}
+	}
+	s.leaseInfo[hl.owner] = leaseDesc{id: hl.id.String(), kind: leaseKind(hl.explicit, hl.label), leader: hl.leader, start: hl.since.UnixNano()}
+	s.leaseMu.Unlock()
+}
+
+// leaseDesc is what the overlay log records of a lease with its writers.
+type leaseDesc struct {
+	id, kind string
+	leader   []string
+	start    int64
+}
+
+// describeWriter describes a writer for the overlay log
+// (fusefs.Config.DescribeWriter): its program as the tracker read it,
+// its session and that session's lease. Called by the overlay while it
+// serves, once per writer per log; takes neither s.lock nor anything
+// the overlay waits for.
+func (s *Mount) describeWriter(w fusefs.WriterRef) fusefs.WriterInfo {
+	info := fusefs.WriterInfo{Ref: w}
+	if s.tracker == nil {
+		return info
+	}
+	pi, ok := s.tracker.ProcExec(w.PID, w.Exec)
+	if !ok {
+		return info
+	}
+	info.Comm, info.Argv, info.ArgvTruncated, info.Session = pi.Comm, pi.Argv, pi.Truncated, string(pi.Owner)
+	s.leaseMu.Lock()
+	if l, ok := s.leaseInfo[pi.Owner]; ok {
+		info.Lease, info.LeaseKind, info.Leader, info.LeaseStart = l.id, l.kind, l.leader, l.start
+	}
+	s.leaseMu.Unlock()
+	return info
 }
 
 // noteLeaseEnded queues hl's entry for the window's final close. Called
@@ -122,22 +161,13 @@ func (s *Mount) takeWriters() {
 			continue
 		}
 		p := &s.attr.pending[i]
-		for _, pid := range w.PIDs {
-			if !containsPID(p.PIDs, pid) {
-				p.PIDs = append(p.PIDs, pid)
+		for _, x := range w.Writers {
+			if !slices.Contains(p.Writers, x) {
+				p.Writers = append(p.Writers, x)
 			}
 		}
 		p.Last = max(p.Last, w.Last)
 	}
-}
-
-func containsPID(ps []uint32, p uint32) bool {
-	for _, q := range ps {
-		if q == p {
-			return true
-		}
-	}
-	return false
 }
 
 // recordCapture stores the attribution of the published capture gen.
@@ -145,13 +175,15 @@ func containsPID(ps []uint32, p uint32) bool {
 func (s *Mount) recordCapture(gen store.ID) {
 	pending := s.attr.pending
 	s.attr.pending = nil
+	// Blame looks paths up by binary search: merged retries appended.
+	slices.SortFunc(pending, func(a, b fusefs.PathWriters) int { return strings.Compare(a.Path, b.Path) })
 	paths := make([]workspace.PathAttribution, 0, len(pending))
 	for _, p := range pending {
 		pa := workspace.PathAttribution{Path: p.Path}
-		for _, pid := range p.PIDs {
-			w := workspace.Writer{PID: pid, Argv: []string{}, First: p.First / 1e6, Last: p.Last / 1e6}
+		for _, x := range p.Writers {
+			w := workspace.Writer{PID: x.PID, Argv: []string{}, First: p.First / 1e6, Last: p.Last / 1e6}
 			if s.tracker != nil {
-				if pi, ok := s.tracker.Proc(pid); ok {
+				if pi, ok := s.tracker.ProcExec(x.PID, x.Exec); ok {
 					w.Comm, w.ArgvTruncated, w.Session = pi.Comm, pi.Truncated, string(pi.Owner)
 					if pi.Argv != nil {
 						w.Argv = pi.Argv
@@ -195,7 +227,166 @@ func (s *Mount) recordWindow(outcome workspace.Outcome) {
 		s.d.logger.Printf("%s: record %d session entries: %v", s.ws, len(entries), err)
 	}
 	s.attr = attrState{}
+	s.leaseMu.Lock()
+	s.leaseInfo = nil
+	s.leaseMu.Unlock()
 	if s.tracker != nil {
 		s.tracker.PruneProcs()
+	}
+}
+
+// recoveredOutcome is the outcome of the session entries a recovery
+// writes for the leases of a dead daemon.
+const recoveredOutcome = "recovered"
+
+// orphanLeases lists the leases the window of ws still holds (a dead
+// daemon's, before recovery claims the window).
+func (d *Daemon) orphanLeases(ws string) []window.LeaseRecord {
+	snap, err := d.m.Windows().Inspect(context.Background(), ws)
+	if err != nil || snap.Phase.Kind != window.PhaseActive {
+		return nil
+	}
+	out := make([]window.LeaseRecord, 0, len(snap.Phase.Leases))
+	for _, l := range snap.Phase.Leases {
+		out = append(out, l)
+	}
+	slices.SortFunc(out, func(a, b window.LeaseRecord) int { return strings.Compare(a.ID.String(), b.ID.String()) })
+	return out
+}
+
+// recordRecovered stores what a recovery learnt from a dead mount's
+// overlay log: the attribution of its capture gen (zero: it captured
+// nothing) and a session entry, outcome "recovered", for each lease of
+// the dead daemon that has none — the ones its writers name, the ones
+// its window still held, and the ones the attribution of its last
+// published capture (that of head, the workspace's head before the
+// recovery) names: a daemon killed between storing a capture's
+// attribution and its window's entries. A failure is logged, never
+// fails the recovery.
+func (d *Daemon) recordRecovered(ws string, head, gen store.ID, paths []fusefs.RecoveredPath, orphans []window.LeaseRecord) {
+	now := time.Now()
+	have := map[string]bool{}
+	if es, err := d.m.Sessions(ws, 0, false); err == nil {
+		for _, e := range es {
+			have[e.Lease] = true
+		}
+	}
+	type lease struct {
+		e     workspace.SessionEntry
+		known bool // described by a writer record
+	}
+	leases := map[string]*lease{}
+	var order []string
+	add := func(id string) *lease {
+		l := leases[id]
+		if l == nil {
+			l = &lease{e: workspace.SessionEntry{Workspace: ws, Lease: id, Leader: []string{}, Outcome: recoveredOutcome,
+				Generation: gen, Paths: []string{}, End: now.UnixMilli()}}
+			leases[id] = l
+			order = append(order, id)
+		}
+		return l
+	}
+	var recs []workspace.PathAttribution
+	for _, p := range paths {
+		pa := workspace.PathAttribution{Path: p.Path}
+		for _, w := range p.Writers {
+			argv := w.Argv
+			if argv == nil {
+				argv = []string{}
+			}
+			pa.Writers = append(pa.Writers, workspace.Writer{PID: w.Ref.PID, Comm: w.Comm, Argv: argv, ArgvTruncated: w.ArgvTruncated,
+				Session: w.Session, Lease: w.Lease, First: p.First / 1e6, Last: p.Last / 1e6})
+			if w.Lease == "" {
+				continue
+			}
+			l := add(w.Lease)
+			if !l.known {
+				l.known = true
+				l.e.Owner, l.e.Kind, l.e.StartNS = w.Session, w.LeaseKind, w.LeaseStart
+				if w.Leader != nil {
+					l.e.Leader = w.Leader
+				}
+			}
+			if !slices.Contains(l.e.Paths, p.Path) {
+				l.e.Paths = append(l.e.Paths, p.Path)
+			}
+		}
+		recs = append(recs, pa)
+	}
+	if a, ok, err := d.m.Attribution(head); err == nil && ok && a.Workspace == ws && !head.IsZero() {
+		for _, id := range a.Sessions {
+			if have[id] {
+				continue
+			}
+			l := add(id)
+			if l.known {
+				continue
+			}
+			l.known = true
+			l.e.Generation, l.e.Kind, l.e.StartNS = head, "", now.UnixNano()+int64(len(order))
+			for _, pa := range a.Paths {
+				for _, w := range pa.Writers {
+					if w.Lease != id {
+						continue
+					}
+					l.e.Owner = w.Session
+					if !slices.Contains(l.e.Paths, pa.Path) {
+						l.e.Paths = append(l.e.Paths, pa.Path)
+					}
+					if w.PID == ownerPID(sessions.Owner(w.Session)) && len(w.Argv) > 0 {
+						l.e.Leader = w.Argv
+					}
+				}
+			}
+		}
+	}
+	for i, o := range orphans {
+		l := add(o.ID.String())
+		if !l.known {
+			// Known by its label only: an implicit session's label is its
+			// owner, an exec's "exec OWNER"; its start is not recorded.
+			l.e.Owner, l.e.StartNS = strings.TrimPrefix(o.Owner, "exec "), now.UnixNano()+int64(i)
+		}
+		if l.e.Kind == "" {
+			l.e.Kind = orphanKind(o.Owner) // the label tells an exec's lease
+		}
+	}
+	entries := make([]workspace.SessionEntry, 0, len(order))
+	for _, id := range order {
+		e := leases[id].e
+		if have[id] {
+			continue
+		}
+		if e.Kind == "" {
+			e.Kind = orphanKind(e.Owner)
+		}
+		e.Start, e.PathCount = e.StartNS/1e6, len(e.Paths)
+		entries = append(entries, e)
+	}
+	var a *workspace.Attribution
+	if !gen.IsZero() && len(recs) > 0 {
+		ids := []string{}
+		for _, id := range order {
+			if leases[id].e.Generation == gen {
+				ids = append(ids, id)
+			}
+		}
+		a = &workspace.Attribution{Generation: gen, Workspace: ws, Time: now.UnixMilli(), Sessions: ids, Paths: recs}
+	}
+	if err := d.m.RecordAttribution(a, entries); err != nil {
+		d.logger.Printf("%s: record recovered attribution: %v", ws, err)
+	}
+}
+
+// orphanKind is the kind of a lease known only by its label.
+func orphanKind(label string) string {
+	switch {
+	case strings.HasPrefix(label, "exec "):
+		return "exec"
+	case strings.HasPrefix(label, "sid:"), strings.HasPrefix(label, "pgid:"), strings.HasPrefix(label, "pid:"):
+		return "session"
+	default:
+		return "lease"
 	}
 }

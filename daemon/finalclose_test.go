@@ -101,6 +101,7 @@ func (v *fakeView) CaptureDeferredLinks() (store.ID, [][]string, bool, []*store.
 
 func (v *fakeView) FreeScratch() (int64, error)       { return 0, nil }
 func (v *fakeView) TakeWriters() []fusefs.PathWriters { return nil }
+func (v *fakeView) WritersRecorded()                  {}
 func (v *fakeView) PendingBytes() int64               { return 1 << 20 }
 
 func (v *fakeView) SwitchViewQueuedLinks(root store.ID, _ [][]string) (<-chan struct{}, error) {

@@ -72,6 +72,11 @@ type Mount struct {
 	retrying bool
 	// attr is the window's attribution bookkeeping (attribution.go).
 	attr attrState
+	// leaseInfo describes the leases of the window for the overlay log's
+	// writer records (attribution.go describeWriter); its own lock, as
+	// the overlay asks while it serves requests.
+	leaseMu   sync.Mutex
+	leaseInfo map[sessions.Owner]leaseDesc
 
 	// captureState is status's view of failed (nil: nothing to show);
 	// activity what the mount is busy with (nil: nothing). Read without
@@ -101,6 +106,7 @@ type view interface {
 	PendingBytes() int64
 	SwitchViewQueuedLinks(root store.ID, links [][]string) (<-chan struct{}, error)
 	TakeWriters() []fusefs.PathWriters
+	WritersRecorded()
 }
 
 var _ view = (*fusefs.Mount)(nil)
@@ -336,7 +342,7 @@ func (d *Daemon) MountWorkspace(ws, mp string, opt MountOptions) (*Mount, []stri
 		walkers = fsmonitorWarmWalkers
 	}
 	mnt, err := fusefs.MountAt(mp, fusefs.Config{Objects: storeObjects{m.Store()}, Root: root, Links: links, StateDir: stateDir, WarmWalkers: walkers,
-		Admitter: tr, AllowOther: opt.AllowOther, BaseInodes: m.DerivesFromInPlace(ws), Debug: opt.Debug, FsName: "acyclicfs:" + ws, Passthrough: true, EnableXattrs: opt.Xattrs,
+		Admitter: tr, DescribeWriter: s.describeWriter, AllowOther: opt.AllowOther, BaseInodes: m.DerivesFromInPlace(ws), Debug: opt.Debug, FsName: "acyclicfs:" + ws, Passthrough: true, EnableXattrs: opt.Xattrs,
 		WarmEntries: opt.WarmEntries, Uring: opt.Transport == TransportUring, PreferUring: opt.Transport == TransportAuto,
 		ReadOnly: s.readOnly.Load()})
 	if err != nil {
@@ -466,7 +472,12 @@ func (d *Daemon) RecoverMount(rec workspace.MountRecord) ([]string, error) {
 	if err != nil {
 		return notes, err
 	}
-	newRoot, newLinks, changed, lost, err := fusefs.RecoverCaptureLinks(rec.StateDir, storeObjects{m.Store()}, pinnedRoot, pinnedLinks)
+	orphans := d.orphanLeases(rec.Workspace) // before the window is claimed
+	var head store.ID
+	if w, err := m.Get(rec.Workspace); err == nil {
+		head = w.Head
+	}
+	newRoot, newLinks, changed, lost, attributed, err := fusefs.RecoverCaptureAttributed(rec.StateDir, storeObjects{m.Store()}, pinnedRoot, pinnedLinks)
 	for _, l := range lost {
 		d.logger.Printf("%s: recovery: %s", rec.Workspace, l)
 		notes = append(notes, rec.Workspace+": "+l)
@@ -477,16 +488,19 @@ func (d *Daemon) RecoverMount(rec workspace.MountRecord) ([]string, error) {
 	if err != nil {
 		return notes, fmt.Errorf("replay overlay %s: %w", rec.StateDir, err)
 	}
+	var recovered store.ID
 	if changed {
 		gen, conflicts, err := m.PublishCapture(rec.Workspace, pinned, newRoot, newLinks, nil)
 		if err != nil {
 			return notes, err
 		}
+		recovered = gen
 		notes = append(notes, fmt.Sprintf("recovered unpublished changes of %s as %s", rec.Workspace, gen.Short()))
 		for _, c := range conflicts {
 			notes = append(notes, "kept the mount's version of "+c.Path)
 		}
 	}
+	d.recordRecovered(rec.Workspace, head, recovered, attributed, orphans)
 	if err := fusefs.ResetState(rec.StateDir); err != nil {
 		return notes, err
 	}
@@ -799,6 +813,7 @@ func (s *Mount) captureAndPublishOnce(permit *store.Permit) error {
 	if !changed {
 		s.attr.pending = nil // changes undone before the capture: nothing to attribute
 		done()
+		s.view.WritersRecorded()
 		return nil
 	}
 	failpoint.Hit("reconcile.after-capture")
@@ -808,6 +823,7 @@ func (s *Mount) captureAndPublishOnce(permit *store.Permit) error {
 	}
 	s.recordCapture(gen)
 	done()
+	s.view.WritersRecorded()
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/acyclicfs/acyclicfs/fusefs/sessions"
 	"io"
 	"os"
 	"path/filepath"
@@ -69,8 +70,25 @@ func benchTargets() []benchTarget {
 		{"native", func(b *testing.B) string { return b.TempDir() }},
 		{"mount", mnt(false)},
 		{"mount-passthrough", mnt(true)},
+		{"mount-tracker", func(b *testing.B) string {
+			// As the daemon mounts: a session tracker admits each request
+			// (and tells exec generations, for attribution).
+			tr, err := sessions.New(sessions.Config{Handler: nopHandler{}, SweepInterval: -1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(tr.Close)
+			objs := newFakeObjects(b)
+			_, dir := mountT(b, objs, objs.build(b, spec{"seed": "x"}), &mountOpts{passthrough: true, admitter: tr})
+			return dir
+		}},
 	}
 }
+
+type nopHandler struct{}
+
+func (nopHandler) Begin(sessions.Owner) error { return nil }
+func (nopHandler) End(sessions.Owner)         {}
 
 func writeFile(b *testing.B, p string, buf []byte, size int) {
 	f, err := os.Create(p)

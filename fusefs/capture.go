@@ -83,18 +83,8 @@ func RecoverCaptureReport(stateDir string, objects Objects, root store.ID) (stor
 // link groups (store.Generation.Links): it returns the captured groups
 // too, and changed also reports groups that differ from links.
 func RecoverCaptureLinks(stateDir string, objects Objects, root store.ID, links [][]string) (store.ID, [][]string, bool, []string, error) {
-	if objects == nil {
-		return store.ID{}, nil, false, nil, ErrNoObjects
-	}
-	ov, err := openOverlay(stateDir, objects, root, links)
-	if err != nil {
-		return store.ID{}, nil, false, nil, fmt.Errorf("recover capture: %w", err)
-	}
-	id, got, _, err := ov.capture()
-	if err != nil {
-		return store.ID{}, nil, false, ov.recovery, fmt.Errorf("recover capture: %w", err)
-	}
-	return id, got, id != root || !store.EqualLinks(got, links), ov.recovery, nil
+	id, got, changed, lost, _, err := RecoverCaptureAttributed(stateDir, objects, root, links)
+	return id, got, changed, lost, err
 }
 
 // ResetState removes the overlay state (after its capture was published).

@@ -56,6 +56,12 @@ type snapInode struct {
 	CapTree             store.ID
 	Loaded              bool
 	Children            []snapChild
+	// Writers are the inode's writers since the last recorded capture
+	// (indices into the writer table of the snapshot and its log, oldest
+	// first; wal_attribution.go), WriterSince when the first began.
+	// Absent (nil) in snapshots and logs from before attribution.
+	Writers     []uint32
+	WriterSince int64
 }
 
 type snapshot struct {
@@ -66,12 +72,17 @@ type snapshot struct {
 	// Nonce names the write-ahead log (wal.go) that continues this
 	// snapshot; 0 (snapshots before the log): none.
 	Nonce uint64
+	// Writers is the writer table (wal_attribution.go) and Removed the
+	// removed names' attribution; absent in older snapshots.
+	Writers []WriterInfo
+	Removed []walRemoved
 }
 
 // encodeSnapshot serialises the dirty part of the table. Caller holds mu.
 func (o *overlay) encodeSnapshot() ([]byte, error) {
 	s := snapshot{Version: snapVersion, RootID: o.rootID, NextIno: o.nextIno, Seq: o.seq, CapSeq: o.capSeq, Nonce: o.wal.nonce}
 	o.encodedUppers = map[uint64]bool{}
+	o.walResetWriters()
 	seen := map[*inode]bool{}
 	var visit func(in *inode)
 	visit = func(in *inode) {
@@ -85,6 +96,7 @@ func (o *overlay) encodeSnapshot() ([]byte, error) {
 			Atime: in.atime, Mtime: in.mtime, Ctime: in.ctime, Lower: in.lower, HasLower: in.hasLower,
 			Upper: in.upper, Target: in.target, Xattrs: in.xattrs, Seq: in.seq, SubSeq: in.subSeq,
 			LinkSeq: in.linkSeq, CapTree: in.capTree})
+		s.Inodes[idx].Writers, s.Inodes[idx].WriterSince = o.walWriters(in)
 		if !in.isDir() || in.subSeq == 0 || in.children == nil {
 			return
 		}
@@ -103,6 +115,8 @@ func (o *overlay) encodeSnapshot() ([]byte, error) {
 		}
 	}
 	visit(o.root)
+	s.Removed = o.snapRemoved()
+	s.Writers, o.wal.newWriters = o.wal.newWriters, nil
 	var buf bytes.Buffer
 	buf.WriteString(snapMagic)
 	buf.Write(make([]byte, 8)) // length, filled below
@@ -252,6 +266,7 @@ func (s *snapshot) build(objects Objects, stateDir string) (*overlay, error) {
 			}
 		}
 	}
+	o.restoreWriters(s, byNum)
 	return o, nil
 }
 

@@ -61,11 +61,15 @@ type Config struct {
 	// StateDir is private and persistent: upper files and the overlay
 	// snapshot. If it holds a snapshot (a crashed or cleanly unmounted
 	// mount), Mount replays it.
-	StateDir   string
-	Admitter   Admitter
-	AllowOther bool
-	Debug      bool
-	FsName     string
+	StateDir string
+	Admitter Admitter
+	// DescribeWriter describes a writer for the overlay log, once per
+	// writer per log (wal_attribution.go), so that a recovery after a
+	// crash can attribute its changes; nil: writers are logged by pid.
+	DescribeWriter func(WriterRef) WriterInfo
+	AllowOther     bool
+	Debug          bool
+	FsName         string
 	// AttrTimeout and EntryTimeout apply to clean entries (the view is
 	// pinned, so they can be long; default 1h). Dirty entries use
 	// DirtyTimeout (default: AttrTimeout). Every change of a dirty entry
@@ -224,6 +228,10 @@ func mountAt(mountpoint string, cfg Config) (*Mount, error) {
 		notifyC: make(chan struct{}, 1), doneC: make(chan struct{})}
 	m.readOnly.Store(cfg.ReadOnly)
 	ov.retainLimit = max(cfg.RetainUpperBytes, 0)
+	if ew, ok := cfg.Admitter.(ExecWatcher); ok {
+		ov.execs = ew
+	}
+	ov.describe = cfg.DescribeWriter
 	ov.pool = newUpperPool(ov.upperDir(), ov.reserveIno)
 	ov.pool.start()
 	m.rootNode = &node{m: m, in: ov.root}

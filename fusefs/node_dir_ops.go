@@ -134,7 +134,7 @@ func (n *node) addNew(ctx context.Context, name string, mode uint32, out *fuse.E
 		}
 		ov.addLink(n.in, name, c)
 		ov.touch(c)
-		ov.noteWriter(c, callerPID(ctx))
+		ov.noteWriter(c, ov.callerWriter(ctx))
 		a = snapAttr(c)
 		return nil
 	})
@@ -213,7 +213,7 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 		}
 		c.tmpfile = true
 		ov.touch(c)
-		ov.noteWriter(c, callerPID(ctx))
+		ov.noteWriter(c, ov.callerWriter(ctx))
 		a = snapAttr(c)
 		return nil
 	})
@@ -301,7 +301,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 		ov.addLink(n.in, name, t)
 		t.ctime = time.Now().UnixNano()
 		ov.touch(t)
-		ov.noteWriter(t, callerPID(ctx))
+		ov.noteWriter(t, ov.callerWriter(ctx))
 		a = snapAttr(t)
 		return nil
 	})
@@ -328,8 +328,10 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 		if c.isDir() {
 			return syscall.EISDIR
 		}
+		pid := ov.callerWriter(ctx)
+		ov.noteRemoved(n.in, name, c, pid)
 		ov.removeLink(n.in, name, c)
-		ov.noteWriter(n.in, callerPID(ctx))
+		ov.noteWriter(n.in, pid)
 		return nil
 	}))
 }
@@ -358,8 +360,10 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 		if len(gc) > 0 {
 			return syscall.ENOTEMPTY
 		}
+		pid := ov.callerWriter(ctx)
+		ov.noteRemoved(n.in, name, c, pid)
 		ov.removeLink(n.in, name, c)
-		ov.noteWriter(n.in, callerPID(ctx))
+		ov.noteWriter(n.in, pid)
 		return nil
 	}))
 }
@@ -410,7 +414,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 			ov.moveLink(sd, name, dd, newName, src)
 			ov.moveLink(dd, newName, sd, name, dst)
 			sc[name], dc[newName] = dst, src
-			pid := callerPID(ctx)
+			pid := ov.callerWriter(ctx)
 			ov.noteWriter(src, pid)
 			ov.noteWriter(dst, pid)
 			return nil
@@ -439,12 +443,15 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 			} else if dst.isDir() {
 				return syscall.EISDIR
 			}
+		}
+		pid := ov.callerWriter(ctx)
+		ov.noteRemoved(sd, name, src, pid)
+		if dst != nil {
 			ov.removeLink(dd, newName, dst)
 		}
 		delete(sc, name)
 		ov.moveLink(sd, name, dd, newName, src)
 		dc[newName] = src
-		pid := callerPID(ctx)
 		ov.noteWriter(src, pid)
 		ov.noteWriter(sd, pid) // the old name went away
 		return nil

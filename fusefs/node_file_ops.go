@@ -167,7 +167,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if changed {
 		ino.ctime = now
 		ov.touch(ino)
-		ov.noteWriter(ino, callerPID(ctx))
+		ov.noteWriter(ino, ov.callerWriter(ctx))
 	}
 	a := snapAttr(ino)
 	ov.mu.Unlock()
@@ -290,7 +290,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	n.in.xattrs[attr] = bytes.Clone(data)
 	n.in.ctime = time.Now().UnixNano()
 	ov.touch(n.in)
-	ov.noteWriter(n.in, callerPID(ctx))
+	ov.noteWriter(n.in, ov.callerWriter(ctx))
 	return 0
 }
 
@@ -311,7 +311,7 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	delete(n.in.xattrs, attr)
 	n.in.ctime = time.Now().UnixNano()
 	ov.touch(n.in)
-	ov.noteWriter(n.in, callerPID(ctx))
+	ov.noteWriter(n.in, ov.callerWriter(ctx))
 	return 0
 }
 
@@ -392,7 +392,7 @@ func (m *Mount) open(in *inode, flags, pid uint32) (fs.FileHandle, uint32, sysca
 		if write || trunc {
 			h.writable = true
 			in.wopens++
-			ov.noteWriter(in, pid)
+			ov.noteWriter(in, ov.writerOf(pid))
 			ov.fsmOpened(in)
 		}
 	} else {

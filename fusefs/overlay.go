@@ -81,10 +81,10 @@ type inode struct {
 	// from names added by a rebase.
 	capTree store.ID
 
-	// writer is the pid of the latest process that changed the inode since
-	// attribution last took it (attribution.go); 0: none. writerSince is
-	// when that began. Earlier writers are in overlay.moreWriters.
-	writer      uint32
+	// writer is the latest process that changed the inode since
+	// attribution last took it (attribution.go); PID 0: none. writerSince
+	// is when that began. Earlier writers are in overlay.moreWriters.
+	writer      WriterRef
 	writerSince int64
 	// walGen is the log generation (wal.go) whose snapshot or frames hold
 	// a record of this inode; walListed says that record lists its
@@ -232,7 +232,22 @@ type overlay struct {
 	// moreWriters holds the earlier writers of inodes that more than one
 	// process changed since attribution last took them (attribution.go).
 	// Guarded by mu.
-	moreWriters map[*inode][]uint32
+	moreWriters map[*inode][]WriterRef
+	// removed holds, by path, who removed names of the captured base
+	// since attribution last took them (attribution.go). Guarded by mu.
+	removed map[string]*removedName
+	// execs tells a pid's exec generation (the Admitter, if it is an
+	// ExecWatcher); describe describes a writer for the overlay log
+	// (Config.DescribeWriter). Both set before the mount serves.
+	execs    ExecWatcher
+	describe func(WriterRef) WriterInfo
+	// walDesc holds the writers a replayed snapshot or log described
+	// (wal_attribution.go). Guarded by mu.
+	walDesc map[WriterRef]WriterInfo
+	// taken holds what the last TakeWriters reported, per inode and per
+	// removed path, until WritersRecorded clears it. Guarded by mu.
+	taken        map[*inode][]WriterRef
+	takenRemoved map[string][]WriterRef
 }
 
 func newOverlay(objects Objects, stateDir string, rootID store.ID) *overlay {

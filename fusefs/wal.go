@@ -41,8 +41,12 @@ import (
 // the next frame (walGen = 0).
 
 const (
-	walName  = "overlay.wal"
-	walMagic = "ACYFSWL1"
+	walName = "overlay.wal"
+	// walMagic starts a log; version 2 logs may carry writer records
+	// (wal_attribution.go). Version 1 logs (walMagicV1) still replay: gob
+	// leaves the fields they lack empty.
+	walMagic   = "ACYFSWL2"
+	walMagicV1 = "ACYFSWL1"
 	// walCompact is the log size above which the next flush writes a
 	// snapshot instead (which starts an empty log).
 	walCompact = 64 << 20
@@ -63,6 +67,10 @@ type walRec struct {
 type walFrame struct {
 	NextIno, Seq uint64
 	Recs         []walRec
+	// Writers appends to the log's writer table; Removed sets removed
+	// names' attribution (wal_attribution.go).
+	Writers []WriterInfo
+	Removed []walRemoved
 }
 
 // walState is the overlay's log bookkeeping, guarded by overlay.mu.
@@ -81,6 +89,15 @@ type walState struct {
 	named map[uint64]bool
 	trash []uint64
 	size  int64 // bytes in the log file
+	// writerIdx is the log's writer table (wal_attribution.go);
+	// newWriters the entries the next frame appends; removedDirty the
+	// removed names whose attribution changed since the last frame.
+	writerIdx    map[WriterRef]uint32
+	newWriters   []WriterInfo
+	removedDirty map[string]bool
+	// arena holds the writer indices of the frame or snapshot being
+	// encoded (walWriters). Guarded by mu and walMu.
+	arena []uint32
 }
 
 // walLog is the open log file, guarded by overlay.walMu.
@@ -129,7 +146,7 @@ func (o *overlay) walName(d *inode, name string) {
 // in a way the log does not record. Caller holds mu.
 func (o *overlay) walRebase() {
 	o.wal.gen = 0
-	o.wal.marks, o.wal.names = nil, nil
+	o.wal.marks, o.wal.names, o.wal.removedDirty = nil, nil, nil
 	o.walPending.Store(true)
 }
 
@@ -159,10 +176,13 @@ func walListable(in *inode) bool { return in.isDir() && in.children != nil && in
 // files to delete once it is written. Caller holds mu; o.wal.gen != 0.
 func (o *overlay) walEncode() (*walFrame, []uint64) {
 	f := &walFrame{NextIno: o.nextIno, Seq: o.seq}
+	o.wal.arena = o.wal.arena[:0] // the last frame is written: walMu is held
 	var listed []*inode
 	full := func(in *inode) {
 		l := walListable(in)
-		f.Recs = append(f.Recs, walRec{Kind: walFull, Inode: snapRecord(in, l)})
+		r := walRec{Kind: walFull, Inode: snapRecord(in, l)}
+		r.Inode.Writers, r.Inode.WriterSince = o.walWriters(in)
+		f.Recs = append(f.Recs, r)
 		in.walGen, in.walListed = o.wal.gen, l
 		if in.upper {
 			o.wal.named[in.num] = true
@@ -184,6 +204,7 @@ func (o *overlay) walEncode() (*walFrame, []uint64) {
 			f.Recs = append(f.Recs, walRec{Kind: walSub, Inode: snapInode{Num: in.num, SubSeq: in.subSeq}})
 		case in.walListed:
 			r := walRec{Kind: walNames, Inode: snapRecord(in, false)}
+			r.Inode.Writers, r.Inode.WriterSince = o.walWriters(in)
 			changed := o.wal.names[in]
 			names := make([]string, 0, len(changed))
 			for name := range changed {
@@ -216,6 +237,8 @@ func (o *overlay) walEncode() (*walFrame, []uint64) {
 		}
 	}
 	o.wal.marks, o.wal.names = nil, nil
+	o.walEncodeRemoved(f)
+	f.Writers, o.wal.newWriters = o.wal.newWriters, nil
 	trash := o.wal.trash
 	o.wal.trash = nil
 	return f, trash
@@ -257,7 +280,7 @@ func (o *overlay) walFlush(snapMu interface {
 			continue
 		}
 		o.walPending.Store(false)
-		if len(o.wal.marks) == 0 && len(o.wal.trash) == 0 {
+		if len(o.wal.marks) == 0 && len(o.wal.trash) == 0 && len(o.wal.removedDirty) == 0 {
 			o.mu.Unlock()
 			o.walMu.Unlock()
 			return nil
@@ -394,7 +417,8 @@ func readWAL(stateDir string, nonce uint64) ([]walFrame, store.ID, error) {
 func decodeWAL(b []byte, nonce uint64) ([]walFrame, store.ID) {
 	var root store.ID
 	hdr := len(walMagic) + 8 + len(root)
-	if len(b) < hdr || string(b[:len(walMagic)]) != walMagic || binary.LittleEndian.Uint64(b[len(walMagic):]) != nonce {
+	if len(b) < hdr || string(b[:len(walMagic)]) != walMagic && string(b[:len(walMagic)]) != walMagicV1 ||
+		binary.LittleEndian.Uint64(b[len(walMagic):]) != nonce {
 		return nil, root
 	}
 	copy(root[:], b[len(walMagic)+8:])
@@ -425,6 +449,7 @@ func (o *overlay) walBegin() error {
 	o.wal.seq++
 	o.wal.gen, o.wal.nonce = o.wal.seq, 0
 	o.wal.named = map[uint64]bool{}
+	o.walResetWriters()
 	o.root.walGen, o.root.walListed = o.wal.gen, false
 	if err := o.walStart(0, o.rootID); err != nil {
 		o.wal.gen = 0
@@ -445,6 +470,10 @@ func (s *snapshot) applyWAL(frames []walFrame) error {
 		byNum[s.Inodes[i].Num] = &s.Inodes[i]
 	}
 	kids := map[uint64]map[string]uint64{} // listings edited by name
+	removed := make(map[string]walRemoved, len(s.Removed))
+	for _, r := range s.Removed {
+		removed[r.Path] = r
+	}
 	listing := func(r *snapInode) map[string]uint64 {
 		m := kids[r.Num]
 		if m == nil {
@@ -490,7 +519,13 @@ func (s *snapshot) applyWAL(frames []walFrame) error {
 			}
 		}
 		s.NextIno, s.Seq = f.NextIno, f.Seq
+		s.applyAttribution(&f, removed)
 	}
+	s.Removed = s.Removed[:0:0]
+	for _, r := range removed {
+		s.Removed = append(s.Removed, r)
+	}
+	sort.Slice(s.Removed, func(i, j int) bool { return s.Removed[i].Path < s.Removed[j].Path })
 	for num, m := range kids {
 		r := byNum[num]
 		r.Children = r.Children[:0:0]

@@ -90,7 +90,13 @@ func FuzzWAL(f *testing.F) {
 		{Kind: walNames, Inode: snapInode{Num: 1, Mode: 0o40755}, Names: []snapChild{{Name: "c", Num: 3}}},
 		{Kind: walSub, Inode: snapInode{Num: 1, SubSeq: 2}},
 	}}))
+	f.Add(walBytes(f, 1, walFrame{NextIno: 4, Recs: []walRec{
+		{Kind: walFull, Inode: snapInode{Num: 3, Mode: 0o100644, Writers: []uint32{1, 2, 9}, WriterSince: 5}},
+		{Kind: walNames, Inode: snapInode{Num: 1, Mode: 0o40755, Writers: []uint32{1}}, Names: []snapChild{{Name: "c", Num: 3}, {Name: "a", Num: 0}}},
+	}, Writers: []WriterInfo{{Ref: WriterRef{PID: 9, Exec: 1}, Comm: "sh", Argv: []string{"sh", "-c", "rm a"}, Session: "sid:9", Lease: "L"}, {}},
+		Removed: []walRemoved{{Path: "a", Writers: []uint32{1, 0, 7}, First: 1, Last: 2}, {Path: "gone"}}}))
 	f.Add([]byte(walMagic))
+	f.Add([]byte(walMagicV1))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		frames, _ := decodeWAL(b, 1)
 		s := &snapshot{Version: snapVersion, NextIno: 3, Inodes: []snapInode{
@@ -98,7 +104,13 @@ func FuzzWAL(f *testing.F) {
 			{Num: 2, Mode: 0o100644},
 		}}
 		if s.applyWAL(frames) == nil {
-			_, _ = s.build(newFakeObjects(t), t.TempDir())
+			if o, err := s.build(newFakeObjects(t), t.TempDir()); err == nil {
+				var ws []PathWriters
+				o.takeWriters(o.root, "", &ws)
+				for _, w := range ws {
+					_ = o.describeRecovered(w.Writers)
+				}
+			}
 		}
 	})
 }

@@ -341,3 +341,210 @@ func TestAttributionUndoneChangesNotCarried(t *testing.T) {
 	}
 	e.unmount(mp)
 }
+
+// Removed names (issue #29): `rm f` is blamed on f and `mv a b` on a (removed)
+// and b (created), not only on their directory; a name made and removed
+// within one window is no change and is blamed on nobody.
+func TestAttributionRemovedNames(t *testing.T) {
+	e := newMountEnv(t)
+	src := filepath.Join(e.dir, "src")
+	writeTree(t, src, map[string]string{"f": "f\n", "a": "a\n", "d/g": "g\n", "keep": "k\n"})
+	e.ok("create", "w", "--from", src)
+	mp := e.mountAt("w")
+	argv := []string{"sh", "-c", "rm f; mv a b; rm d/g; rmdir d; echo t > tmp; rm tmp; echo n > new"}
+	pid := runTool(t, mp, argv...)
+	e.waitIdle("w")
+	sid := fmt.Sprintf("sid:%d", pid)
+	for p, want := range map[string][]string{"f": {"rm", "f"}, "a": {"mv", "a", "b"}, "b": {"mv", "a", "b"},
+		"d/g": {"rm", "d/g"}, "d": {"rmdir", "d"}, "new": argv} {
+		bl := e.blame("w", p)
+		if len(bl) != 1 || len(bl[0].Writers) != 1 || bl[0].Writers[0].Session != sid || !slices.Equal(bl[0].Writers[0].Argv, want) {
+			t.Errorf("blame %s: %+v, want %q of session %s", p, bl, want, sid)
+		}
+	}
+	if bl := e.blame("w", "."); len(bl) != 1 || len(bl[0].Writers) == 0 {
+		t.Errorf("blame .: %+v, want the session's changes of the root's listing", bl)
+	}
+	for _, p := range []string{"tmp", "keep"} {
+		if bl := e.blame("w", p); len(bl) != 0 {
+			t.Errorf("blame %s: %+v, want none", p, bl)
+		}
+	}
+	ss := e.sessions("w")
+	if want := []string{".", "a", "b", "d", "d/g", "f", "new"}; len(ss) != 1 || !slices.Equal(ss[0].Paths, want) {
+		t.Errorf("sessions: %+v, want one entry with paths %q", ss, want)
+	}
+	text := e.out("blame", "w", "f")
+	if !strings.Contains(text, sid) {
+		t.Errorf("blame w f printed %q, want the removing session", text)
+	}
+	e.unmount(mp)
+}
+
+// A process that execs (issue #29): its changes before the exec are
+// attributed with the command line it had then, the ones after with the
+// program it exec'd — one pid, two command lines.
+func TestAttributionExec(t *testing.T) {
+	e := newMountEnv(t)
+	src := filepath.Join(e.dir, "src")
+	writeTree(t, src, map[string]string{"keep": "k\n"})
+	e.ok("create", "w", "--from", src)
+	mp := e.mountAt("w")
+	cpSrc := filepath.Join(e.dir, "cp-src")
+	if err := os.WriteFile(cpSrc, []byte("copied\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// bash (5.1 and later) also execs the last command of a list itself.
+	for _, c := range []struct{ shell, before, after, exec string }{{"sh", "a", "b", "exec "}, {"bash", "c", "d", "exec "}, {"bash", "e", "g", ""}} {
+		if _, err := exec.LookPath(c.shell); err != nil {
+			t.Logf("no %s: %v", c.shell, err)
+			continue
+		}
+		argv := []string{c.shell, "-c", "echo one > " + c.before + "; " + c.exec + "cp " + cpSrc + " " + c.after}
+		pid := runTool(t, mp, argv...)
+		e.waitIdle("w")
+		check := func(path, comm string, want []string) {
+			t.Helper()
+			bl := e.blame("w", path)
+			if len(bl) != 1 || len(bl[0].Writers) != 1 {
+				t.Fatalf("blame %s: %+v, want one writer", path, bl)
+			}
+			w := bl[0].Writers[0]
+			if w.PID != uint32(pid) || w.Comm != comm || !slices.Equal(w.Argv, want) || w.Session != fmt.Sprintf("sid:%d", pid) {
+				t.Errorf("blame %s: writer %+v, want pid %d comm %s argv %q", path, w, pid, comm, want)
+			}
+		}
+		check(c.before, c.shell, argv)
+		if bl := e.blame("w", c.after); c.exec == "" && len(bl) == 1 && len(bl[0].Writers) == 1 && bl[0].Writers[0].PID != uint32(pid) {
+			t.Logf("%s ran the last command of its list in a child: nothing exec'd", c.shell)
+			continue
+		}
+		check(c.after, "cp", []string{"cp", cpSrc, c.after})
+	}
+	e.unmount(mp)
+}
+
+// attributionRun writes in w: a first window that closes after one tool
+// session, then two more tool sessions while a lease holds the window
+// open. crash is where the daemon dies: "" nowhere; "kill" by SIGKILL
+// before the second window closes; a failpoint (the daemon exits there)
+// at the first final close. The next mount recovers and the run goes on.
+// It returns blame of each path and the session log, keyed by command
+// line (pids and directories differ between runs).
+func attributionRun(t *testing.T, crash string) (blames map[string][]string, sessions map[string][]string, ss []sessionJSON, e *env) {
+	e = newMountEnv(t)
+	src := filepath.Join(e.dir, "src")
+	writeTree(t, src, map[string]string{"f": "f\n", "keep": "k\n"})
+	e.ok("create", "w", "--from", src)
+	mp := filepath.Join(e.dir, "mnt-w")
+	if crash != "" && crash != "kill" {
+		if err := os.MkdirAll(mp, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		e.mountWithFailpoint(crash, "w", mp, "--lease-ttl", "300ms")
+	} else {
+		e.mountAt("w", "--lease-ttl", "300ms")
+	}
+	cpSrc := filepath.Join(e.dir, "cp-src")
+	if err := os.WriteFile(cpSrc, []byte("copied\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	died := func() {
+		t.Helper()
+		pid := e.daemonPID()
+		if crash == "kill" {
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := waitGone(pid, 20*time.Second); err != nil {
+			t.Fatalf("daemon did not die at %s: %v", crash, err)
+		}
+		time.Sleep(400 * time.Millisecond) // let the dead daemon's 300ms leases expire (a clock deadline, no event)
+		if r := e.run("mount", "w", mp, "--lease-ttl", "300ms"); r.code != 0 {
+			t.Fatalf("remount after a crash at %s: %s", crash, r)
+		}
+	}
+	runTool(t, mp, "sh", "-c", "echo x > x")
+	if crash != "" && crash != "kill" {
+		died()
+	} else {
+		e.waitIdle("w")
+	}
+	lease := e.ok("lease", "begin", mp, "--owner", "agent", "--ttl", "300ms")
+	runTool(t, mp, "sh", "-c", "echo one > a; rm f; echo both > both")
+	runTool(t, e.dir, "cp", cpSrc, filepath.Join(mp, "b"))
+	runTool(t, mp, "sh", "-c", "echo two >> both")
+	waitFor(t, 10*time.Second, "the tool sessions to end", func() bool {
+		return len(e.statusOf("w").Leases) == 1
+	})
+	if crash == "kill" {
+		died()
+	} else {
+		e.ok("lease", "end", mp, lease)
+		e.waitIdle("w")
+	}
+	blames = map[string][]string{}
+	for _, p := range []string{"x", "a", "f", "b", "both", "keep", "."} {
+		for _, bl := range e.blame("w", p) {
+			var ws []string
+			for _, w := range bl.Writers {
+				if w.Lease == "" || w.Session == "" || w.First == 0 {
+					t.Errorf("blame %s: writer %+v without session, lease or time", p, w)
+				}
+				ws = append(ws, strings.ReplaceAll(strings.Join(w.Argv, " "), e.dir, "$DIR"))
+			}
+			blames[p] = append(blames[p], strings.Join(ws, " | "))
+		}
+	}
+	sessions = map[string][]string{}
+	ss = e.sessions("w")
+	for _, s := range ss {
+		k := s.Kind + ": " + strings.ReplaceAll(strings.Join(s.Leader, " "), e.dir, "$DIR")
+		if _, dup := sessions[k]; dup {
+			t.Errorf("sessions: two entries for %s: %+v", k, ss)
+		}
+		sessions[k] = s.Paths
+	}
+	e.unmount(mp)
+	return blames, sessions, ss, e
+}
+
+// Across a daemon kill -9 (issue #29): the overlay log records each
+// change's writer, and the recovery attributes what it captures to them
+// and gives the dead daemon's leases session entries; a crash inside a
+// final close (after its capture, after its publish, before its ticket
+// completes) neither loses nor repeats anything: blame and sessions say
+// what they say without the crash, except outcomes.
+func TestAttributionSurvivesKill(t *testing.T) {
+	wantB, wantS, _, _ := attributionRun(t, "")
+	if len(wantB["a"]) != 1 || len(wantB["f"]) != 1 || len(wantB["x"]) != 1 || len(wantS) != 5 {
+		t.Fatalf("the run without the crash: blame %v, sessions %v", wantB, wantS)
+	}
+	for _, c := range []struct {
+		crash     string
+		recovered int // session entries the recovery wrote
+	}{{"kill", 4}, {"reconcile.after-capture", 1}, {"reconcile.after-publish", 1}, {"reconcile.before-complete", 1}} {
+		t.Run(c.crash, func(t *testing.T) {
+			gotB, gotS, ss, e := attributionRun(t, c.crash)
+			if fmt.Sprint(gotB) != fmt.Sprint(wantB) {
+				t.Errorf("blame after a crash at %s and recovery:\n%v\nwithout the crash:\n%v", c.crash, gotB, wantB)
+			}
+			if fmt.Sprint(gotS) != fmt.Sprint(wantS) {
+				t.Errorf("sessions after a crash at %s and recovery:\n%v\nwithout the crash:\n%v", c.crash, gotS, wantS)
+			}
+			recovered := 0
+			for _, s := range ss {
+				if s.Outcome == "recovered" {
+					recovered++
+					if strings.Trim(s.Generation, "0") == "" {
+						t.Errorf("recovered session %+v names no generation", s)
+					}
+				}
+			}
+			if recovered != c.recovered {
+				t.Errorf("sessions: %d recovered entries, want %d: %+v\n%s", recovered, c.recovered, ss, e.daemonLog())
+			}
+		})
+	}
+}

@@ -2,6 +2,9 @@ package test
 
 import (
 	"encoding/json"
+	"github.com/acyclicfs/acyclicfs/cluster"
+	"github.com/acyclicfs/acyclicfs/internal/weedtest"
+	"github.com/minio/minio-go/v7"
 	"net"
 	"os"
 	"path/filepath"
@@ -210,7 +213,8 @@ func TestClusterInitErrors(t *testing.T) {
 		{[]string{"--node", "x"}, "--node needs --meta"},
 		{[]string{"--meta", good, "--node", "bad name"}, "node name"},
 		{[]string{"--meta", good, "--claim-ttl", "1500ms"}, "whole seconds"},
-		{[]string{"--meta", good, "--blobs", "s3://bucket/p?endpoint=http://127.0.0.1:9000"}, "not supported yet"},
+		{[]string{"--meta", good, "--blobs", "s3://bucket/p?endpoint=http://127.0.0.1:9000"}, "bad s3 blob store spec"},
+		{[]string{"--meta", good, "--blobs", "s3://bucket/p"}, "endpoint"},
 		{[]string{"--meta", good, "--blobs", "ftp://host/p"}, "want a directory or s3://"},
 		{[]string{"--meta", good, "--blobs", filepath.Join(e.store, "blobs")}, "outside the store"},
 		{[]string{"--cache-size", "10M"}, "--cache-size needs --meta"},
@@ -240,6 +244,13 @@ func TestClusterInitErrors(t *testing.T) {
 		t.Errorf("init against a dead endpoint took %v", time.Since(start))
 	}
 	gone("dead endpoint")
+
+	// An S3 server that does not answer: the same, for the blobs.
+	r = e.fails(1, "init", e.store, "--meta", good, "--blobs", "s3://bucket/p?insecure=1&endpoint="+dead)
+	if !strings.Contains(r.stderr, dead) {
+		t.Errorf("init against a dead S3 endpoint: %s", r)
+	}
+	gone("dead S3 endpoint")
 
 	// A node: cluster.json 0600; init again with the same config is a
 	// no-op; another config is refused and changes nothing.
@@ -347,8 +358,35 @@ func TestPausedNodeClaimsAgain(t *testing.T) {
 // wrote once B landed it, in the parent and in the sibling that followed.
 // (Without --blobs A's `cat` of B's file fails: "blob …: not found".)
 func TestTwoNodesSharedBlobs(t *testing.T) {
+	twoNodesOneBlobPlane(t, filepath.Join(t.TempDir(), "blobs"))
+}
+
+// TestTwoNodesS3 is TestTwoNodesSharedBlobs with the blobs in an S3
+// bucket on a real S3 server (SeaweedFS, internal/weedtest), which init
+// makes: the nodes' commands and daemons take the credentials from the
+// AWS environment variables.
+func TestTwoNodesS3(t *testing.T) {
+	w := weedtest.Start(t)
+	w.SetEnv(t)
+	twoNodesOneBlobPlane(t, "s3://team-blobs/acyclicfs/one?endpoint="+w.Endpoint+"&insecure=1")
+	// The objects are in the bucket, under the prefix.
+	n := 0
+	for o := range w.Client().ListObjects(t.Context(), "team-blobs", minio.ListObjectsOptions{Prefix: "acyclicfs/one/objects/", Recursive: true}) {
+		if o.Err != nil {
+			t.Fatal(o.Err)
+		}
+		n++
+	}
+	if n == 0 {
+		t.Fatal("no object in the bucket under acyclicfs/one/objects/")
+	}
+}
+
+// twoNodesOneBlobPlane: content made on node A is read by a tool on node
+// B and B's landing on A, both nodes keeping their blobs on shared (a
+// directory or an S3 spec).
+func twoNodesOneBlobPlane(t *testing.T, shared string) {
 	c := etcdtest.Start(t)
-	shared := filepath.Join(t.TempDir(), "blobs")
 	a := clusterNode(t, c, "shared", "node-a", "--blobs", shared)
 	b := clusterNode(t, c, "shared", "node-b", "--blobs", shared, "--cache-size", "64M")
 	src := filepath.Join(a.dir, "src")
@@ -373,12 +411,16 @@ func TestTwoNodesSharedBlobs(t *testing.T) {
 	if got := readFile(t, filepath.Join(a.exportTo("main", "out"), "dir/big.bin")); got != strings.Repeat("0123456789abcdef", 1<<14) {
 		t.Fatalf("A's export of main: big.bin differs (%d bytes)", len(got))
 	}
-	if r := b.run("status"); r.code != 0 || !strings.Contains(r.stdout, "node node-b of etcd://") || !strings.Contains(r.stdout, ", blobs in "+shared) {
+	canon := shared
+	if cfg, _, err := cluster.Load(b.store); err == nil {
+		canon = cfg.Blobs // an S3 spec as cluster.json spells it
+	}
+	if r := b.run("status"); r.code != 0 || !strings.Contains(r.stdout, "node node-b of etcd://") || !strings.Contains(r.stdout, ", blobs in "+canon) {
 		t.Errorf("B's status does not name its node and blobs: %s", r)
 	}
 	a.fsck()
 	b.fsck()
-	if r := a.run("init", a.store, "--meta", metaURL(c, "shared"), "--blobs", filepath.Join(a.dir, "other")); r.code != 2 || !strings.Contains(r.stderr, "blobs in "+shared) {
+	if r := a.run("init", a.store, "--meta", metaURL(c, "shared"), "--blobs", filepath.Join(a.dir, "other")); r.code != 2 || !strings.Contains(r.stderr, "blobs in "+canon) {
 		t.Fatalf("init of node-a with other blobs: %s", r)
 	}
 }

@@ -19,6 +19,7 @@ var layers = map[string]int{
 	"store":              0,
 	"blobs":              -1,
 	"blobs/blobtest":     0,
+	"blobs/s3blobs":      0,
 	"store/storetest":    1,
 	"corestate":          0,
 	"rebase":             1,
@@ -45,6 +46,7 @@ var layers = map[string]int{
 	"internal/fsmtoken":  -1,
 	"internal/gitrepo":   -1,
 	"internal/etcdtest":  -1,
+	"internal/weedtest":  -1,
 	"rebase/rebasetest":  2,
 }
 

@@ -224,8 +224,8 @@ type BlameEntry struct {
 // Blame lists the generations of ws that changed path, newest first,
 // with the processes and sessions that wrote it; with ancestors, every
 // attributed generation in the history of ws's head (its ancestors'
-// captures, and what landed or was rebased into it). A path removed from
-// a directory is blamed on the directory.
+// captures, and what landed or was rebased into it). A removed path is
+// blamed on its remover (and on its directory).
 func (m *Manager) Blame(ws, path string, ancestors bool) ([]BlameEntry, error) {
 	w, err := m.Get(ws)
 	if err != nil {

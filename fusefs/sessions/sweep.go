@@ -76,9 +76,11 @@ func (t *Tracker) Sweep() {
 		if start, ok := live[int(pid)]; ok {
 			if start != e.start {
 				delete(t.pids, pid) // pid reused since it was cached
+				closeComm(e.comm)
 			}
 		} else if alive, ok := checked[pid]; ok && !alive {
 			delete(t.pids, pid)
+			closeComm(e.comm)
 		}
 	}
 	for _, o := range t.owners {
@@ -337,6 +339,12 @@ func (t *Tracker) Close() {
 	if t.loopDone != nil {
 		<-t.loopDone
 	}
+	t.mu.Lock()
+	for _, e := range t.pids {
+		closeComm(e.comm)
+		e.comm = -1
+	}
+	t.mu.Unlock()
 }
 
 func sortOwners(s []OwnerInfo) {

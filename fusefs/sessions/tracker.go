@@ -101,13 +101,17 @@ func (o *ownerState) touch(e uint64) {
 }
 
 // pidEntry caches what the tracker knows about one pid. It is immutable
-// except for os, which is guarded by Tracker.mu.
+// except for os and comm, which are guarded by Tracker.mu.
 type pidEntry struct {
 	owner   Owner
 	id      int
 	start   uint64 // stat field 22; a different value means the pid was reused
 	ignored bool   // Config.IgnorePIDs: admitted without a lease
 	os      *ownerState
+	// comm is an open /proc/PID/comm (-1: none), which ExecGen reads
+	// to notice an exec (procinfo.go); closed with mu held for writing
+	// when the entry goes, read with mu held for reading.
+	comm int
 }
 
 // Tracker turns per-request pids into lease Begin/End events. See the package
@@ -135,10 +139,11 @@ type Tracker struct {
 	ignoreTgid map[int]bool
 	owners     map[Owner]*ownerState
 	closed     bool
-	// procs describes the processes seen (procinfo.go); pruned by
+	// procs describes the processes seen (procinfo.go), one entry per
+	// program a pid ran (index: its exec generation); pruned by
 	// PruneProcs, never by sweeps, so that a writer that exited before
 	// the capture is still named.
-	procs map[uint32]ProcInfo
+	procs map[uint32][]ProcInfo
 
 	// sweepMu serialises sweeps (background loop, Sweep, EndAll) so that
 	// their proc scans and decisions do not interleave; taken before mu.
@@ -179,7 +184,7 @@ func New(cfg Config) (*Tracker, error) {
 		handler:    cfg.Handler,
 		now:        cfg.Now,
 		pids:       make(map[uint32]*pidEntry),
-		procs:      make(map[uint32]ProcInfo),
+		procs:      make(map[uint32][]ProcInfo),
 		owners:     make(map[Owner]*ownerState),
 		stop:       make(chan struct{}),
 	}
@@ -192,7 +197,7 @@ func New(cfg Config) (*Tracker, error) {
 	t.epoch.Store(1)
 	for _, p := range cfg.IgnorePIDs {
 		if p > 0 && p <= 1<<32-1 {
-			t.pids[uint32(p)] = &pidEntry{ignored: true}
+			t.pids[uint32(p)] = &pidEntry{ignored: true, comm: -1}
 			if t.ignoreTgid == nil {
 				t.ignoreTgid = map[int]bool{}
 			}
@@ -257,6 +262,7 @@ func (t *Tracker) admitSlow(pid uint32, e *pidEntry) error {
 	var owner Owner
 	var id int
 	var start uint64
+	comm := -1
 	if e != nil {
 		owner, id, start = e.owner, e.id, e.start
 	} else {
@@ -281,10 +287,12 @@ func (t *Tracker) admitSlow(pid uint32, e *pidEntry) error {
 		}
 		owner, start = MakeOwner(t.by, id), si.start
 		pi := readProcInfo(t.procRoot, pid, owner, t.now())
+		comm = openComm(t.procRoot, pid)
 		t.mu.Lock()
-		t.procs[pid] = pi
+		t.procs[pid] = []ProcInfo{pi}
 		t.mu.Unlock()
 	}
+	defer func() { closeComm(comm) }() // unless an entry took it
 	for {
 		t.mu.Lock()
 		if t.closed {
@@ -293,7 +301,11 @@ func (t *Tracker) admitSlow(pid uint32, e *pidEntry) error {
 		}
 		pe := t.pids[pid]
 		if pe == nil || pe.start != start || pe.owner != owner {
-			pe = &pidEntry{owner: owner, id: id, start: start}
+			if pe != nil {
+				closeComm(pe.comm)
+			}
+			pe = &pidEntry{owner: owner, id: id, start: start, comm: comm}
+			comm = -1
 			t.pids[pid] = pe
 		}
 		o := t.owners[owner]
