@@ -77,6 +77,9 @@ BENCH_FS ?= -fresh-fs 32G
 # an in-memory server with acyclicfs's kernel options and transports):
 # every system in 2 runs (cp -a / git worktree in the fork
 # table once). 11.8 minutes on this 2-core VM with a load average of 2.
+# Then the cluster group (test/bench/cluster.go): an etcd embedded in the
+# harness, two nodes sharing a blob directory against a local store, 9 runs,
+# about a minute (-no-cluster skips it; -only-cluster runs it alone).
 # Writes docs/benchmarks.md and docs/benchmarks.png.
 bench: bench-deps
 	scripts/with-uring.sh $(GO) run ./test/bench -runs 2 $(BENCH_FS)
