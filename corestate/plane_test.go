@@ -316,14 +316,23 @@ func TestPlaneOnEtcd(t *testing.T) {
 	if got, err := stores[0].Keys("counter"); err != nil || !reflect.DeepEqual(got, keys) {
 		t.Fatalf("Keys = %q, %v", got, err)
 	}
+	// The bound is etcd's: a commit of exactly MaxWrites records goes
+	// through; one more is refused whole before it reaches etcd.
+	limit := stores[0].pl.limits.MaxWrites
 	var big []Write
-	for i := range 200 {
+	for i := range limit + 1 {
 		big = append(big, Write{Family: "big", Key: fmt.Sprint(i), Value: i})
 	}
 	if err := stores[0].Commit("big", big); !errors.Is(err, ErrTooLarge) {
-		t.Fatalf("oversized commit = %v, want ErrTooLarge", err)
+		t.Fatalf("commit of %d records = %v, want ErrTooLarge", len(big), err)
 	}
 	if got, err := stores[1].Keys("big"); err != nil || len(got) != 0 {
 		t.Fatalf("oversized commit left %q, %v", got, err)
+	}
+	if err := stores[0].Commit("big", big[:limit]); err != nil {
+		t.Fatalf("commit of %d records (the limit): %v", limit, err)
+	}
+	if got, err := stores[1].Keys("big"); err != nil || len(got) != limit {
+		t.Fatalf("after the commit at the limit B lists %d records, %v", len(got), err)
 	}
 }
