@@ -1,6 +1,8 @@
 package test
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -48,5 +50,18 @@ func TestTwoNodesContexts(t *testing.T) {
 		t.Fatalf("app at %s on A, c1.app at %s on B", ha, hb)
 	}
 	a.fsck()
+
+	// A context record a node kept in STORE/state before contexts were
+	// shared is not read any more, and every command says so.
+	old := filepath.Join(b.store, "state", "contexts")
+	if err := os.MkdirAll(old, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(old, "6f6c64.json"), []byte(`{"revision":1,"value":{}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := b.run("list"); r.code != 0 || !strings.Contains(r.stderr, old+" holds 1 records") {
+		t.Fatalf("B does not warn about its old local context record: %s", r)
+	}
 
 }

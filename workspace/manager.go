@@ -120,7 +120,7 @@ func Open(dir string, opt Options) (*Manager, error) {
 		closeNode()
 		return nil, fmt.Errorf("open core state: %w", err)
 	}
-	shared, err := openShared(node, opt.Meta, cs)
+	shared, err := openShared(node, opt.Meta, cs, opt.Warn)
 	if err != nil {
 		st.Close()
 		closeNode()

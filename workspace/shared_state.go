@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"fmt"
+	"path/filepath"
 
 	"github.com/acyclicfs/acyclicfs/cluster"
 	"github.com/acyclicfs/acyclicfs/corestate"
@@ -28,14 +29,23 @@ var sharedFamilies = []string{
 }
 
 // openShared returns the store of the shared families: local itself for a
-// local store (node nil), the plane's for a store on etcd.
-func openShared(node *cluster.Node, plane meta.Store, local *corestate.Store) (*corestate.Store, error) {
+// local store (node nil), the plane's for a store on etcd. A node made
+// before these families were shared may hold some of them in STORE/state,
+// where they are no longer read: warn says so (they are left untouched).
+func openShared(node *cluster.Node, plane meta.Store, local *corestate.Store, warn func(string)) (*corestate.Store, error) {
 	if node == nil {
 		return local, nil
 	}
 	s, err := corestate.OpenPlane(plane, corestate.PlaneOptions{Families: sharedFamilies})
 	if err != nil {
 		return nil, fmt.Errorf("open shared core state: %w", err)
+	}
+	if warn != nil {
+		for _, f := range sharedFamilies {
+			if keys, err := local.Keys(f); err == nil && len(keys) > 0 {
+				warn(fmt.Sprintf("%s holds %d records from before %s was shared on etcd; they are not read", filepath.Join(local.Root(), f), len(keys), f))
+			}
+		}
 	}
 	return s, nil
 }
