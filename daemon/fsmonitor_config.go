@@ -81,7 +81,8 @@ func isOwnSetting(line string) bool {
 }
 
 // configureFSMonitor adds (on) or removes (off) the block in
-// root/.git/config, writing only if that changes the file. A root
+// root/.git/config, writing only if that changes the file; on, it also
+// moves the index's untracked cache to root (fsmonitor_index.go). A root
 // without a .git directory is left alone.
 func configureFSMonitor(root, exe, storeDir string, on bool) error {
 	gitDir := filepath.Join(root, ".git")
@@ -96,6 +97,13 @@ func configureFSMonitor(root, exe, storeDir string, on bool) error {
 		}
 	} else if err != nil {
 		return fmt.Errorf("read %s: %w", path, err)
+	}
+	if on {
+		// Before the config names the hook: a git that starts meanwhile
+		// uses neither the hook nor the cache yet.
+		if err := retargetUntrackedCache(root); err != nil {
+			return err
+		}
 	}
 	next := withoutFSMonitorBlock(old)
 	if on {
