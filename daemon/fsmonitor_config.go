@@ -31,10 +31,26 @@ func gitConfigQuote(v string) string {
 	return `"` + strings.ReplaceAll(v, `"`, `\"`) + `"`
 }
 
+// HookName is the small hook binary (cmd/acyclicfs-fsmonitor) a mount
+// points git at when it lies beside the acyclicfs binary: git starts the
+// hook for every status, and it starts in a fraction of the time the full
+// CLI takes. Without it the hook is `acyclicfs fsmonitor`.
+const HookName = "acyclicfs-fsmonitor"
+
+// fsmonitorCommand is the hook command for the store storeDir: exe's
+// small sibling if there is one, else exe itself.
+func fsmonitorCommand(exe, storeDir string) string {
+	hook := filepath.Join(filepath.Dir(exe), HookName)
+	if st, err := os.Stat(hook); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+		return shellQuote(hook) + " " + shellQuote(filepath.Join(storeDir, SocketName))
+	}
+	return shellQuote(exe) + " --store " + shellQuote(storeDir) + " fsmonitor"
+}
+
 // fsmonitorBlock is the config block that points git at exe's hook for
 // the store storeDir.
 func fsmonitorBlock(exe, storeDir string) string {
-	cmd := shellQuote(exe) + " --store " + shellQuote(storeDir) + " fsmonitor"
+	cmd := fsmonitorCommand(exe, storeDir)
 	return fsmBlockBegin + "\n[core]\n\tfsmonitor = " + gitConfigQuote(cmd) + "\n\tuntrackedCache = true\n" + fsmBlockEnd + "\n"
 }
 

@@ -91,7 +91,8 @@ func TestFSMonitorConfigAndHook(t *testing.T) {
 	if !strings.Contains(cfg, "fsmonitor = ") || !strings.Contains(cfg, "untrackedCache = true") {
 		t.Fatalf(".git/config of the mount:\n%s", cfg)
 	}
-	if got := strings.TrimSpace(gitIn(t, mp, "config core.fsmonitor")); !strings.Contains(got, bin) || !strings.HasSuffix(got, " fsmonitor") {
+	// The small hook beside the binary, given the daemon's socket.
+	if got := strings.TrimSpace(gitIn(t, mp, "config core.fsmonitor")); !strings.Contains(got, filepath.Join(filepath.Dir(bin), "acyclicfs-fsmonitor")) || !strings.HasSuffix(got, "/daemon.sock'") {
 		t.Fatalf("core.fsmonitor = %q", got)
 	}
 	if st := gitIn(t, mp, "status --porcelain"); st != "" {
