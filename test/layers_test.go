@@ -44,7 +44,7 @@ var layers = map[string]int{
 	"internal/lockfile":       -1,
 	"internal/pathino":        -1,
 	"internal/fsmtoken":       -1,
-	"internal/fsmhook":        -1,
+	"internal/fsmhook":        0,
 	"internal/gitrepo":        -1,
 	"internal/etcdtest":       -1,
 	"rebase/rebasetest":       2,
