@@ -147,3 +147,22 @@ func configureFSMonitor(root, exe, storeDir string, on bool) error {
 	}
 	return nil
 }
+
+// fsmonitorWarm is the metadata warm-up (names, threads) of a mount whose
+// root is a git work tree served by the hook. git status there looks
+// nothing up, and the warm-up only competed with it for the daemon and
+// the CPUs: on the Go tree (2 cores, loaded) the first status after a
+// remount took 30 ms with the default warm-up against 19 ms without it
+// (native 27 ms). So the default is none; a warm-up asked for
+// (--warm-entries, --wait-warm) runs, with few threads: 2 walkers made
+// the first status 55 ms against 120 ms with 16.
+func fsmonitorWarm(opt MountOptions) (entries, walkers int) {
+	if opt.WarmDefault {
+		return 0, 0
+	}
+	return opt.WarmEntries, fsmonitorWarmWalkers
+}
+
+// fsmonitorWarmWalkers is the thread count of a warm-up asked for in a
+// mount the hook serves.
+const fsmonitorWarmWalkers = 2

@@ -639,3 +639,31 @@ func TestFSMonitorUntrackedCacheAtNewMountpoint(t *testing.T) {
 		e.unmount(mp)
 	}
 }
+
+// TestFSMonitorMountSkipsWarmUp: a mount whose root is a work tree the
+// hook serves lists nothing in the background by default (git status
+// there looks nothing up, and the warm-up only slowed it); a warm-up
+// asked for still runs, and a mount without the hook warms as any other.
+func TestFSMonitorMountSkipsWarmUp(t *testing.T) {
+	needTool(t, "git")
+	e := newMountEnv(t)
+	repo := fsmRepo(t, e)
+	for _, ws := range []string{"def", "asked", "nohook"} {
+		e.ok("create", ws, "--from", repo)
+	}
+	mp := e.mountAt("def")
+	if st := e.statusOf("def"); st.Warming || st.Warmed != 0 {
+		t.Fatalf("a mount with the hook: warmed %d, warming %v; want no warm-up", st.Warmed, st.Warming)
+	}
+	if got := gitIn(t, mp, "status --porcelain"); got != "" {
+		t.Fatalf("git status: %q", got)
+	}
+	e.unmount(mp)
+	for ws, flags := range map[string][]string{"asked": {"--warm-entries", "1000", "--wait-warm"}, "nohook": {"--no-fsmonitor", "--wait-warm"}} {
+		mp := e.mountAt(ws, flags...)
+		if st := e.statusOf(ws); st.Warming || st.Warmed == 0 {
+			t.Fatalf("%s (%v): warmed %d, warming %v; want a finished warm-up", ws, flags, st.Warmed, st.Warming)
+		}
+		e.unmount(mp)
+	}
+}
