@@ -151,9 +151,10 @@ func configureFSMonitor(root, exe, storeDir string, on bool) error {
 // fsmonitorWarm is the metadata warm-up (names, threads) of a mount whose
 // root is a git work tree served by the hook. git status there looks
 // nothing up, and the warm-up only competed with it for the daemon and
-// the CPUs: on the Go tree (2 cores, loaded) the first status after a
-// remount took 30 ms with the default warm-up against 19 ms without it
-// (native 27 ms). So the default is none; a warm-up asked for
+// the CPUs: on the Go tree (2 cores, loaded; docs/benchmarks.md) the
+// first status after a remount was 1.09x native with the warm-up against
+// 0.69x without it (00:00 run), and 1.34x against 0.52x in the 03:52 run.
+// So the default is none; a warm-up asked for
 // (--warm-entries, --wait-warm) runs, with few threads: 2 walkers made
 // the first status 55 ms against 120 ms with 16.
 func fsmonitorWarm(opt MountOptions) (entries, walkers int) {
