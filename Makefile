@@ -12,6 +12,7 @@ all: build
 # loader), and every CLI call, every `exec` of an agent's tool, pays it.
 build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/acyclicfs
+	CGO_ENABLED=0 $(GO) build -o $(dir $(BIN))acyclicfs-fsmonitor ./cmd/acyclicfs-fsmonitor
 
 # The main job end to end on the embedded default store (no server).
 demo: build
