@@ -54,7 +54,7 @@ func TestClaims(t *testing.T) {
 		}
 	})
 
-	ca, cb := a.Claims(1, none, t.Logf), b.Claims(2, none, t.Logf)
+	ca, cb := a.Claims(1, none, nil, t.Logf), b.Claims(2, none, nil, t.Logf)
 	defer ca.Close()
 	defer cb.Close()
 	if err := ca.Claim(ctx, "ws", "/mnt/a"); err != nil {
@@ -89,7 +89,7 @@ func TestClaims(t *testing.T) {
 	}
 	// A new daemon of node b takes over b's claims; closing a session
 	// revokes its claims at once.
-	cb2 := b.Claims(3, none, t.Logf)
+	cb2 := b.Claims(3, none, nil, t.Logf)
 	if err := cb2.Claim(ctx, "ws", "/mnt/b2"); err != nil {
 		t.Fatalf("take over own claim: %v", err)
 	}
@@ -116,7 +116,7 @@ func TestClaimExpires(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cb := b.Claims(2, none, t.Logf)
+	cb := b.Claims(2, none, nil, t.Logf)
 	defer cb.Close()
 	if err := cb.Claim(ctx, "ws", "/mnt/b"); !errors.Is(err, ErrClaimed) {
 		t.Fatalf("claim while a's lease lives: %v", err)
@@ -149,7 +149,7 @@ func TestReclaimAfterLoss(t *testing.T) {
 	ctx := context.Background()
 	a := node(t, c, "a", 5)
 	held := func() map[string]string { return map[string]string{"ws": "/mnt/a"} }
-	ca := a.Claims(1, held, t.Logf)
+	ca := a.Claims(1, held, nil, t.Logf)
 	defer ca.Close()
 	if err := ca.Claim(ctx, "ws", "/mnt/a"); err != nil {
 		t.Fatal(err)

@@ -73,7 +73,11 @@ func Open(ctx context.Context, dir string) (*Node, error) {
 		lock.Unlock()
 		return nil, err
 	}
-	return &Node{cfg: cfg, dir: dir, c: c, lock: lock, meta: etcdmeta.New(c, cfg.Prefix), blob: remote}, nil
+	// The lease gates' session lives as long as the claims' lease: a node
+	// stopped past its claim TTL has lost both its claims and its gates
+	// (docs/scale-out.md "Failure model").
+	plane := etcdmeta.NewWithOptions(c, cfg.Prefix, etcdmeta.Options{SessionTTL: cfg.ClaimTTL()})
+	return &Node{cfg: cfg, dir: dir, c: c, lock: lock, meta: plane, blob: remote}, nil
 }
 
 // Remote returns the shared blob plane the node's store keeps its objects
