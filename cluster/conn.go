@@ -76,9 +76,16 @@ func Open(ctx context.Context, dir string) (*Node, error) {
 	// The lease gates' session lives as long as the claims' lease: a node
 	// stopped past its claim TTL has lost both its claims and its gates
 	// (docs/scale-out.md "Failure model").
-	plane := etcdmeta.NewWithOptions(c, cfg.Prefix, etcdmeta.Options{SessionTTL: cfg.ClaimTTL()})
+	// Every metadata transaction is bounded (RequestTimeout): a command
+	// that loses etcd's quorum midway fails naming etcd, not hangs.
+	plane := etcdmeta.NewWithOptions(c, cfg.Prefix, etcdmeta.Options{SessionTTL: cfg.ClaimTTL(), RequestTimeout: RequestTimeout})
 	return &Node{cfg: cfg, dir: dir, c: c, lock: lock, meta: plane, blob: remote}, nil
 }
+
+// RequestTimeout bounds each metadata transaction of a node on etcd
+// (etcdmeta.Options.RequestTimeout): a transaction is a few round trips,
+// so this is only reached without a quorum.
+const RequestTimeout = 10 * time.Second
 
 // Remote returns the shared blob plane the node's store keeps its objects
 // on (store.Options.Remote), nil when blobs stay on each node.
