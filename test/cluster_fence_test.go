@@ -93,7 +93,7 @@ func (e *env) logGens(ws string) []string {
 //
 // Without the claim history check (cluster.Claims.claimed) A, finding no
 // claim once B unmounted, claims ws again and publishes its write onto B's
-// head: ws's log gains A's capture and the test fails there.
+// head: the test times out waiting for the fence.
 func TestFencedNodeLosesNothing(t *testing.T) {
 	c := etcdtest.Start(t)
 	shared := filepath.Join(t.TempDir(), "blobs")
