@@ -276,3 +276,31 @@ func TestLandingsWhileEtcdMembersDie(t *testing.T) {
 	nodes[0].fsck()
 	nodes[1].fsck()
 }
+
+// TestChaosModelRejects: the register model of TestLandingsWhileEtcdMembersDie
+// rejects two landings made after the same head (a lost update), a read of
+// a head older than a landing that returned before it, and a landing whose
+// entry comes before one that returned before it was called.
+func TestChaosModelRejects(t *testing.T) {
+	start := porcupine.Operation{ClientId: 2, Input: chaosIn{kid: "start"}, Output: chaosOut{ok: true, next: "g0"}, Call: 0, Return: 1}
+	land := func(c int, kid, prev, next string, call, ret int64) porcupine.Operation {
+		return porcupine.Operation{ClientId: c, Input: chaosIn{kid: kid}, Output: chaosOut{ok: true, prev: prev, next: next}, Call: call, Return: ret}
+	}
+	read := func(c int, head string, call, ret int64) porcupine.Operation {
+		return porcupine.Operation{ClientId: c, Input: chaosIn{read: true}, Output: chaosOut{head: head}, Call: call, Return: ret}
+	}
+	for name, h := range map[string][]porcupine.Operation{
+		"lost update":  {start, land(0, "a", "g0", "g1", 2, 5), land(1, "b", "g0", "g2", 3, 6)},
+		"stale read":   {start, land(0, "a", "g0", "g1", 2, 3), read(1, "g0", 4, 5)},
+		"out of order": {start, land(0, "a", "g1", "g2", 2, 3), land(1, "b", "g0", "g1", 4, 5)},
+	} {
+		if porcupine.CheckOperations(chaosModel, h) {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	ok := []porcupine.Operation{start, land(0, "a", "g0", "g1", 2, 5), land(1, "b", "g1", "g2", 3, 6), read(0, "g2", 7, 8),
+		{ClientId: 1, Input: chaosIn{kid: "c"}, Output: chaosOut{}, Call: 7, Return: 9}}
+	if !porcupine.CheckOperations(chaosModel, ok) {
+		t.Errorf("a linearizable history was rejected")
+	}
+}
