@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -250,11 +251,23 @@ func (cl *Claims) Claim(ctx context.Context, ws, mountpoint string) error {
 	if lost {
 		return &ClaimedError{Held: other}
 	}
-	s, err := cl.session(ctx)
-	if err != nil {
-		return err
+	for attempt := 0; ; attempt++ {
+		s, err := cl.session(ctx)
+		if err != nil {
+			return err
+		}
+		err = cl.claimOn(ctx, s, ws, mountpoint)
+		if !errors.Is(err, rpctypes.ErrLeaseNotFound) || attempt > 0 {
+			return err
+		}
+		// The session's lease is gone (expired or revoked) before its
+		// keep-alive noticed: drop it, claim on a new one.
+		cl.mu.Lock()
+		if cl.sess == s {
+			cl.sess = nil
+		}
+		cl.mu.Unlock()
 	}
-	return cl.claimOn(ctx, s, ws, mountpoint)
 }
 
 // claimedBetween looks through the history of ws's claim key for a claim
