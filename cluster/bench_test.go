@@ -13,7 +13,7 @@ import (
 func BenchmarkClaimRelease(b *testing.B) {
 	c := etcdtest.Start(b)
 	n := node(b, c, "a", 10)
-	cl := n.Claims(1, none, b.Logf)
+	cl := n.Claims(1, none, nil, b.Logf)
 	defer cl.Close()
 	ctx := context.Background()
 	if err := cl.Claim(ctx, "warm", "/mnt"); err != nil {

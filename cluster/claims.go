@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -69,7 +70,15 @@ type Claims struct {
 	root string // encodeRoot(prefix) + "c"
 	pid  int
 	logf func(format string, args ...any)
-	held func() map[string]string // the workspaces mounted here, by name: their mountpoints
+	held func() map[string]string     // the workspaces mounted here, by name: their mountpoints
+	lost func(ws string, other Claim) // told of a workspace another node claimed meanwhile
+
+	// revs is the revision of this node's latest put of each claim it
+	// holds (dropped by Release); lostTo a claim another node made after
+	// it, while this node's claim was gone (claimOn), kept until Release.
+	rmu    sync.Mutex
+	revs   map[string]int64
+	lostTo map[string]Claim
 
 	mu     sync.Mutex
 	sess   *concurrency.Session // nil until the first claim, or after it was lost
@@ -81,11 +90,12 @@ type Claims struct {
 // mounts (name to mountpoint): when the session's lease is lost (the node
 // was stopped or cut off from etcd past the TTL) they are claimed again on
 // a new one, retried until etcd answers; a workspace another node claimed
-// meanwhile is logged, since it is then mounted on two nodes. logf is told
-// of both.
-func (n *Node) Claims(pid int, held func() map[string]string, logf func(format string, args ...any)) *Claims {
+// meanwhile is logged and reported to lost (if not nil), which fences this
+// node's mount of it (daemon/fenced.go). logf is told of both.
+func (n *Node) Claims(pid int, held func() map[string]string, lost func(ws string, other Claim), logf func(format string, args ...any)) *Claims {
 	return &Claims{c: n.c, node: n.cfg.Node, ttl: n.cfg.ClaimTTL(), root: encodeRoot(n.cfg.Prefix) + string(rune(tagClaim)),
-		pid: pid, held: held, logf: logf, closed: make(chan struct{})}
+		pid: pid, held: held, lost: lost, logf: logf, closed: make(chan struct{}),
+		revs: map[string]int64{}, lostTo: map[string]Claim{}}
 }
 
 // List returns every claim of the store (every node's), by workspace.
@@ -204,7 +214,10 @@ func (cl *Claims) reclaim() {
 			case err == nil:
 				cl.logf("node %s: %s claimed again", cl.node, ws)
 			case errors.As(err, &other):
-				cl.logf("node %s: %s is mounted here at %s and, since this node lost its claim, on node %s at %s: unmount it on one of them", cl.node, ws, mp, other.Held.Node, other.Held.Mountpoint)
+				cl.logf("node %s: %s is mounted here at %s and, since this node lost its claim, on node %s at %s: this node's mount is fenced (read-only, publishes nothing)", cl.node, ws, mp, other.Held.Node, other.Held.Mountpoint)
+				if cl.lost != nil {
+					cl.lost(ws, other.Held)
+				}
 			default:
 				retry = true
 				cl.logf("node %s: claim %s again: %v (retrying)", cl.node, ws, err)
@@ -225,12 +238,99 @@ func (cl *Claims) reclaim() {
 // Claim claims ws for this node, mounted at mountpoint. It fails with a
 // *ClaimedError (ErrClaimed) while another node holds it. A claim this
 // node's earlier daemon left is taken over.
+//
+// It fails the same way when this node's claim on ws went (its lease was
+// lost) and another node claimed ws meanwhile, even if that node has
+// released it since: the workspace moved on without this node, which
+// must not publish to it (daemon/fenced.go). That answer stands until
+// Release.
 func (cl *Claims) Claim(ctx context.Context, ws, mountpoint string) error {
-	s, err := cl.session(ctx)
-	if err != nil {
-		return err
+	cl.rmu.Lock()
+	other, lost := cl.lostTo[ws]
+	cl.rmu.Unlock()
+	if lost {
+		return &ClaimedError{Held: other}
 	}
-	return cl.claimOn(ctx, s, ws, mountpoint)
+	for attempt := 0; ; attempt++ {
+		s, err := cl.session(ctx)
+		if err != nil {
+			return err
+		}
+		err = cl.claimOn(ctx, s, ws, mountpoint)
+		if !errors.Is(err, rpctypes.ErrLeaseNotFound) || attempt > 0 {
+			return err
+		}
+		// The session's lease is gone (expired or revoked) before its
+		// keep-alive noticed: drop it, claim on a new one.
+		cl.mu.Lock()
+		if cl.sess == s {
+			cl.sess = nil
+		}
+		cl.mu.Unlock()
+	}
+}
+
+// claimedBetween looks through the history of ws's claim key for a claim
+// by another node in (after, upto): upto is the revision of this node's
+// own put of the key, which the watch reports after everything before it.
+// History compacted away counts as such a claim (nothing tells otherwise).
+func (cl *Claims) claimedBetween(ctx context.Context, ws string, after, upto int64) (Claim, bool, error) {
+	wctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), DialTimeout)
+	defer cancel()
+	for resp := range cl.c.Watch(wctx, cl.root+ws, clientv3.WithRev(after+1)) {
+		if err := resp.Err(); err != nil {
+			if resp.CompactRevision > 0 {
+				return Claim{Workspace: ws, Node: "(unknown: the claim's history was compacted)"}, true, nil
+			}
+			return Claim{}, false, fmt.Errorf("claim %s: history since revision %d: %w", ws, after, err)
+		}
+		for _, ev := range resp.Events {
+			if ev.Kv.ModRevision >= upto {
+				return Claim{}, false, nil
+			}
+			if ev.Type != clientv3.EventTypePut {
+				continue
+			}
+			var c Claim
+			if err := json.Unmarshal(ev.Kv.Value, &c); err != nil {
+				return Claim{}, false, fmt.Errorf("claim %s at revision %d: %w: %w", ws, ev.Kv.ModRevision, ErrBadConfig, err)
+			}
+			if c.Node != cl.node {
+				return c, true, nil
+			}
+		}
+	}
+	return Claim{}, false, fmt.Errorf("claim %s: history since revision %d: %w", ws, after, wctx.Err())
+}
+
+// claimed records this node's put of ws's claim at rev, after checking,
+// if its earlier claim went without a Release, that no other node
+// claimed ws in between. If one did, the put is undone and a
+// *ClaimedError returned.
+func (cl *Claims) claimed(ctx context.Context, ws string, rev int64) error {
+	cl.rmu.Lock()
+	prev, had := cl.revs[ws]
+	cl.rmu.Unlock()
+	if had && prev < rev-1 {
+		other, found, err := cl.claimedBetween(ctx, ws, prev, rev)
+		if err != nil {
+			return err
+		}
+		if found {
+			key := cl.root + ws
+			if _, err := cl.c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(clientv3.OpDelete(key)).Commit(); err != nil {
+				return fmt.Errorf("claim %s: undo after finding node %s's claim: %w", ws, other.Node, err)
+			}
+			cl.rmu.Lock()
+			cl.lostTo[ws] = other
+			cl.rmu.Unlock()
+			return &ClaimedError{Held: other}
+		}
+	}
+	cl.rmu.Lock()
+	cl.revs[ws] = rev
+	cl.rmu.Unlock()
+	return nil
 }
 
 func (cl *Claims) claimOn(ctx context.Context, s *concurrency.Session, ws, mountpoint string) error {
@@ -249,7 +349,7 @@ func (cl *Claims) claimOn(ctx context.Context, s *concurrency.Session, ws, mount
 			return fmt.Errorf("claim %s: %w", ws, err)
 		}
 		if resp.Succeeded {
-			return nil
+			return cl.claimed(ctx, ws, resp.Header.Revision)
 		}
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 {
@@ -262,6 +362,12 @@ func (cl *Claims) claimOn(ctx context.Context, s *concurrency.Session, ws, mount
 		if held.Node != cl.node {
 			return &ClaimedError{Held: held}
 		}
+		cl.rmu.Lock()
+		prev, had := cl.revs[ws]
+		cl.rmu.Unlock()
+		if had && kvs[0].ModRevision == prev && kvs[0].Lease == int64(s.Lease()) {
+			return nil // this node's claim, as it put it: held all along
+		}
 		// This node's own: an earlier daemon's (one daemon serves a node)
 		// or this one's. Take it over on this session's lease.
 		resp, err = cl.c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", kvs[0].ModRevision)).
@@ -270,7 +376,7 @@ func (cl *Claims) claimOn(ctx context.Context, s *concurrency.Session, ws, mount
 			return fmt.Errorf("claim %s: %w", ws, err)
 		}
 		if resp.Succeeded {
-			return nil
+			return cl.claimed(ctx, ws, resp.Header.Revision)
 		}
 	}
 	return fmt.Errorf("claim %s: the claim kept changing", ws)
@@ -278,6 +384,10 @@ func (cl *Claims) claimOn(ctx context.Context, s *concurrency.Session, ws, mount
 
 // Release drops this node's claim on ws (none held: nothing to do).
 func (cl *Claims) Release(ctx context.Context, ws string) error {
+	cl.rmu.Lock()
+	delete(cl.revs, ws)
+	delete(cl.lostTo, ws)
+	cl.rmu.Unlock()
 	key := cl.root + ws
 	ctx, cancel := context.WithTimeout(ctx, DialTimeout)
 	defer cancel()

@@ -54,7 +54,7 @@ func TestClaims(t *testing.T) {
 		}
 	})
 
-	ca, cb := a.Claims(1, none, t.Logf), b.Claims(2, none, t.Logf)
+	ca, cb := a.Claims(1, none, nil, t.Logf), b.Claims(2, none, nil, t.Logf)
 	defer ca.Close()
 	defer cb.Close()
 	if err := ca.Claim(ctx, "ws", "/mnt/a"); err != nil {
@@ -89,7 +89,7 @@ func TestClaims(t *testing.T) {
 	}
 	// A new daemon of node b takes over b's claims; closing a session
 	// revokes its claims at once.
-	cb2 := b.Claims(3, none, t.Logf)
+	cb2 := b.Claims(3, none, nil, t.Logf)
 	if err := cb2.Claim(ctx, "ws", "/mnt/b2"); err != nil {
 		t.Fatalf("take over own claim: %v", err)
 	}
@@ -116,7 +116,7 @@ func TestClaimExpires(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cb := b.Claims(2, none, t.Logf)
+	cb := b.Claims(2, none, nil, t.Logf)
 	defer cb.Close()
 	if err := cb.Claim(ctx, "ws", "/mnt/b"); !errors.Is(err, ErrClaimed) {
 		t.Fatalf("claim while a's lease lives: %v", err)
@@ -149,7 +149,7 @@ func TestReclaimAfterLoss(t *testing.T) {
 	ctx := context.Background()
 	a := node(t, c, "a", 5)
 	held := func() map[string]string { return map[string]string{"ws": "/mnt/a"} }
-	ca := a.Claims(1, held, t.Logf)
+	ca := a.Claims(1, held, nil, t.Logf)
 	defer ca.Close()
 	if err := ca.Claim(ctx, "ws", "/mnt/a"); err != nil {
 		t.Fatal(err)
@@ -182,5 +182,54 @@ func TestReclaimAfterLoss(t *testing.T) {
 	}
 	if !deleted || !again {
 		t.Fatalf("claim after its lease was revoked: deleted %v, claimed again on a new lease %v", deleted, again)
+	}
+}
+
+// TestClaimLostToAnotherNode: node a's claim goes with its lease (revoked
+// behind its back, as etcd does to a node stopped past its TTL); node b
+// claims the workspace and releases it again. a's next Claim finds b's
+// claim in the key's history and fails with ErrClaimed naming b, leaves
+// no claim behind, and keeps failing until a releases the workspace;
+// then a claims it as usual. (Without the history check, a's Claim finds
+// the key free and succeeds: the first check fails.)
+func TestClaimLostToAnotherNode(t *testing.T) {
+	c := etcdtest.Start(t)
+	ctx := context.Background()
+	a, b := node(t, c, "a", 5), node(t, c, "b", 5)
+	ca, cb := a.Claims(1, none, nil, t.Logf), b.Claims(2, none, nil, t.Logf)
+	defer ca.Close()
+	defer cb.Close()
+	if err := ca.Claim(ctx, "ws", "/mnt/a"); err != nil {
+		t.Fatal(err)
+	}
+	key := encodeRoot("/claims-test") + "c" + "ws"
+	cur, err := a.Client().Get(ctx, key)
+	if err != nil || len(cur.Kvs) != 1 {
+		t.Fatalf("claim key: %v %v", cur, err)
+	}
+	if _, err := a.Client().Revoke(ctx, clientv3.LeaseID(cur.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	if err := cb.Claim(ctx, "ws", "/mnt/b"); err != nil {
+		t.Fatalf("b's claim after a's lease was revoked: %v", err)
+	}
+	if err := cb.Release(ctx, "ws"); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		err := ca.Claim(ctx, "ws", "/mnt/a")
+		var held *ClaimedError
+		if !errors.As(err, &held) || held.Held.Node != "b" || held.Held.Mountpoint != "/mnt/b" {
+			t.Fatalf("a's claim after b claimed and released: %v, want ErrClaimed naming b at /mnt/b", err)
+		}
+		if r, err := a.Client().Get(ctx, key); err != nil || len(r.Kvs) != 0 {
+			t.Fatalf("a's refused claim left the key: %v %v", r, err)
+		}
+	}
+	if err := ca.Release(ctx, "ws"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.Claim(ctx, "ws", "/mnt/a2"); err != nil {
+		t.Fatalf("a's claim after its release: %v", err)
 	}
 }

@@ -70,7 +70,13 @@ func Open(ctx context.Context, dir string) (*Node, error) {
 		lock.Unlock()
 		return nil, err
 	}
-	return &Node{cfg: cfg, dir: dir, c: c, lock: lock, meta: etcdmeta.New(c, cfg.Prefix), blob: remote}, nil
+	// The lease gates' session lives as long as the claims' lease: a node
+	// stopped past its claim TTL has lost both its claims and its gates
+	// (docs/scale-out.md "Failure model").
+	// Every metadata transaction is bounded (RequestTimeout): a command
+	// that loses etcd's quorum midway fails naming etcd, not hangs.
+	plane := etcdmeta.NewWithOptions(c, cfg.Prefix, etcdmeta.Options{SessionTTL: cfg.ClaimTTL(), RequestTimeout: RequestTimeout})
+	return &Node{cfg: cfg, dir: dir, c: c, lock: lock, meta: plane, blob: remote}, nil
 }
 
 // OpenBlobs opens cfg's shared blob plane for the node at dir: nil
@@ -107,6 +113,11 @@ func OpenBlobs(ctx context.Context, dir string, cfg Config, create bool) (blobs.
 		return d, nil
 	}
 }
+
+// RequestTimeout bounds each metadata transaction of a node on etcd
+// (etcdmeta.Options.RequestTimeout): a transaction is a few round trips,
+// so this is only reached without a quorum.
+const RequestTimeout = 10 * time.Second
 
 // Remote returns the shared blob plane the node's store keeps its objects
 // on (store.Options.Remote), nil when blobs stay on each node.

@@ -25,5 +25,9 @@
 // session's lease is revoked) and, for a node that died or stopped, when
 // its lease expires after the configured TTL. A node takes over its own
 // claims left by an earlier daemon of the same node (that daemon is gone:
-// one daemon serves a store directory).
+// one daemon serves a store directory). A claim made again after this
+// node's lease was lost checks the claim key's history since its last
+// put: another node's claim in between (released since or not) makes it
+// fail with ErrClaimed, so that the node publishes nothing to a
+// workspace that moved on without it (docs/scale-out.md "Failure model").
 package cluster

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"os"
 	"time"
 
 	"github.com/acyclicfs/acyclicfs/fusefs/sessions"
@@ -14,7 +15,12 @@ import (
 // Offline is a daemon that serves nothing, for a command run without
 // one: it recovers mounts a dead daemon left (RecoverMount).
 func Offline(m *workspace.Manager) *Daemon {
-	return &Daemon{m: m, dir: m.Dir(), logger: log.New(io.Discard, "", 0), mounts: map[string]*Mount{}, quit: make(chan struct{})}
+	d := &Daemon{m: m, dir: m.Dir(), logger: log.New(io.Discard, "", 0), mounts: map[string]*Mount{}, quit: make(chan struct{})}
+	if n := m.Node(); n != nil {
+		// A recovery claims the workspace before it publishes (RecoverMount).
+		d.claims = n.Claims(os.Getpid(), func() map[string]string { return nil }, nil, d.logger.Printf)
+	}
+	return d
 }
 
 // Manager is the daemon's open store.

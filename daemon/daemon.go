@@ -190,7 +190,7 @@ func Run(storeDir string, ready io.WriteCloser, cfg Config) error {
 		mounts: map[string]*Mount{}, quit: make(chan struct{})}
 	m.SetHooks(workspace.Hooks{ParentAdvanced: d.parentAdvanced})
 	if n := m.Node(); n != nil {
-		d.claims = n.Claims(os.Getpid(), d.mountpoints, logger.Printf)
+		d.claims = n.Claims(os.Getpid(), d.mountpoints, d.claimLostElsewhere, logger.Printf)
 	}
 
 	sock := filepath.Join(d.dir, SocketName)

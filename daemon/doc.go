@@ -23,7 +23,10 @@
 //     claimed before it is mounted (another node's claim fails the mount
 //     with cluster.ErrClaimed) and released at unmount; the claims'
 //     session lease is revoked at exit, and claimed again for the mounts
-//     still served when it was lost.
+//     still served when it was lost. A mount whose workspace another
+//     node claimed meanwhile is fenced (fenced.go): read-only, publishing
+//     nothing, its unpublished changes kept as the fork WS.fenced-NODE-N;
+//     a recovery claims the workspace first and does the same.
 //   - The control protocol's server side (protocol.go): POST /run runs a
 //     forwarded command line through Config.Exec, POST /fsmonitor answers
 //     git's fsmonitor hook, GET /ping.

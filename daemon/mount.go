@@ -56,6 +56,9 @@ type Mount struct {
 	// readOnly: a root of a frozen or discarded context (context_mount.go).
 	// unmountIdle: unmount once the window closes (a discarded context).
 	readOnly, unmountIdle atomic.Bool
+	// fenced: another node claimed the workspace while this node had
+	// lost its claim (fenced.go); set once, never cleared.
+	fenced atomic.Pointer[FencedStatus]
 
 	// Fields below are protected by lock.
 	leases  map[sessions.Owner]*heldLease
@@ -259,7 +262,7 @@ func (d *Daemon) MountWorkspace(ws, mp string, opt MountOptions) (*Mount, []stri
 	} else if found {
 		// Recover first: it detaches the dead mountpoint, which the kernel
 		// may still answer stat for from its attribute cache.
-		n, err := d.RecoverMount(rec)
+		n, err := d.recoverMount(rec, true)
 		notes = append(notes, n...)
 		if err != nil {
 			return nil, notes, fmt.Errorf("recover previous mount of %s: %w", ws, err)
@@ -445,7 +448,18 @@ func isMounted(mp string) bool {
 // RecoverMount finishes the work of a mount whose daemon died: detach its
 // dead mountpoint, capture and publish whatever its overlay persisted, and
 // resume or claim its window's reconciliation.
+//
+// On etcd it claims the workspace first: if another node holds it, the
+// overlay becomes a fork (WS.fenced-NODE-N, fenced.go) and nothing of the
+// workspace is touched; if nobody does, the claim is held for the
+// recovery and released after it.
 func (d *Daemon) RecoverMount(rec workspace.MountRecord) ([]string, error) {
+	return d.recoverMount(rec, false)
+}
+
+// recoverMount is RecoverMount; keepClaim: the caller (MountWorkspace)
+// claimed the workspace and keeps the claim.
+func (d *Daemon) recoverMount(rec workspace.MountRecord, keepClaim bool) (_ []string, err error) {
 	m := d.m
 	var notes []string
 	if rec.DaemonPID != os.Getpid() && rec.Mountpoint != "" && isMounted(rec.Mountpoint) {
@@ -469,6 +483,18 @@ func (d *Daemon) RecoverMount(rec workspace.MountRecord) ([]string, error) {
 	if err != nil {
 		return notes, err
 	}
+	// On etcd: claim the workspace before anything publishes to it.
+	other, claimLost, err := d.claimLost(rec.Workspace, rec.Mountpoint)
+	if err != nil {
+		return notes, err
+	}
+	if d.claims != nil && !claimLost && !keepClaim {
+		defer func() {
+			if rerr := d.claims.Release(context.Background(), rec.Workspace); rerr != nil {
+				d.logger.Printf("%s: %v", rec.Workspace, rerr)
+			}
+		}()
+	}
 	orphans := d.orphanLeases(rec.Workspace) // before the window is claimed
 	var head store.ID
 	if w, err := m.Get(rec.Workspace); err == nil {
@@ -484,6 +510,17 @@ func (d *Daemon) RecoverMount(rec workspace.MountRecord) ([]string, error) {
 	}
 	if err != nil {
 		return notes, fmt.Errorf("replay overlay %s: %w", rec.StateDir, err)
+	}
+	if claimLost {
+		n, err := d.recoverFenced(rec.Workspace, pinned, newRoot, newLinks, changed, other)
+		notes = append(notes, n...)
+		if err != nil {
+			return notes, err
+		}
+		if err := fusefs.ResetState(rec.StateDir); err != nil {
+			return notes, err
+		}
+		return notes, m.ClearMountRecord(rec.Workspace)
 	}
 	var recovered store.ID
 	if changed {
@@ -637,6 +674,11 @@ func (s *Mount) EndLease(owner sessions.Owner) (workspace.Result, error) {
 	lease, _ := hl.holder.Stop()
 	s.noteLeaseEnded(hl)
 	ctx := context.Background()
+	if s.fenced.Load() != nil {
+		// The lease's gate went with the lost session and the window is
+		// the claiming node's now: nothing to close or reconcile here.
+		return s.Outcome(workspace.OutcomeCurrent), nil
+	}
 	if len(s.leases) > 0 {
 		if _, err := s.d.m.Windows().Finish(ctx, lease); err != nil {
 			return workspace.Result{}, err
@@ -684,14 +726,18 @@ func (s *Mount) reconcileLast(lease window.Lease) (_ workspace.Result, err error
 	m := s.d.m
 	ctx := context.Background()
 	permit := lease.Permit
-	if err = s.captureAndPublish(&permit); err != nil {
+	if err = s.captureAndPublish(&permit); errors.Is(err, errFencedOut) {
+		return s.Outcome(workspace.OutcomeCurrent), nil // nothing of the workspace is ours to change
+	} else if err != nil {
 		if !workspace.IsFenced(err) {
 			return s.closeAfterFailedCapture(lease, err)
 		}
 		// The lease expired under us (a stalled daemon). Claim the window's
 		// reconciliation, then publish under that claim.
 		s.d.logger.Printf("%s: lease %s fenced before publish; reclaiming", s.ws, lease.ID)
-		if err := s.captureAndPublish(nil); err != nil {
+		if err := s.captureAndPublish(nil); errors.Is(err, errFencedOut) {
+			return s.Outcome(workspace.OutcomeCurrent), nil
+		} else if err != nil {
 			return workspace.Result{}, err
 		}
 	}
@@ -781,6 +827,9 @@ func (s *Mount) closeBase() {
 // that fails for space is first retried at once if retired upper files
 // could be freed. Called with s.lock held.
 func (s *Mount) captureAndPublish(permit *store.Permit) error {
+	if s.fenced.Load() != nil {
+		return errFencedOut // published nothing: the fork holds the changes
+	}
 	err := s.captureAndPublishOnce(permit)
 	if err != nil && isNoSpace(err) {
 		if freed, ferr := s.view.FreeScratch(); ferr == nil && freed > 0 {
@@ -791,6 +840,7 @@ func (s *Mount) captureAndPublish(permit *store.Permit) error {
 	switch {
 	case err == nil:
 		s.noteCaptureStored()
+	case errors.Is(err, errFencedOut):
 	case !workspace.IsFenced(err):
 		err = s.noteCaptureFailure(err)
 	}
@@ -814,6 +864,12 @@ func (s *Mount) captureAndPublishOnce(permit *store.Permit) error {
 		return nil
 	}
 	failpoint.Hit("reconcile.after-capture")
+	// On etcd: publish only while this node holds the claim (fenced.go).
+	if other, lost, err := s.d.claimLost(s.ws, s.mp); err != nil {
+		return err
+	} else if lost {
+		return s.fenceOutWith(other, root, links, changed, trees, done)
+	}
 	gen, _, err := s.d.m.PublishCapture(s.ws, s.pinned, root, links, permit, trees...)
 	if err != nil {
 		return err
@@ -827,6 +883,9 @@ func (s *Mount) captureAndPublishOnce(permit *store.Permit) error {
 // switchToHead points the view at the workspace's current head and resets
 // the overlay's base. Called with s.lock held.
 func (s *Mount) switchToHead() error {
+	if s.fenced.Load() != nil {
+		return nil // the view stays what the fork holds
+	}
 	if s.failed != nil {
 		// The overlay holds changes no capture stored: a switch would drop
 		// them. The view stays; the capture retry switches it.
@@ -859,6 +918,9 @@ func (s *Mount) switchToHead() error {
 func (s *Mount) parentAdvanced(parentHead store.ID) {
 	// The hook and the watch both report a land here: one head once, and
 	// a second report waits for the first one's rebase (follow.go).
+	if s.fenced.Load() != nil {
+		return // another node's mount follows the parent
+	}
 	done, first := s.takeParentHead(parentHead)
 	if !first {
 		return
@@ -980,12 +1042,12 @@ func (s *Mount) Unmount(lazy bool) (res workspace.Result, err error) {
 	if len(owners) == 0 && s.last.Outcome != "" {
 		res = s.last // the outcome of the final close EndAll triggered
 	}
-	if err := s.captureAndPublish(nil); err != nil {
+	if err := s.captureAndPublish(nil); err != nil && !errors.Is(err, errFencedOut) {
 		return res, err
 	}
 	// The final close EndAll triggered already synced an in-place directory;
 	// sync again only if nothing did, or the capture above moved the head.
-	if s.inPlace {
+	if s.inPlace && s.fenced.Load() == nil {
 		info, _, err := s.d.m.InPlace(s.ws)
 		if err != nil {
 			return res, err

@@ -45,13 +45,16 @@ type MountStatus struct {
 	LastReconcile *ReconcileTiming
 	// Owners are the session tracker's owners, by owner.
 	Owners map[sessions.Owner]sessions.OwnerInfo
+	// Fenced: another node claimed the workspace while this node had lost
+	// its claim; the mount is read-only and publishes nothing (fenced.go).
+	Fenced *FencedStatus
 }
 
 // Status is a snapshot of the mount for status. It waits for the mount's
 // lock at most lockWait (a final close holds it).
 func (s *Mount) Status(lockWait time.Duration) MountStatus {
 	st := MountStatus{Mountpoint: s.mp, Capture: s.captureState.Load(), Activity: s.activity.Load(),
-		Owners: map[sessions.Owner]sessions.OwnerInfo{}}
+		Owners: map[sessions.Owner]sessions.OwnerInfo{}, Fenced: s.fenced.Load()}
 	for _, o := range s.tracker.Owners() {
 		st.Owners[o.Owner] = o
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/acyclicfs/acyclicfs/internal/failpoint"
+	"github.com/acyclicfs/acyclicfs/meta"
 	"github.com/acyclicfs/acyclicfs/rebase"
 	"github.com/acyclicfs/acyclicfs/rebase/gitmerge"
 	"github.com/acyclicfs/acyclicfs/rebase/mergedriver"
@@ -413,7 +414,9 @@ func (m *Manager) propagate(ctx context.Context, name string, all bool) {
 		if ctx.Err() != nil {
 			return // the recorded propagation is finished by recovery
 		}
-		_, _ = m.Rebase(ctx, k, RebaseOptions{})
+		if _, err := m.Rebase(ctx, k, RebaseOptions{}); errors.Is(err, meta.ErrUnavailable) {
+			return // no use trying the next: the recorded propagation is finished by recovery
+		}
 	}
 	if all && ctx.Err() == nil {
 		_ = m.shared.CompareAndDelete(familyPropagate, name, m.pendingRev(name))

@@ -72,6 +72,10 @@ type statusRow struct {
 	// rebase onto its parent, an unmount, a capture retry) and how far
 	// its capture got.
 	Running *statusRunning `json:"running,omitempty"`
+	// Fenced: another node claimed the workspace while this node had
+	// lost its claim; this mount is read-only and publishes nothing, and
+	// its unpublished changes are the workspace Fenced.Fork.
+	Fenced *daemon.FencedStatus `json:"fenced,omitempty"`
 }
 
 // statusRunning is work a mount is doing.
@@ -213,6 +217,7 @@ func (a *app) statusOf(ctx context.Context, m *workspace.Manager, w store.Worksp
 		row.Warmed, row.Warming = ms.Warmed, ms.Warming
 		row.Transport, row.UringRequests = ms.Transport, ms.UringRequests
 		row.Capture = ms.Capture
+		row.Fenced = ms.Fenced
 		if act := ms.Activity; act != nil {
 			row.Running = &statusRunning{What: act.What, Since: act.Since.UTC().Format(time.RFC3339),
 				ElapsedMS: time.Since(act.Since).Milliseconds(), Capturing: ms.Capturing,
@@ -296,6 +301,14 @@ func printStatus(out io.Writer, rep statusReport) {
 			}
 			fmt.Fprintf(out, "running %s %s since %s (%v)%s\n", r.Workspace, r.Running.What, r.Running.Since,
 				time.Duration(r.Running.ElapsedMS)*time.Millisecond, progress)
+		}
+		if f := r.Fenced; f != nil {
+			kept := "it had no unpublished changes"
+			if f.Fork != "" {
+				kept = "its unpublished changes are workspace " + f.Fork
+			}
+			fmt.Fprintf(out, "fenced %s %s: node %s claimed %s (at %s) while this node had lost its claim; the mount is read-only and publishes nothing; %s\n",
+				r.Workspace, r.Mountpoint, f.Node, r.Workspace, f.Mountpoint, kept)
 		}
 		if c := r.Capture; c != nil {
 			switch c.State {

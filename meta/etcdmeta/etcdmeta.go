@@ -68,6 +68,8 @@ type Store struct {
 	c    *clientv3.Client
 	root string // encodeRoot(prefix)
 	ttl  int64  // session lease TTL, seconds
+	// timeout is Options.RequestTimeout.
+	timeout time.Duration
 
 	mu     sync.Mutex       // protects lease and stopKA
 	lease  clientv3.LeaseID // this process's session; 0: none yet or lost
@@ -81,6 +83,34 @@ type Options struct {
 	// stops renewing it for this long loses them. Default
 	// DefaultSessionTTL; etcd raises values under its minimum.
 	SessionTTL time.Duration
+	// RequestTimeout bounds each View and Update whose context has no
+	// deadline (0: unbounded). Without it, a plane with no etcd member
+	// reachable (no quorum) waits until the caller's context ends, and a
+	// command given context.Background() waits for ever; with it, it
+	// fails with ErrNoAnswer.
+	RequestTimeout time.Duration
+}
+
+// ErrNoAnswer: etcd did not answer a View or Update within
+// Options.RequestTimeout (no quorum, no member reachable). An Update that
+// fails so may have been applied if its commit was sent (then the error
+// is ErrOutcomeUnknown as well).
+var ErrNoAnswer = errors.New("etcd did not answer")
+
+// bound applies the request timeout to a context without a deadline.
+func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, has := ctx.Deadline(); has || s.timeout <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.timeout)
+}
+
+// noAnswer names etcd in an error from a context bound() made.
+func (s *Store) noAnswer(outer, ctx context.Context, err error) error {
+	if err != nil && outer.Err() == nil && ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w within %v: %w: %w", ErrNoAnswer, s.timeout, meta.ErrUnavailable, err)
+	}
+	return err
 }
 
 // DefaultSessionTTL is the session lease's TTL unless Options say.
@@ -123,14 +153,20 @@ func NewWithOptions(client *clientv3.Client, prefix string, o Options) meta.Stor
 	if o.SessionTTL <= 0 {
 		ttl = int64(DefaultSessionTTL / time.Second)
 	}
-	return &Store{c: client, root: encodeRoot(prefix), ttl: max(ttl, 1)}
+	return &Store{c: client, root: encodeRoot(prefix), ttl: max(ttl, 1), timeout: o.RequestTimeout}
 }
 
 func (s *Store) dataKey(k string) string  { return s.root + string(rune(tagData)) + k }
 func (s *Store) guardKey(k string) string { return s.root + string(rune(tagGuard)) + k }
 
 // View implements meta.Store.
-func (s *Store) View(ctx context.Context, fn func(meta.Tx) error) error {
+func (s *Store) View(outer context.Context, fn func(meta.Tx) error) error {
+	ctx, cancel := s.bound(outer)
+	defer cancel()
+	return s.noAnswer(outer, ctx, s.view(ctx, fn))
+}
+
+func (s *Store) view(ctx context.Context, fn func(meta.Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -148,7 +184,13 @@ func (s *Store) View(ctx context.Context, fn func(meta.Tx) error) error {
 }
 
 // Update implements meta.Store.
-func (s *Store) Update(ctx context.Context, fn func(meta.Tx) error) error {
+func (s *Store) Update(outer context.Context, fn func(meta.Tx) error) error {
+	ctx, cancel := s.bound(outer)
+	defer cancel()
+	return s.noAnswer(outer, ctx, s.update(ctx, fn))
+}
+
+func (s *Store) update(ctx context.Context, fn func(meta.Tx) error) error {
 	for attempt := 1; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return err
