@@ -196,28 +196,16 @@ func (p *plane) update(family, key string, fn func(cur []byte) (next []byte, del
 		if err != nil {
 			return err
 		}
-		var curValue []byte
-		if cur != nil {
-			curValue = append([]byte(nil), cur.Value...)
-		}
-		next, del, err := fn(curValue)
-		if err != nil {
-			return err
-		}
+		next, del, err := applyUpdate(cur, fn)
 		switch {
+		case err != nil:
+			return err
 		case del:
-			if cur == nil {
-				return nil
-			}
 			return tx.Delete(k)
-		case next == nil:
-			return nil
+		case next != nil:
+			return putEnvelope(tx, k, *next)
 		}
-		value, err := compactJSON(next)
-		if err != nil {
-			return errors.New("corestate: update function returned invalid JSON")
-		}
-		return putEnvelope(tx, k, envelope{Revision: revisionOf(cur) + 1, Value: value})
+		return nil
 	})
 }
 
