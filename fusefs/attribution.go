@@ -49,14 +49,21 @@ type ExecWatcher interface {
 	ExecGen(pid uint32) uint32
 }
 
-// callerWriter is the writer of the request in ctx; PID 0 when unknown.
-// Only for a request that changes something: it asks the exec watcher.
+// callerWriter is the writer of the request in ctx; PID 0 when unknown
+// or attribution is off. Only for a request that changes something: it
+// asks the exec watcher.
 func (o *overlay) callerWriter(ctx context.Context) WriterRef {
+	if o.noAttr {
+		return WriterRef{}
+	}
 	return o.writerOf(callerPID(ctx))
 }
 
-// writerOf is pid as a writer now.
+// writerOf is pid as a writer now; PID 0 when attribution is off.
 func (o *overlay) writerOf(pid uint32) WriterRef {
+	if o.noAttr {
+		return WriterRef{}
+	}
 	if pid == 0 || o.execs == nil {
 		return WriterRef{PID: pid}
 	}

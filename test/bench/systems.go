@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -26,6 +27,19 @@ const (
 )
 
 var allSystems = []string{sysNative, sysLoopback, sysOverlay, sysPassHP, sysFloor, sysAcyclicfs}
+
+// sysAcyNoAttr is acyclicfs mounted with --no-attribution: named in
+// -systems (not measured by default) beside acyclicfs, it alternates with
+// it in every run, and the report pairs the two (attribution on vs off).
+const sysAcyNoAttr = "acyclicfs-noattr"
+
+// knownSystems are the systems -systems may name.
+var knownSystems = append(slices.Clone(allSystems), sysAcyNoAttr)
+
+// usesAcyclicfs: systems measures an acyclicfs mount.
+func usesAcyclicfs(systems []string) bool {
+	return contains(systems, sysAcyclicfs) || contains(systems, sysAcyNoAttr)
+}
 
 // benchEnv is everything prepared once per harness run.
 type benchEnv struct {
@@ -68,7 +82,7 @@ func prepare(ctx context.Context, cfg *config, work string, cl *cleaner) (*bench
 	goroot := strings.TrimSpace(out.stdout)
 
 	e.acy = cfg.acyclicfs
-	if e.acy == "" && contains(cfg.systems, sysAcyclicfs) {
+	if e.acy == "" && usesAcyclicfs(cfg.systems) {
 		e.acy = filepath.Join(work, "bin", "acyclicfs")
 		logf("building %s", e.acy)
 		// Static, as `make build` makes it (every exec and fork pays the start).
@@ -126,7 +140,7 @@ ln -s %[1]s/pkg %[3]s/pkg`, shq(goroot), shq(e.tarball), shq(gr))
 		return nil, fmt.Errorf("lower tree: %w", err)
 	}
 
-	if contains(cfg.systems, sysAcyclicfs) {
+	if usesAcyclicfs(cfg.systems) {
 		e.store = filepath.Join(work, "store")
 		cl.add(func() { e.shutdownAcyclicfs() })
 		if _, err := e.acyCmd(ctx, "init"); err != nil {
@@ -202,6 +216,8 @@ func (e *benchEnv) open(ctx context.Context, sys string, n int, debug bool) (ins
 		return e.openFloor(ctx, tag, debug)
 	case sysAcyclicfs:
 		return e.openAcyclicfs(ctx, tag, debug)
+	case sysAcyNoAttr:
+		return e.openAcyclicfs(ctx, tag, debug, "--no-attribution")
 	}
 	return nil, fmt.Errorf("unknown system %q", sys)
 }
@@ -452,7 +468,8 @@ type acyInst struct {
 	debug bool
 }
 
-func (e *benchEnv) openAcyclicfs(ctx context.Context, tag string, debug bool) (instance, error) {
+// openAcyclicfs forks base and mounts the fork with mount's extra flags.
+func (e *benchEnv) openAcyclicfs(ctx context.Context, tag string, debug bool, extra ...string) (instance, error) {
 	name := strings.ReplaceAll(tag, "acyclicfs-", "w")
 	if _, err := e.acyCmd(ctx, "fork", "base", name); err != nil {
 		return nil, err
@@ -461,7 +478,7 @@ func (e *benchEnv) openAcyclicfs(ctx context.Context, tag string, debug bool) (i
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"mount", name, mp}
+	args := append([]string{"mount", name, mp}, extra...)
 	if debug {
 		args = append(args, "--debug")
 	}

@@ -213,6 +213,7 @@ type sample struct {
 	work     time.Duration
 	overhead time.Duration // acyclicfs: exec's time beyond the workload
 	cpu      time.Duration // serving daemon's CPU during the invocation (FUSE systems we start)
+	load     float64       // the machine's 1-minute load average when the workload started
 }
 
 // runMatrix runs every selected workload on every selected system, runs
@@ -251,7 +252,7 @@ func runMatrix(ctx context.Context, e *benchEnv, res *results) error {
 				}
 				p := e.params(insts[s], s, r)
 				pid := daemonPID(e, insts[s])
-				cpu0 := procCPU(pid)
+				cpu0, load := procCPU(pid), loadAvg()
 				work, over, err := insts[s].run(ctx, script(w.warm, p), w.timed(p))
 				if err != nil && isPeer(s) {
 					// A peer's failure is its result; acyclicfs's and
@@ -265,7 +266,7 @@ func runMatrix(ctx context.Context, e *benchEnv, res *results) error {
 				}
 				cpu := procCPU(pid) - cpu0
 				logf("  %-14s %-15s %10v  (+%v, daemon CPU %v)", w.name, s, work.Round(time.Millisecond), over.Round(time.Millisecond), cpu)
-				res.samples[w.name][s] = append(res.samples[w.name][s], sample{work: work, overhead: over, cpu: cpu})
+				res.samples[w.name][s] = append(res.samples[w.name][s], sample{work: work, overhead: over, cpu: cpu, load: load})
 			}
 			if w.after != nil {
 				for _, s := range order {
@@ -343,4 +344,17 @@ func rotate(list []string, n int) []string {
 		out = append(out, list[(i+n)%len(list)])
 	}
 	return out
+}
+
+// loadAvg is the 1-minute load average (/proc/loadavg); 0 if unknown.
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	var l float64
+	if _, err := fmt.Sscanf(string(b), "%f", &l); err != nil {
+		return 0
+	}
+	return l
 }
