@@ -49,21 +49,49 @@ type ExecWatcher interface {
 	ExecGen(pid uint32) uint32
 }
 
-// callerWriter is the writer of the request in ctx; PID 0 when unknown
-// or attribution is off. Only for a request that changes something: it
-// asks the exec watcher.
-func (o *overlay) callerWriter(ctx context.Context) WriterRef {
-	if o.noAttr {
-		return WriterRef{}
-	}
-	return o.writerOf(callerPID(ctx))
+// caller is the process of one request that changes something, as a
+// writer: its exec generation is asked of the exec watcher at most once
+// per request, and only when a change records it — not when the inode
+// changed already names this pid (the exec check is made at a process's
+// first change of an inode since the last capture), nor for the removal
+// of a name made since then.
+type caller struct {
+	o     *overlay
+	pid   uint32 // 0: unknown, or attribution off
+	w     WriterRef
+	asked bool
 }
 
-// writerOf is pid as a writer now; PID 0 when attribution is off.
-func (o *overlay) writerOf(pid uint32) WriterRef {
+// callerOf is the caller of the request in ctx.
+func (o *overlay) callerOf(ctx context.Context) caller {
+	return o.pidCaller(callerPID(ctx))
+}
+
+// pidCaller is pid as a caller; pid 0 when attribution is off.
+func (o *overlay) pidCaller(pid uint32) caller {
 	if o.noAttr {
-		return WriterRef{}
+		pid = 0
 	}
+	return caller{o: o, pid: pid}
+}
+
+// writerFor is c as the writer of a change of in (nil: of no inode).
+// Caller holds mu.
+func (c *caller) writerFor(in *inode) WriterRef {
+	switch {
+	case c.pid == 0:
+		return WriterRef{}
+	case c.asked:
+		return c.w
+	case in != nil && in.writer.PID == c.pid:
+		return in.writer
+	}
+	c.w, c.asked = c.o.writerOf(c.pid), true
+	return c.w
+}
+
+// writerOf is pid as a writer now.
+func (o *overlay) writerOf(pid uint32) WriterRef {
 	if pid == 0 || o.execs == nil {
 		return WriterRef{PID: pid}
 	}
@@ -78,11 +106,12 @@ func callerPID(ctx context.Context) uint32 {
 	return 0
 }
 
-// noteWriter records w as in's latest writer. Caller holds mu.
-func (o *overlay) noteWriter(in *inode, w WriterRef) {
-	if w.PID == 0 {
+// noteWriter records c as in's latest writer. Caller holds mu.
+func (o *overlay) noteWriter(in *inode, c *caller) {
+	if c.pid == 0 {
 		return
 	}
+	w := c.writerFor(in)
 	if o.taken != nil {
 		if t, ok := o.taken[in]; ok {
 			// A change after TakeWriters: WritersRecorded must not clear w.
@@ -115,12 +144,13 @@ type removedName struct {
 	first, last int64
 }
 
-// noteRemoved records that pid removes d/name, which names c; call it
+// noteRemoved records that cl removes d/name, which names c; call it
 // before the name changes. Caller holds mu.
-func (o *overlay) noteRemoved(d *inode, name string, c *inode, w WriterRef) {
-	if w.PID == 0 || c.linkSeq > o.capSeq {
+func (o *overlay) noteRemoved(d *inode, name string, c *inode, cl *caller) {
+	if cl.pid == 0 || c.linkSeq > o.capSeq {
 		return // a name given since the last capture: its removal undoes it
 	}
+	w := cl.writerFor(nil)
 	dp, ok := o.dirPath(d)
 	if !ok {
 		return
