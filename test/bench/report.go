@@ -629,7 +629,7 @@ func (e *benchEnv) fsDescription() string {
 // two alternate in every run.
 func (r *results) attributionMarkdown(b *strings.Builder) {
 	b.WriteString("\n## Write attribution on vs off\n\n")
-	fmt.Fprintf(b, "`%s` is `%s` with every mount made with `--no-attribution`; the two alternate in every run (the order rotates per run). Times are the workload's (median, min–max); on / off is the median and range of per-run ratios; lease overhead is the `exec`'s lease end (capture, publish, attribution record); daemon CPU is the daemon's during the workload.\n\n", sysAcyNoAttr, sysAcyclicfs)
+	fmt.Fprintf(b, "`%s` is `%s` with every mount made with `--no-attribution`; the two alternate in every run (the order rotates per run). Times are the workload's (median, min–max); on / off is the median and range of per-run ratios; lease overhead is the `exec`'s lease end (capture, publish, attribution record); daemon CPU is the daemon's user+system CPU over the whole `exec` (workload and lease end); load is the 1-minute load average when each of the two started (the machine is shared).\n\n", sysAcyNoAttr, sysAcyclicfs)
 	hdr := []string{"workload", "on", "off", "on / off − 1", "lease overhead on", "lease overhead off", "daemon CPU on", "daemon CPU off", "load (1 min)"}
 	writeRow(b, hdr)
 	writeSep(b, len(hdr))
