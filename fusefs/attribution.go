@@ -11,9 +11,10 @@ import (
 
 // Write attribution: which processes changed which paths since the last
 // capture. The hot path pays, per change of an inode (not per read,
-// lookup or data write), one ask of the exec watcher (ExecWatcher, a
-// pread of /proc/PID/comm: fusefs/sessions) and one compare (and, for a
-// new writer, a field write): the inode remembers its latest writer
+// lookup or data write), one compare (and, for a new writer, a field
+// write), and at a process's first change of an inode since the last
+// capture one ask of the exec watcher (ExecWatcher, a pread of
+// /proc/PID/comm: fusefs/sessions; caller): the inode remembers its latest writer
 // (inode.writer: pid and exec generation); an earlier, different writer
 // is kept aside in overlay.moreWriters, which only a second writer of
 // one inode touches. TakeWriters walks the dirty part of the table
@@ -44,7 +45,8 @@ type WriterRef struct {
 // ExecWatcher is what an Admitter may also be: it tells which program a
 // pid runs, as a generation counting the execs it noticed, so that a
 // process that execs is attributed with the program that made each
-// change. ExecGen is called once per change of an inode.
+// change. ExecGen is called at most once per request that changes
+// something, and not when the inode changed already names the pid.
 type ExecWatcher interface {
 	ExecGen(pid uint32) uint32
 }
