@@ -258,6 +258,12 @@ func TestAttributionColumns(t *testing.T) {
 	if !strings.Contains(md, "## Write attribution on vs off") || !strings.Contains(md, want) {
 		t.Errorf("report lacks the attribution section or %q:\n%s", want, md)
 	}
+	for r := range 4 {
+		order := pairOrder(rotate(cfg.systems, r), r)
+		if on, off := slices.Index(order, sysAcyclicfs), slices.Index(order, sysAcyNoAttr); (on < off) != (r%2 == 0) {
+			t.Errorf("run %d order %v: acyclicfs goes first in even runs only", r, order)
+		}
+	}
 	if _, err := parseFlags([]string{"-systems", "acyclicfs-nope"}); err == nil {
 		t.Error("an unknown system was accepted")
 	}

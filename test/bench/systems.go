@@ -215,9 +215,9 @@ func (e *benchEnv) open(ctx context.Context, sys string, n int, debug bool) (ins
 	case sysFloor:
 		return e.openFloor(ctx, tag, debug)
 	case sysAcyclicfs:
-		return e.openAcyclicfs(ctx, tag, debug)
+		return e.openAcyclicfs(ctx, tag, debug, e.pairFlags()...)
 	case sysAcyNoAttr:
-		return e.openAcyclicfs(ctx, tag, debug, "--no-attribution")
+		return e.openAcyclicfs(ctx, tag, debug, append(e.pairFlags(), "--no-attribution")...)
 	}
 	return nil, fmt.Errorf("unknown system %q", sys)
 }
@@ -466,6 +466,17 @@ type acyInst struct {
 	name  string
 	mp    string
 	debug bool
+}
+
+// pairFlags are mount flags of both acyclicfs systems when attribution
+// on and off are compared: --wait-warm, so that neither runs its first
+// workload beside the two mounts' metadata warm-ups (the first of the
+// pair to run would pay for both).
+func (e *benchEnv) pairFlags() []string {
+	if contains(e.cfg.systems, sysAcyNoAttr) && contains(e.cfg.systems, sysAcyclicfs) {
+		return []string{"--wait-warm"}
+	}
+	return nil
 }
 
 // openAcyclicfs forks base and mounts the fork with mount's extra flags.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 )
 
@@ -229,7 +230,7 @@ func runMatrix(ctx context.Context, e *benchEnv, res *results) error {
 		res.failed[w] = map[string]string{}
 	}
 	for r := 0; r < e.cfg.runs; r++ {
-		order := rotate(e.cfg.runSystems(r), r)
+		order := pairOrder(rotate(e.cfg.runSystems(r), r), r)
 		logf("run %d/%d: systems in order %v", r+1, e.cfg.runs, order)
 		insts := map[string]instance{}
 		for _, s := range order {
@@ -357,4 +358,20 @@ func loadAvg() float64 {
 		return 0
 	}
 	return l
+}
+
+// pairOrder puts acyclicfs before acyclicfs-noattr in even runs and after
+// it in odd ones (the rotation alone would not alternate them), so that
+// neither pays more often for going first.
+func pairOrder(order []string, run int) []string {
+	i, j := slices.Index(order, sysAcyclicfs), slices.Index(order, sysAcyNoAttr)
+	if i < 0 || j < 0 {
+		return order
+	}
+	first, second := sysAcyclicfs, sysAcyNoAttr
+	if run%2 == 1 {
+		first, second = second, first
+	}
+	order[min(i, j)], order[max(i, j)] = first, second
+	return order
 }
