@@ -82,11 +82,11 @@ bench-profile: bench-deps
 bench-fs: bench
 
 # Write attribution on vs off (issue #29): acyclicfs and acyclicfs-noattr
-# (mount --no-attribution) alternated in each of 7 runs, for untar,
+# (mount --no-attribution) in 6 runs, each first in 3, for untar,
 # create+unlink and git add+commit; prints the report (docs/benchmarks.md
 # "Write attribution: hot-path cost" keeps the numbers). ~16 minutes here.
 bench-attribution:
-	scripts/with-uring.sh $(GO) run ./test/bench -runs 7 -systems native,acyclicfs,acyclicfs-noattr \
+	scripts/with-uring.sh $(GO) run ./test/bench -runs 6 -systems native,acyclicfs,acyclicfs-noattr \
 	  -workloads untar,create-unlink,git-commit -no-forks -no-land -no-inplace -no-fsmonitor -out '' -png ''
 
 # What the harness runs besides Go: fuse-overlayfs and git, from Debian's
