@@ -4,7 +4,7 @@ BIN       ?= bin/acyclicfs
 STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $(shell $(GO) env GOPATH)/bin/staticcheck)
 PKGS      := ./...
 
-.PHONY: all build demo test check fmt fmt-check vet staticcheck tidy-check unit race race-devfuse bench bench-profile bench-attribution bench-fs bench-deps bench-micro clean
+.PHONY: all build demo test weed check fmt fmt-check vet staticcheck tidy-check unit race race-devfuse bench bench-profile bench-attribution bench-fs bench-deps bench-micro clean
 
 all: build
 
@@ -12,6 +12,7 @@ all: build
 # loader), and every CLI call, every `exec` of an agent's tool, pays it.
 build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/acyclicfs
+	CGO_ENABLED=0 $(GO) build -o $(dir $(BIN))acyclicfs-fsmonitor ./cmd/acyclicfs-fsmonitor
 
 # The main job end to end on the embedded default store (no server).
 demo: build
@@ -19,7 +20,15 @@ demo: build
 
 # Everything CI checks: formatting, vet, staticcheck, go mod tidy, and every
 # test (unit, property, mount, end-to-end through the binary) under -race.
-test: fmt-check vet staticcheck tidy-check race race-devfuse
+test: fmt-check vet staticcheck tidy-check weed race race-devfuse
+
+# SeaweedFS's weed binary, the real S3 server of the object-storage tests
+# (internal/weedtest), built once per machine into a cache outside the
+# repository (about 5 minutes the first time; reused after). make test
+# then requires it: ACYCLICFS_REQUIRE_WEED=1 turns those tests' skip into
+# a failure.
+weed:
+	scripts/build-weed.sh >/dev/null
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
@@ -51,7 +60,7 @@ unit:
 # take their default transport, io_uring, as on a machine set up for speed;
 # scripts/with-uring.sh puts it back as it was afterwards.
 race:
-	scripts/with-uring.sh $(GO) test -race -count=1 -timeout 15m $(PKGS)
+	ACYCLICFS_REQUIRE_WEED=1 scripts/with-uring.sh $(GO) test -race -count=1 -timeout 15m $(PKGS)
 
 # The tool and window tests once more with every mount served through
 # read and write on /dev/fuse (mount --transport dev-fuse), the transport
@@ -69,6 +78,9 @@ BENCH_FS ?= -fresh-fs 32G
 # an in-memory server with acyclicfs's kernel options and transports):
 # every system in 2 runs (cp -a / git worktree in the fork
 # table once). 11.8 minutes on this 2-core VM with a load average of 2.
+# Then the cluster group (test/bench/cluster.go): an etcd embedded in the
+# harness, two nodes sharing a blob directory against a local store, 9 runs,
+# about a minute (-no-cluster skips it; -only-cluster runs it alone).
 # Writes docs/benchmarks.md and docs/benchmarks.png.
 bench: bench-deps
 	scripts/with-uring.sh $(GO) run ./test/bench -runs 2 $(BENCH_FS)

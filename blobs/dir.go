@@ -211,6 +211,12 @@ func (d *Dir) writeTemp(fill fillFunc, sync bool) (string, ID, int64, error) {
 	if d.opt.ReadOnly {
 		return "", ID{}, 0, fmt.Errorf("write blob: %w", ErrReadOnly)
 	}
+	return d.writeTempAlways(fill, sync)
+}
+
+// writeTempAlways is writeTemp also on a read-only plane (a cache fill,
+// which changes no content).
+func (d *Dir) writeTempAlways(fill fillFunc, sync bool) (string, ID, int64, error) {
 	dir, err := d.tmpShard()
 	if err != nil {
 		return "", ID{}, 0, fmt.Errorf("write blob: %w", err)

@@ -12,9 +12,11 @@ import (
 // either encoding) before it is published: the cache fill of a tiered
 // plane (Tier), whose content comes from a remote that is not trusted.
 // Content that does not hash to id is an error wrapping ErrCorrupt and
-// leaves nothing behind. An object already present is kept.
+// leaves nothing behind. An object already present is kept. A cache fill
+// changes no content, so a read-only plane installs too (its temp
+// directory must exist).
 func (d *Dir) Install(id ID, r io.Reader) (int64, error) {
-	tmp, _, n, err := d.writeTemp(func(f *os.File) (ID, int64, error) {
+	tmp, _, n, err := d.writeTempAlways(func(f *os.File) (ID, int64, error) {
 		n, err := writeHoley(f, r)
 		if err != nil {
 			return ID{}, n, fmt.Errorf("fetch blob %s: %w", id.Short(), err)

@@ -3,6 +3,7 @@ package blobs_test
 import (
 	"errors"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -97,4 +98,54 @@ func mustRead(t *testing.T, p string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// Many objects uploaded to a directory remote go in one of its batches:
+// the remote's per-object durable steps are not taken, and none counts as
+// uploaded (or is visible in the remote) until the batch's commit
+// succeeded. A failed commit is ErrUnavailable and the next Upload sends
+// the objects again.
+func TestTierUploadBatchesToDir(t *testing.T) {
+	var failing atomic.Bool
+	failing.Store(true)
+	var commits atomic.Int32
+	remote, _ := newDir(t, func(step string) error {
+		switch {
+		case step == "batch.before-sync":
+			commits.Add(1)
+		case step == "batch.before-rename" && failing.Load():
+			return errors.New("injected: the shared directory's file system failed")
+		}
+		return nil
+	})
+	local, _ := newDir(t, nil)
+	tier := blobs.NewTier(local, remote, blobs.TierOptions{})
+	var ids []blobs.ID
+	for i := range 40 {
+		id, err := local.PutBytes([]byte{byte(i), 'x', byte(i >> 8)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if err := tier.Upload(ids...); !errors.Is(err, blobs.ErrUnavailable) {
+		t.Fatalf("upload with a failing commit: %v, want ErrUnavailable", err)
+	}
+	for _, id := range ids {
+		if _, err := remote.Stat(id); !errors.Is(err, blobs.ErrNotFound) {
+			t.Fatalf("object %s visible in the remote after a failed batch: %v", id.Short(), err)
+		}
+	}
+	failing.Store(false)
+	if err := tier.Upload(ids...); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if _, err := remote.Stat(id); err != nil {
+			t.Fatalf("object %s not in the remote: %v", id.Short(), err)
+		}
+	}
+	if n := commits.Load(); n != 2 {
+		t.Errorf("the remote saw %d batch commits for two Uploads of 40 objects, want 2 (one each)", n)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/acyclicfs/acyclicfs/blobs/s3blobs"
 	"io/fs"
 	"net"
 	"os"
@@ -43,8 +44,6 @@ var (
 	ErrUnreachable = errors.New("etcd unreachable")
 	// ErrClaimed: the workspace is claimed (mounted) by another node.
 	ErrClaimed = errors.New("workspace is mounted on another node")
-	// ErrUnsupported: a configuration this build cannot serve yet.
-	ErrUnsupported = errors.New("not supported yet")
 )
 
 // Config is cluster.json. Every field is part of the on-disk format
@@ -61,7 +60,8 @@ type Config struct {
 	// default, DefaultClaimTTL).
 	ClaimTTLSeconds int `json:"claim_ttl_seconds,omitempty"`
 	// Blobs is the shared blob plane every node keeps its objects on: an
-	// absolute directory (NFS and the like; blobs.OpenShared). Empty: each
+	// absolute directory (NFS and the like; blobs.OpenShared) or an S3
+	// spec s3://BUCKET[/PREFIX]?endpoint=… (s3blobs.ParseSpec). Empty: each
 	// node's blobs stay in its own objects/.
 	Blobs string `json:"blobs,omitempty"`
 	// CacheBytes bounds the node's objects/ when Blobs is set (0:
@@ -70,12 +70,17 @@ type Config struct {
 }
 
 // ParseBlobs checks a --blobs value: an absolute directory (made absolute
-// by the caller), or s3://BUCKET/PREFIX, which this build refuses
-// (ErrUnsupported).
+// by the caller) or s3://BUCKET[/PREFIX]?endpoint=HOST:PORT[&insecure=1]
+// [&region=R] (package s3blobs), and returns it as cluster.json keeps it
+// (a clean path; the spec spelled canonically).
 func ParseBlobs(s string) (string, error) {
 	switch {
 	case strings.HasPrefix(s, "s3://"):
-		return "", fmt.Errorf("--blobs %s: %w: S3 object storage is not wired in this build; use a shared directory", s, ErrUnsupported)
+		spec, err := s3blobs.ParseSpec(s)
+		if err != nil {
+			return "", fmt.Errorf("%w: --blobs: %w", ErrBadConfig, err)
+		}
+		return spec.String(), nil
 	case strings.Contains(s, "://"):
 		return "", fmt.Errorf("%w: --blobs %q: want a directory or s3://BUCKET/PREFIX", ErrBadConfig, s)
 	case !filepath.IsAbs(s):
@@ -214,7 +219,7 @@ func (c Config) Validate() error {
 		if b, err := ParseBlobs(c.Blobs); err != nil {
 			return err
 		} else if b != c.Blobs {
-			return fmt.Errorf("%w: blobs %q is not a clean absolute path", ErrBadConfig, c.Blobs)
+			return fmt.Errorf("%w: blobs %q is not a clean absolute path or a canonical s3:// spec", ErrBadConfig, c.Blobs)
 		}
 	}
 	if c.CacheBytes < 0 || (c.CacheBytes > 0 && c.Blobs == "") {

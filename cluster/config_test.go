@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -155,10 +156,15 @@ func TestParseBlobs(t *testing.T) {
 	if got, err := ParseBlobs("/srv/blobs/"); err != nil || got != "/srv/blobs" {
 		t.Errorf("ParseBlobs(/srv/blobs/) = %q, %v", got, err)
 	}
-	if _, err := ParseBlobs("s3://bucket/p?endpoint=http://h:9000"); !errors.Is(err, ErrUnsupported) {
-		t.Errorf("s3: %v, want ErrUnsupported", err)
+	// An S3 spec is kept canonically, and parses back to itself.
+	got, err := ParseBlobs("s3://bucket/p/?region=r1&endpoint=h:9000&insecure=1")
+	if err != nil || !strings.HasPrefix(got, "s3://bucket/p?") {
+		t.Fatalf("ParseBlobs(s3 spec) = %q, %v", got, err)
 	}
-	for _, bad := range []string{"rel/dir", "ftp://h/p", "/a\nb"} {
+	if again, err := ParseBlobs(got); err != nil || again != got {
+		t.Errorf("ParseBlobs(%q) = %q, %v: not canonical", got, again, err)
+	}
+	for _, bad := range []string{"rel/dir", "ftp://h/p", "/a\nb", "s3://bucket/p", "s3://B_ad/p?endpoint=h:1", "s3://bucket/../p?endpoint=h:1"} {
 		if _, err := ParseBlobs(bad); !errors.Is(err, ErrBadConfig) {
 			t.Errorf("ParseBlobs(%q): %v, want ErrBadConfig", bad, err)
 		}

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/acyclicfs/acyclicfs/blobs"
+	"github.com/acyclicfs/acyclicfs/blobs/s3blobs"
 	"github.com/acyclicfs/acyclicfs/internal/lockfile"
 	"github.com/acyclicfs/acyclicfs/meta"
 	"github.com/acyclicfs/acyclicfs/meta/etcdmeta"
@@ -59,14 +60,10 @@ func Open(ctx context.Context, dir string) (*Node, error) {
 		}
 		return nil, fmt.Errorf("open node %s: %w", dir, err)
 	}
-	var remote blobs.Store
-	if cfg.Blobs != "" {
-		d, err := blobs.OpenShared(cfg.Blobs, blobs.Options{})
-		if err != nil {
-			lock.Unlock()
-			return nil, fmt.Errorf("node %s: %w", dir, err)
-		}
-		remote = d
+	remote, err := OpenBlobs(ctx, dir, cfg, false)
+	if err != nil {
+		lock.Unlock()
+		return nil, fmt.Errorf("node %s: %w", dir, err)
 	}
 	c, err := Dial(ctx, cfg)
 	if err != nil {
@@ -74,6 +71,41 @@ func Open(ctx context.Context, dir string) (*Node, error) {
 		return nil, err
 	}
 	return &Node{cfg: cfg, dir: dir, c: c, lock: lock, meta: etcdmeta.New(c, cfg.Prefix), blob: remote}, nil
+}
+
+// OpenBlobs opens cfg's shared blob plane for the node at dir: nil
+// without one, the shared directory, or the S3 bucket (credentials from
+// the standard AWS environment variables; puts spool in dir/tmp). With
+// create, a missing bucket is made (init); otherwise it is an error. An
+// S3 server that does not answer is an error wrapping
+// blobs.ErrUnavailable.
+func OpenBlobs(ctx context.Context, dir string, cfg Config, create bool) (blobs.Store, error) {
+	switch {
+	case cfg.Blobs == "":
+		return nil, nil
+	case strings.HasPrefix(cfg.Blobs, "s3://"):
+		spec, err := s3blobs.ParseSpec(cfg.Blobs)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
+		}
+		opt := s3blobs.Options{CreateBucket: create}
+		if fi, err := os.Stat(filepath.Join(dir, "tmp")); err == nil && fi.IsDir() {
+			opt.TempDir = filepath.Join(dir, "tmp")
+		}
+		ctx, cancel := context.WithTimeout(ctx, DialTimeout)
+		defer cancel()
+		s, err := s3blobs.OpenSpec(ctx, spec, opt)
+		if err != nil {
+			return nil, fmt.Errorf("blobs: %w", err)
+		}
+		return s, nil
+	default:
+		d, err := blobs.OpenShared(cfg.Blobs, blobs.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("blobs: %w", err)
+		}
+		return d, nil
+	}
 }
 
 // Remote returns the shared blob plane the node's store keeps its objects

@@ -11,7 +11,13 @@ import (
 // each pending journal must decode. It takes each record's lock in turn, so
 // it is safe (if not a consistent snapshot) while others write. All problems
 // are returned joined; corrupt ones match ErrCorrupt.
+//
+// On a plane, Check decodes every record of the families named in
+// PlaneOptions.Families.
 func (s *Store) Check() error {
+	if s.pl != nil {
+		return s.pl.check()
+	}
 	entries, err := os.ReadDir(s.root)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil

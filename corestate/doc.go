@@ -88,4 +88,20 @@
 //   - Options.NoSync disables every fsync and is for tests only.
 //   - The crash-point hook (SetFailpointForTest) is process-global; tests
 //     using it must not run in parallel.
+//
+// # On a metadata plane
+//
+// OpenPlane returns a Store with the same API whose records live on a
+// meta.Store instead of in files: record (family, key) is the envelope
+// JSON above under meta key "corestate/<family>" NUL key (plane.go). A
+// CompareAndSwap, CompareAndDelete, Update or Commit is one meta.Update
+// that reads every record it expects and writes them all or none, so
+// there are no locks, journals or previous copies: Recover and
+// PendingTransactions have nothing to do, and Check decodes the records
+// of PlaneOptions.Families. On an optimistic plane (etcd) an Update
+// closure, and so Store.Update's fn, may run more than once. On a
+// Bounded plane a Commit reading or writing more records than
+// TxLimits.MaxWrites, or more bytes than MaxBytes, is refused before it
+// starts with ErrTooLarge. Revisions restart after a delete there too.
+// Reads outside a Commit are each their own snapshot, as with files.
 package corestate

@@ -39,6 +39,7 @@ type Options struct {
 type Store struct {
 	root string
 	opt  Options
+	pl   *plane // set by OpenPlane: records live on a metadata plane, not below root
 }
 
 // Open returns the store below root and recovers any transaction journal a
@@ -61,8 +62,12 @@ func Open(root string, opt Options) (*Store, error) {
 	return s, nil
 }
 
-// Root returns the namespace root directory.
+// Root returns the namespace root directory ("" for a store on a plane).
 func (s *Store) Root() string { return s.root }
+
+// OnPlane reports whether the store's records live on a metadata plane
+// (OpenPlane) rather than in files.
+func (s *Store) OnPlane() bool { return s.pl != nil }
 
 func validFamily(family string) error {
 	if family == "" || len(family) > maxFamilyBytes {
@@ -168,7 +173,7 @@ func (s *Store) LoadBounded(family, key string, maxBytes int64, v any) (rev uint
 	if err != nil || !found {
 		return 0, false, err
 	}
-	p := newRecordPaths(s.root, family, key)
+	p := recordPaths{family: family, key: key}
 	if err := decodeInto(p, &envelope{Revision: rev, Value: raw}, v); err != nil {
 		return 0, false, err
 	}
@@ -181,6 +186,9 @@ func (s *Store) LoadRaw(family, key string) (value json.RawMessage, rev uint64, 
 }
 
 func (s *Store) loadRaw(family, key string, maxBytes int64) (json.RawMessage, uint64, bool, error) {
+	if s.pl != nil {
+		return s.pl.loadRaw(family, key, maxBytes)
+	}
 	p, err := s.paths(family, key)
 	if err != nil {
 		return nil, 0, false, err
@@ -227,6 +235,12 @@ func (s *Store) CompareAndSwap(family, key string, expectRev uint64, v any) (new
 	if err != nil {
 		return 0, err
 	}
+	if s.pl != nil {
+		if err := s.pl.compareAndSwap(family, key, expectRev, value); err != nil {
+			return 0, fmt.Errorf("corestate: compare-and-swap %s/%q: %w", family, key, err)
+		}
+		return expectRev + 1, nil
+	}
 	err = s.withLock(p, true, func() error {
 		cur, err := s.readRecoverable(p, 0)
 		if err != nil {
@@ -247,6 +261,12 @@ func (s *Store) CompareAndSwap(family, key string, expectRev uint64, v any) (new
 // CompareAndDelete removes the record if its revision is expectRev. An
 // absent record with expectRev 0 is a successful no-op.
 func (s *Store) CompareAndDelete(family, key string, expectRev uint64) error {
+	if s.pl != nil {
+		if err := s.pl.compareAndDelete(family, key, expectRev); err != nil {
+			return fmt.Errorf("corestate: compare-and-delete %s/%q: %w", family, key, err)
+		}
+		return nil
+	}
 	p, err := s.paths(family, key)
 	if err != nil {
 		return err
@@ -274,7 +294,15 @@ func (s *Store) CompareAndDelete(family, key string, expectRev uint64) error {
 // current compact JSON value (nil when absent) and returns the replacement
 // JSON, or del=true to remove the record, or (nil, false, nil) to leave it
 // unchanged. An error from fn aborts without change and is returned wrapped.
+// On a plane fn runs inside one plane transaction and, on an optimistic
+// plane (etcd), may run more than once: it must have no other effects.
 func (s *Store) Update(family, key string, fn func(cur []byte) (next []byte, del bool, err error)) error {
+	if s.pl != nil {
+		if err := s.pl.update(family, key, fn); err != nil {
+			return fmt.Errorf("corestate: update %s/%q: %w", family, key, err)
+		}
+		return nil
+	}
 	p, err := s.paths(family, key)
 	if err != nil {
 		return err
@@ -318,6 +346,9 @@ func (s *Store) Update(family, key string, fn func(cur []byte) (next []byte, del
 // record that survives only as its previous copy is listed (reading it
 // promotes the copy).
 func (s *Store) Keys(family string) ([]string, error) {
+	if s.pl != nil {
+		return s.pl.keys(family)
+	}
 	if err := validFamily(family); err != nil {
 		return nil, err
 	}

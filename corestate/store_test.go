@@ -203,111 +203,123 @@ func TestPreviousOnlyRecordIsDiscoverableAndRecovered(t *testing.T) {
 
 // Seed: git_compatibility_delete_is_revision_fenced_and_durable.
 func TestCompareAndDeleteIsRevisionFencedAndDurable(t *testing.T) {
-	dir := t.TempDir()
-	s := openStore(t, dir)
-	mustCAS(t, s, "git-compat", "ws", 0, lineage{Workspace: "legacy"})
-	mustCAS(t, s, "git-compat-v9", "ws", 0, lineage{Workspace: "main"})
+	forBackends(t, func(t *testing.T, b backend) {
+		s := b.open(t)
+		mustCAS(t, s, "git-compat", "ws", 0, lineage{Workspace: "legacy"})
+		mustCAS(t, s, "git-compat-v9", "ws", 0, lineage{Workspace: "main"})
 
-	err := s.CompareAndDelete("git-compat-v9", "ws", 0)
-	var ce *ConflictError
-	if !errors.As(err, &ce) || !errors.Is(err, ErrConflict) || ce.Actual != 1 || ce.Expected != 0 {
-		t.Fatalf("stale delete = %v, want ConflictError actual 1", err)
-	}
-	if err := s.CompareAndDelete("git-compat-v9", "ws", 1); err != nil {
-		t.Fatalf("delete: %v", err)
-	}
-	reopened := openStore(t, dir)
-	if _, _, found := mustLoad(t, reopened, "git-compat-v9", "ws"); found {
-		t.Fatal("deleted record is back after reopen")
-	}
-	if _, _, found := mustLoad(t, reopened, "git-compat", "ws"); !found {
-		t.Fatal("other family was touched")
-	}
-	// Deleting an absent record: 0 is a no-op, anything else conflicts.
-	if err := s.CompareAndDelete("git-compat-v9", "ws", 0); err != nil {
-		t.Fatalf("delete absent with 0: %v", err)
-	}
-	if err := s.CompareAndDelete("git-compat-v9", "ws", 1); !errors.Is(err, ErrConflict) {
-		t.Fatalf("delete absent with 1 = %v", err)
-	}
-	// The deleted record leaves no files behind, lock included.
-	entries, _ := os.ReadDir(filepath.Join(dir, "git-compat-v9"))
-	if len(entries) != 0 {
-		t.Fatalf("files left after delete: %v", entries)
-	}
+		err := s.CompareAndDelete("git-compat-v9", "ws", 0)
+		var ce *ConflictError
+		if !errors.As(err, &ce) || !errors.Is(err, ErrConflict) || ce.Actual != 1 || ce.Expected != 0 {
+			t.Fatalf("stale delete = %v, want ConflictError actual 1", err)
+		}
+		if err := s.CompareAndDelete("git-compat-v9", "ws", 1); err != nil {
+			t.Fatalf("delete: %v", err)
+		}
+		reopened := b.reopen(t, s)
+		if _, _, found := mustLoad(t, reopened, "git-compat-v9", "ws"); found {
+			t.Fatal("deleted record is back after reopen")
+		}
+		if _, _, found := mustLoad(t, reopened, "git-compat", "ws"); !found {
+			t.Fatal("other family was touched")
+		}
+		// Deleting an absent record: 0 is a no-op, anything else conflicts.
+		if err := s.CompareAndDelete("git-compat-v9", "ws", 0); err != nil {
+			t.Fatalf("delete absent with 0: %v", err)
+		}
+		if err := s.CompareAndDelete("git-compat-v9", "ws", 1); !errors.Is(err, ErrConflict) {
+			t.Fatalf("delete absent with 1 = %v", err)
+		}
+		if b.name != "file" {
+			return
+		}
+		// The deleted record leaves no files behind, lock included.
+		entries, _ := os.ReadDir(filepath.Join(s.root, "git-compat-v9"))
+		if len(entries) != 0 {
+			t.Fatalf("files left after delete: %v", entries)
+		}
+	})
 }
 
 func TestCompareAndSwapByRevision(t *testing.T) {
-	s := openStore(t, t.TempDir())
-	if rev := mustCAS(t, s, "lineage", "ws", 0, lineage{Workspace: "a"}); rev != 1 {
-		t.Fatalf("first revision = %d", rev)
-	}
-	_, err := s.CompareAndSwap("lineage", "ws", 0, lineage{Workspace: "b"})
-	var ce *ConflictError
-	if !errors.As(err, &ce) || ce.Actual != 1 || ce.Family != "lineage" || ce.Key != "ws" {
-		t.Fatalf("create over existing = %v", err)
-	}
-	if _, err := s.CompareAndSwap("lineage", "ws", 5, lineage{}); !errors.Is(err, ErrConflict) {
-		t.Fatalf("future revision = %v", err)
-	}
-	if rev := mustCAS(t, s, "lineage", "ws", 1, lineage{Workspace: "b"}); rev != 2 {
-		t.Fatalf("second revision = %d", rev)
-	}
-	got, rev, _ := mustLoad(t, s, "lineage", "ws")
-	if got.Workspace != "b" || rev != 2 {
-		t.Fatalf("Load = %+v rev %d", got, rev)
-	}
-	if _, err := s.CompareAndSwap("lineage", "ws", 2, func() {}); err == nil {
-		t.Fatal("unencodable value accepted")
-	}
+	forBackends(t, func(t *testing.T, b backend) {
+		s := b.open(t)
+		if rev := mustCAS(t, s, "lineage", "ws", 0, lineage{Workspace: "a"}); rev != 1 {
+			t.Fatalf("first revision = %d", rev)
+		}
+		_, err := s.CompareAndSwap("lineage", "ws", 0, lineage{Workspace: "b"})
+		var ce *ConflictError
+		if !errors.As(err, &ce) || ce.Actual != 1 || ce.Family != "lineage" || ce.Key != "ws" {
+			t.Fatalf("create over existing = %v", err)
+		}
+		if _, err := s.CompareAndSwap("lineage", "ws", 5, lineage{}); !errors.Is(err, ErrConflict) {
+			t.Fatalf("future revision = %v", err)
+		}
+		if rev := mustCAS(t, s, "lineage", "ws", 1, lineage{Workspace: "b"}); rev != 2 {
+			t.Fatalf("second revision = %d", rev)
+		}
+		got, rev, _ := mustLoad(t, s, "lineage", "ws")
+		if got.Workspace != "b" || rev != 2 {
+			t.Fatalf("Load = %+v rev %d", got, rev)
+		}
+		if _, err := s.CompareAndSwap("lineage", "ws", 2, func() {}); err == nil {
+			t.Fatal("unencodable value accepted")
+		}
+	})
 }
 
 func TestInvalidFamiliesAndKeys(t *testing.T) {
-	s := openStore(t, t.TempDir())
-	for _, fam := range []string{"", "Upper", "a/b", "..", "_transactions", "a.b", strings.Repeat("a", 65)} {
-		if _, err := s.CompareAndSwap(fam, "k", 0, 1); !errors.Is(err, ErrInvalidKey) {
-			t.Errorf("family %q: %v", fam, err)
+	forBackends(t, func(t *testing.T, b backend) {
+		s := b.open(t)
+		for _, fam := range []string{"", "Upper", "a/b", "..", "_transactions", "a.b", strings.Repeat("a", 65)} {
+			if _, err := s.CompareAndSwap(fam, "k", 0, 1); !errors.Is(err, ErrInvalidKey) {
+				t.Errorf("family %q: %v", fam, err)
+			}
+			if _, err := s.Keys(fam); !errors.Is(err, ErrInvalidKey) {
+				t.Errorf("Keys(%q): %v", fam, err)
+			}
 		}
-		if _, err := s.Keys(fam); !errors.Is(err, ErrInvalidKey) {
-			t.Errorf("Keys(%q): %v", fam, err)
+		for _, key := range []string{"", strings.Repeat("k", maxKeyBytes+1)} {
+			if _, _, err := s.Load("f", key, nil); !errors.Is(err, ErrInvalidKey) {
+				t.Errorf("key of %d bytes: %v", len(key), err)
+			}
 		}
-	}
-	for _, key := range []string{"", strings.Repeat("k", maxKeyBytes+1)} {
-		if _, _, err := s.Load("f", key, nil); !errors.Is(err, ErrInvalidKey) {
-			t.Errorf("key of %d bytes: %v", len(key), err)
+		if err := s.Commit("", []Write{{Family: "f", Key: "k", Value: 1}}); !errors.Is(err, ErrInvalidKey) {
+			t.Errorf("empty tx id: %v", err)
 		}
-	}
-	if err := s.Commit("", []Write{{Family: "f", Key: "k", Value: 1}}); !errors.Is(err, ErrInvalidKey) {
-		t.Errorf("empty tx id: %v", err)
-	}
+	})
 }
 
 func TestAnyKeyBytesAreSafe(t *testing.T) {
-	dir := t.TempDir()
-	s := openStore(t, dir)
-	keys := []string{"../../etc/passwd", "\x00", "\xff\xfe", "a.previous", "x.next", "ünïcödé", strings.Repeat("z", maxKeyBytes)}
-	for i, k := range keys {
-		mustCAS(t, s, "keys", k, 0, i)
-	}
-	got, err := s.Keys("keys")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := append([]string(nil), keys...)
-	slices.Sort(want)
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("Keys = %q\nwant %q", got, want)
-	}
-	for i, k := range keys {
-		var v int
-		if rev, found, err := s.Load("keys", k, &v); err != nil || !found || rev != 1 || v != i {
-			t.Fatalf("Load(%q) = %d %d %v %v", k, v, rev, found, err)
+	forBackends(t, func(t *testing.T, b backend) {
+		s := b.open(t)
+		keys := []string{"../../etc/passwd", "\x00", "\xff\xfe", "a.previous", "x.next", "ünïcödé", strings.Repeat("z", maxKeyBytes)}
+		for i, k := range keys {
+			mustCAS(t, s, "keys", k, 0, i)
 		}
-	}
-	entries, _ := os.ReadDir(dir)
-	if len(entries) != 1 || entries[0].Name() != "keys" {
-		t.Fatalf("keys escaped their family directory: %v", entries)
-	}
+		got, err := s.Keys("keys")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := append([]string(nil), keys...)
+		slices.Sort(want)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("Keys = %q\nwant %q", got, want)
+		}
+		for i, k := range keys {
+			var v int
+			if rev, found, err := s.Load("keys", k, &v); err != nil || !found || rev != 1 || v != i {
+				t.Fatalf("Load(%q) = %d %d %v %v", k, v, rev, found, err)
+			}
+		}
+		if b.name != "file" {
+			return
+		}
+		entries, _ := os.ReadDir(s.root)
+		if len(entries) != 1 || entries[0].Name() != "keys" {
+			t.Fatalf("keys escaped their family directory: %v", entries)
+		}
+	})
 }
 
 func TestKeysIgnoresInternalFiles(t *testing.T) {
@@ -341,75 +353,75 @@ func TestKeysIgnoresInternalFiles(t *testing.T) {
 }
 
 func TestUpdate(t *testing.T) {
-	s := openStore(t, t.TempDir())
-	inc := func(cur []byte) ([]byte, bool, error) {
-		n := 0
-		if cur != nil {
-			if err := json.Unmarshal(cur, &n); err != nil {
-				return nil, false, err
+	forBackends(t, func(t *testing.T, b backend) {
+		s := b.open(t)
+		inc := func(cur []byte) ([]byte, bool, error) {
+			n := 0
+			if cur != nil {
+				if err := json.Unmarshal(cur, &n); err != nil {
+					return nil, false, err
+				}
+			}
+			b, err := json.Marshal(n + 1)
+			return b, false, err
+		}
+		for range 3 {
+			if err := s.Update("counter", "c", inc); err != nil {
+				t.Fatal(err)
 			}
 		}
-		b, err := json.Marshal(n + 1)
-		return b, false, err
-	}
-	for range 3 {
-		if err := s.Update("counter", "c", inc); err != nil {
+		var n int
+		if rev, _, err := s.Load("counter", "c", &n); err != nil || n != 3 || rev != 3 {
+			t.Fatalf("after 3 updates: %d rev %d %v", n, rev, err)
+		}
+		boom := errors.New("boom")
+		if err := s.Update("counter", "c", func([]byte) ([]byte, bool, error) { return nil, false, boom }); !errors.Is(err, boom) {
+			t.Fatalf("fn error = %v", err)
+		}
+		if err := s.Update("counter", "c", func([]byte) ([]byte, bool, error) { return []byte("{bad"), false, nil }); err == nil {
+			t.Fatal("invalid JSON accepted")
+		}
+		if err := s.Update("counter", "c", func([]byte) ([]byte, bool, error) { return nil, false, nil }); err != nil {
 			t.Fatal(err)
 		}
-	}
-	var n int
-	if rev, _, err := s.Load("counter", "c", &n); err != nil || n != 3 || rev != 3 {
-		t.Fatalf("after 3 updates: %d rev %d %v", n, rev, err)
-	}
-	boom := errors.New("boom")
-	if err := s.Update("counter", "c", func([]byte) ([]byte, bool, error) { return nil, false, boom }); !errors.Is(err, boom) {
-		t.Fatalf("fn error = %v", err)
-	}
-	if err := s.Update("counter", "c", func([]byte) ([]byte, bool, error) { return []byte("{bad"), false, nil }); err == nil {
-		t.Fatal("invalid JSON accepted")
-	}
-	if err := s.Update("counter", "c", func([]byte) ([]byte, bool, error) { return nil, false, nil }); err != nil {
-		t.Fatal(err)
-	}
-	if rev, _, _ := s.Load("counter", "c", &n); rev != 3 {
-		t.Fatalf("no-op update changed revision to %d", rev)
-	}
-	if err := s.Update("counter", "c", func([]byte) ([]byte, bool, error) { return nil, true, nil }); err != nil {
-		t.Fatal(err)
-	}
-	if _, found, _ := s.Load("counter", "c", nil); found {
-		t.Fatal("deleted by Update but still found")
-	}
-	if err := s.Update("counter", "c", func(cur []byte) ([]byte, bool, error) {
-		if cur != nil {
-			t.Errorf("absent record passed %q", cur)
+		if rev, _, _ := s.Load("counter", "c", &n); rev != 3 {
+			t.Fatalf("no-op update changed revision to %d", rev)
 		}
-		return nil, true, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+		if err := s.Update("counter", "c", func([]byte) ([]byte, bool, error) { return nil, true, nil }); err != nil {
+			t.Fatal(err)
+		}
+		if _, found, _ := s.Load("counter", "c", nil); found {
+			t.Fatal("deleted by Update but still found")
+		}
+		if err := s.Update("counter", "c", func(cur []byte) ([]byte, bool, error) {
+			if cur != nil {
+				t.Errorf("absent record passed %q", cur)
+			}
+			return nil, true, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // Seed: context_discard_bounds_bucket_bytes_before_deserialization.
 func TestLoadBoundedRefusesBeforeDecoding(t *testing.T) {
-	dir := t.TempDir()
-	s := openStore(t, dir)
-	mustCAS(t, s, "buckets", "small", 0, []string{"a", "b"})
-	var v []string
-	if rev, found, err := s.LoadBounded("buckets", "small", 64, &v); err != nil || !found || rev != 1 || len(v) != 2 {
-		t.Fatalf("small bucket: %v %v %v %v", v, rev, found, err)
-	}
-	p := newRecordPaths(dir, "buckets", "big")
-	writeFile(t, p.current, strings.Repeat(" ", 1_000_000)) // not even JSON
-	if _, _, err := s.LoadBounded("buckets", "big", 64, &v); !errors.Is(err, ErrTooLarge) {
-		t.Fatalf("oversized bucket = %v, want ErrTooLarge", err)
-	}
-	if _, _, err := s.LoadBounded("buckets", "small", 8, &v); !errors.Is(err, ErrTooLarge) {
-		t.Fatalf("bound below record size = %v, want ErrTooLarge", err)
-	}
-	if err := os.Remove(p.current); err != nil {
-		t.Fatal(err)
-	}
+	forBackends(t, func(t *testing.T, b backend) {
+		s := b.open(t)
+		mustCAS(t, s, "buckets", "small", 0, []string{"a", "b"})
+		var v []string
+		if rev, found, err := s.LoadBounded("buckets", "small", 64, &v); err != nil || !found || rev != 1 || len(v) != 2 {
+			t.Fatalf("small bucket: %v %v %v %v", v, rev, found, err)
+		}
+		b.rawPut(t, s, "buckets", "big", strings.Repeat(" ", 1_000_000)) // not even JSON
+		if _, _, err := s.LoadBounded("buckets", "big", 64, &v); !errors.Is(err, ErrTooLarge) {
+			t.Fatalf("oversized bucket = %v, want ErrTooLarge", err)
+		}
+		if _, _, err := s.LoadBounded("buckets", "small", 8, &v); !errors.Is(err, ErrTooLarge) {
+			t.Fatalf("bound below record size = %v, want ErrTooLarge", err)
+		}
+		b.rawDelete(t, s, "buckets", "big")
+	})
 }
 
 // Seed: held_record_lock_is_bounded_without_stalling_unrelated_records.

@@ -169,16 +169,24 @@ func (s *Store) Commit(txID string, writes []Write) error {
 	ps := make([]recordPaths, len(ws))
 	values := make([]json.RawMessage, len(ws))
 	for i, w := range ws {
-		p, err := s.paths(w.Family, w.Key)
-		if err != nil {
-			return fmt.Errorf("corestate: commit %q: %w", txID, err)
+		if s.pl == nil {
+			p, err := s.paths(w.Family, w.Key)
+			if err != nil {
+				return fmt.Errorf("corestate: commit %q: %w", txID, err)
+			}
+			ps[i] = p
 		}
-		ps[i] = p
 		if !w.Delete && !w.Assert {
 			if values[i], err = marshalValue(w.Family, w.Key, w.Value); err != nil {
 				return fmt.Errorf("corestate: commit %q: %w", txID, err)
 			}
 		}
+	}
+	if s.pl != nil {
+		if err := s.pl.commit(ws, values); err != nil {
+			return fmt.Errorf("corestate: commit %q: %w", txID, err)
+		}
+		return nil
 	}
 	if err := s.commit(txID, ws, ps, values); err != nil {
 		return fmt.Errorf("corestate: commit %q: %w", txID, err)
@@ -348,7 +356,11 @@ func (s *Store) resolve(jp recordPaths, j *journal, ps []recordPaths, rep *Recov
 
 // PendingTransactions lists the ids of transaction journals on disk: those
 // in flight in a live process and those a crash left for Recover.
+// A store on a plane has none: its transactions are the plane's.
 func (s *Store) PendingTransactions() ([]string, error) {
+	if s.pl != nil {
+		return nil, nil
+	}
 	return s.keysIn(txFamily)
 }
 
@@ -358,8 +370,14 @@ func (s *Store) PendingTransactions() ([]string, error) {
 // Recover is idempotent and safe to run concurrently with other operations;
 // Open runs it. A journal that cannot be decoded is ErrCorrupt and stops
 // recovery, because guessing would violate the transaction's atomicity.
+//
+// A store on a plane has nothing to recover: every Commit is one plane
+// transaction.
 func (s *Store) Recover() (RecoveryReport, error) {
 	var rep RecoveryReport
+	if s.pl != nil {
+		return rep, nil
+	}
 	ids, err := s.PendingTransactions()
 	if err != nil {
 		return rep, err

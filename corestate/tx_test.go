@@ -38,61 +38,67 @@ func loadInt(t *testing.T, s *Store, family, key string) (int, uint64, bool) {
 }
 
 func TestCommitAppliesAllWrites(t *testing.T) {
-	s := openStore(t, t.TempDir())
-	mustCAS(t, s, "a", "1", 0, 10)
-	mustCAS(t, s, "a", "2", 0, 20)
-	err := s.Commit("tx-1", []Write{
-		{Family: "b", Key: "new", Value: 1},
-		{Family: "a", Key: "1", ExpectRev: 1, Value: 11},
-		{Family: "a", Key: "2", ExpectRev: 1, Delete: true},
+	forBackends(t, func(t *testing.T, b backend) {
+		s := b.open(t)
+		mustCAS(t, s, "a", "1", 0, 10)
+		mustCAS(t, s, "a", "2", 0, 20)
+		err := s.Commit("tx-1", []Write{
+			{Family: "b", Key: "new", Value: 1},
+			{Family: "a", Key: "1", ExpectRev: 1, Value: 11},
+			{Family: "a", Key: "2", ExpectRev: 1, Delete: true},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, rev, _ := loadInt(t, s, "a", "1"); v != 11 || rev != 2 {
+			t.Fatalf("a/1 = %d rev %d", v, rev)
+		}
+		if _, _, found := loadInt(t, s, "a", "2"); found {
+			t.Fatal("a/2 not deleted")
+		}
+		if v, rev, _ := loadInt(t, s, "b", "new"); v != 1 || rev != 1 {
+			t.Fatalf("b/new = %d rev %d", v, rev)
+		}
+		if pending, err := s.PendingTransactions(); err != nil || len(pending) != 0 {
+			t.Fatalf("journal left: %v %v", pending, err)
+		}
+		if err := s.Commit("tx-1", nil); err != nil {
+			t.Fatalf("empty transaction: %v", err)
+		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v, rev, _ := loadInt(t, s, "a", "1"); v != 11 || rev != 2 {
-		t.Fatalf("a/1 = %d rev %d", v, rev)
-	}
-	if _, _, found := loadInt(t, s, "a", "2"); found {
-		t.Fatal("a/2 not deleted")
-	}
-	if v, rev, _ := loadInt(t, s, "b", "new"); v != 1 || rev != 1 {
-		t.Fatalf("b/new = %d rev %d", v, rev)
-	}
-	if pending, err := s.PendingTransactions(); err != nil || len(pending) != 0 {
-		t.Fatalf("journal left: %v %v", pending, err)
-	}
-	if err := s.Commit("tx-1", nil); err != nil {
-		t.Fatalf("empty transaction: %v", err)
-	}
 }
 
 func TestCommitConflictAppliesNothing(t *testing.T) {
-	s := openStore(t, t.TempDir())
-	mustCAS(t, s, "a", "1", 0, 10)
-	mustCAS(t, s, "a", "2", 0, 20)
-	err := s.Commit("tx", []Write{
-		{Family: "a", Key: "1", ExpectRev: 1, Value: 11},
-		{Family: "a", Key: "2", ExpectRev: 7, Value: 21},
-		{Family: "a", Key: "3", Value: 31},
+	forBackends(t, func(t *testing.T, b backend) {
+		s := b.open(t)
+		mustCAS(t, s, "a", "1", 0, 10)
+		mustCAS(t, s, "a", "2", 0, 20)
+		err := s.Commit("tx", []Write{
+			{Family: "a", Key: "1", ExpectRev: 1, Value: 11},
+			{Family: "a", Key: "2", ExpectRev: 7, Value: 21},
+			{Family: "a", Key: "3", Value: 31},
+		})
+		var ce *ConflictError
+		if !errors.As(err, &ce) || ce.Key != "2" || ce.Actual != 1 || ce.Expected != 7 {
+			t.Fatalf("Commit = %v, want conflict on a/2", err)
+		}
+		if v, rev, _ := loadInt(t, s, "a", "1"); v != 10 || rev != 1 {
+			t.Fatalf("a/1 changed: %d rev %d", v, rev)
+		}
+		if _, _, found := loadInt(t, s, "a", "3"); found {
+			t.Fatal("a/3 created by a failed transaction")
+		}
 	})
-	var ce *ConflictError
-	if !errors.As(err, &ce) || ce.Key != "2" || ce.Actual != 1 || ce.Expected != 7 {
-		t.Fatalf("Commit = %v, want conflict on a/2", err)
-	}
-	if v, rev, _ := loadInt(t, s, "a", "1"); v != 10 || rev != 1 {
-		t.Fatalf("a/1 changed: %d rev %d", v, rev)
-	}
-	if _, _, found := loadInt(t, s, "a", "3"); found {
-		t.Fatal("a/3 created by a failed transaction")
-	}
 }
 
 func TestCommitRejectsDuplicateWrites(t *testing.T) {
-	s := openStore(t, t.TempDir())
-	err := s.Commit("tx", []Write{{Family: "a", Key: "k", Value: 1}, {Family: "a", Key: "k", Value: 2}})
-	if !errors.Is(err, ErrInvalidTransaction) {
-		t.Fatalf("duplicate write = %v", err)
-	}
+	forBackends(t, func(t *testing.T, b backend) {
+		s := b.open(t)
+		err := s.Commit("tx", []Write{{Family: "a", Key: "k", Value: 1}, {Family: "a", Key: "k", Value: 2}})
+		if !errors.Is(err, ErrInvalidTransaction) {
+			t.Fatalf("duplicate write = %v", err)
+		}
+	})
 }
 
 // Seed: prepared_context_transaction_rolls_back_partial_record_application,
@@ -280,90 +286,95 @@ func TestCorruptJournalStopsRecovery(t *testing.T) {
 // Seed: local_transactions_work_without_a_tokio_runtime — in Go, plain
 // goroutines; 16 of them increment shared counters through transactions.
 func TestTransactionsFromSixteenGoroutines(t *testing.T) {
-	// Polling flock is not fair; on a loaded machine a worker may lose the
-	// race for longer than the default bound. This test is about atomicity.
-	s, err := Open(t.TempDir(), Options{NoSync: true, LockTimeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	const workers, rounds = 16, 8
-	keys := []string{"x", "y", "z"}
-	var wg sync.WaitGroup
-	errs := make(chan error, workers+1)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for r := range rounds {
-				// Two of the three counters, chosen by worker, so lock sets overlap.
-				pick := []string{keys[w%3], keys[(w+1)%3]}
-				for attempt := 0; ; attempt++ {
-					var writes []Write
-					for _, k := range pick {
-						var n int
-						rev, _, err := s.Load("counter", k, &n)
-						if err != nil {
+	forBackends(t, func(t *testing.T, b backend) {
+		// Polling flock is not fair; on a loaded machine a worker may lose the
+		// race for longer than the default bound. This test is about atomicity.
+		s := b.open(t)
+		if b.name == "file" {
+			var err error
+			if s, err = Open(t.TempDir(), Options{NoSync: true, LockTimeout: time.Minute}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		const workers, rounds = 16, 8
+		keys := []string{"x", "y", "z"}
+		var wg sync.WaitGroup
+		errs := make(chan error, workers+1)
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for r := range rounds {
+					// Two of the three counters, chosen by worker, so lock sets overlap.
+					pick := []string{keys[w%3], keys[(w+1)%3]}
+					for attempt := 0; ; attempt++ {
+						var writes []Write
+						for _, k := range pick {
+							var n int
+							rev, _, err := s.Load("counter", k, &n)
+							if err != nil {
+								errs <- err
+								return
+							}
+							writes = append(writes, Write{Family: "counter", Key: k, ExpectRev: rev, Value: n + 1})
+						}
+						err := s.Commit(fmt.Sprintf("w%d-r%d-a%d", w, r, attempt), writes)
+						if err == nil {
+							break
+						}
+						if !errors.Is(err, ErrConflict) {
 							errs <- err
 							return
 						}
-						writes = append(writes, Write{Family: "counter", Key: k, ExpectRev: rev, Value: n + 1})
-					}
-					err := s.Commit(fmt.Sprintf("w%d-r%d-a%d", w, r, attempt), writes)
-					if err == nil {
-						break
-					}
-					if !errors.Is(err, ErrConflict) {
-						errs <- err
-						return
 					}
 				}
+			}()
+		}
+		// A concurrent recoverer must treat every live journal as busy and
+		// never roll anything back or forward.
+		done := make(chan struct{})
+		recovered := make(chan RecoveryReport, 1)
+		go func() {
+			var total RecoveryReport
+			for {
+				select {
+				case <-done:
+					recovered <- total
+					return
+				default:
+				}
+				rep, err := s.Recover()
+				if err != nil {
+					errs <- err
+					<-done
+					recovered <- total
+					return
+				}
+				total.RolledBack = append(total.RolledBack, rep.RolledBack...)
+				total.RolledForward = append(total.RolledForward, rep.RolledForward...)
 			}
 		}()
-	}
-	// A concurrent recoverer must treat every live journal as busy and
-	// never roll anything back or forward.
-	done := make(chan struct{})
-	recovered := make(chan RecoveryReport, 1)
-	go func() {
-		var total RecoveryReport
-		for {
-			select {
-			case <-done:
-				recovered <- total
-				return
-			default:
-			}
-			rep, err := s.Recover()
-			if err != nil {
-				errs <- err
-				<-done
-				recovered <- total
-				return
-			}
-			total.RolledBack = append(total.RolledBack, rep.RolledBack...)
-			total.RolledForward = append(total.RolledForward, rep.RolledForward...)
+		wg.Wait()
+		close(done)
+		if rep := <-recovered; len(rep.RolledBack)+len(rep.RolledForward) != 0 {
+			t.Fatalf("Recover interfered with live commits: %+v", rep)
 		}
-	}()
-	wg.Wait()
-	close(done)
-	if rep := <-recovered; len(rep.RolledBack)+len(rep.RolledForward) != 0 {
-		t.Fatalf("Recover interfered with live commits: %+v", rep)
-	}
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	total := 0
-	for _, k := range keys {
-		n, rev, _ := loadInt(t, s, "counter", k)
-		if uint64(n) != rev {
-			t.Fatalf("counter %s = %d at revision %d: an increment was lost or doubled", k, n, rev)
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
 		}
-		total += n
-	}
-	if total != workers*rounds*2 {
-		t.Fatalf("total increments = %d, want %d", total, workers*rounds*2)
-	}
+		total := 0
+		for _, k := range keys {
+			n, rev, _ := loadInt(t, s, "counter", k)
+			if uint64(n) != rev {
+				t.Fatalf("counter %s = %d at revision %d: an increment was lost or doubled", k, n, rev)
+			}
+			total += n
+		}
+		if total != workers*rounds*2 {
+			t.Fatalf("total increments = %d, want %d", total, workers*rounds*2)
+		}
+	})
 }
 
 // A real failure after prepare (not a simulated crash) is rolled back in

@@ -179,6 +179,10 @@ type MountOptions struct {
 	Transport string
 	// WarmEntries bounds the metadata warm-up after mounting (0: none).
 	WarmEntries int
+	// WarmDefault: WarmEntries is the command's default, not asked for. A
+	// git work tree at the root served by the fsmonitor hook then skips
+	// the warm-up (fsmonitorWarm).
+	WarmDefault bool
 	// NoFSMonitor: do not point a repository at the mount's root at the
 	// fsmonitor hook, and remove the lines an earlier mount added.
 	NoFSMonitor bool
@@ -342,15 +346,14 @@ func (d *Daemon) MountWorkspace(ws, mp string, opt MountOptions) (*Mount, []stri
 		s.closeBase()
 		return nil, notes, err
 	}
-	// git status in a work tree the fsmonitor hook serves looks nothing up:
-	// a warm-up of few threads then, so as not to compete with it.
-	walkers := 0
+	// git status in a work tree the fsmonitor hook serves looks nothing up.
+	warm, walkers := opt.WarmEntries, 0
 	if !isInPlace && !s.readOnly.Load() && !opt.NoFSMonitor && hasGitDir(m.Store(), root) {
-		walkers = fsmonitorWarmWalkers
+		warm, walkers = fsmonitorWarm(opt)
 	}
 	mnt, err := fusefs.MountAt(mp, fusefs.Config{Objects: storeObjects{m.Store()}, Root: root, Links: links, StateDir: stateDir, WarmWalkers: walkers,
 		Admitter: tr, DescribeWriter: s.describeWriter, AllowOther: opt.AllowOther, BaseInodes: m.DerivesFromInPlace(ws), Debug: opt.Debug, FsName: "acyclicfs:" + ws, Passthrough: true, EnableXattrs: opt.Xattrs,
-		NoAttribution: opt.NoAttribution, WarmEntries: opt.WarmEntries, Uring: opt.Transport == TransportUring, PreferUring: opt.Transport == TransportAuto,
+		NoAttribution: opt.NoAttribution, WarmEntries: warm, Uring: opt.Transport == TransportUring, PreferUring: opt.Transport == TransportAuto,
 		ReadOnly: s.readOnly.Load()})
 	if err != nil {
 		tr.Close()
@@ -383,12 +386,6 @@ func (d *Daemon) MountWorkspace(ws, mp string, opt MountOptions) (*Mount, []stri
 	d.logger.Printf("mounted %s at %s (generation %s)", ws, mp, w.Head.Short())
 	return s, notes, nil
 }
-
-// fsmonitorWarmWalkers is the warm-up's thread count for a mount whose
-// root is a git work tree with the fsmonitor hook: on the Go tree (2
-// cores) the first git status after a mount took a median 55 ms with 2
-// walkers against 120 ms with 16 (native 30 ms).
-const fsmonitorWarmWalkers = 2
 
 // hasGitDir reports whether tree root has a .git directory.
 func hasGitDir(st *store.Store, root store.ID) bool {

@@ -1,5 +1,7 @@
 package daemon
 
+import "github.com/acyclicfs/acyclicfs/internal/fsmhook"
+
 // The CLI talks to the per-store daemon over STORE/daemon.sock with
 // HTTP+JSON: POST /run carries a RunRequest (a whole command line) and
 // returns a RunResponse (what the command printed, its exit code);
@@ -35,10 +37,5 @@ type RunResponse struct {
 }
 
 // FSMonitorRequest asks the daemon about the mount at Mountpoint (git's
-// fsmonitor hook, docs/git.md).
-type FSMonitorRequest struct {
-	Mountpoint string `json:"mountpoint"`
-	Dev        string `json:"dev"`    // the mount's device, "major:minor"
-	Prefix     string `json:"prefix"` // the worktree, relative to the mount root
-	Token      string `json:"token"`
-}
+// fsmonitor hook, docs/git.md): the hook's own type (internal/fsmhook).
+type FSMonitorRequest = fsmhook.Request

@@ -41,6 +41,7 @@
 //	baserefs              NUL ref id (32 bytes)    base reference encoding
 //	baseref-resolved      NUL ref id (32 bytes)    ID of the ref's stored copy
 //	lazy-overlay          NUL node id (32 bytes)   lazy-overlay node encoding
+//	corestate/<family>    NUL record key           corestate envelope (JSON), on etcd only
 //
 // The store keeps its content-addressed records (trees, generations, base
 // refs, overlay nodes) here too, so that one transaction publishes a
@@ -122,13 +123,14 @@
 //
 // # corestate's record families
 //
-// corestate keeps its records (capture state, in-place directory state) as
-// files under flock, not here, this round. On the plane each family would
-// be a namespace — "corestate/<family>" NUL <record id> — and its
-// flock-guarded read-modify-write an Update closure; the per-file lock
-// becomes the transaction's read set, so two machines editing one record
-// conflict and one of them re-runs, instead of both holding a local lock
-// that the other machine cannot see.
+// corestate keeps its records as files under flock on a local store. On a
+// store on etcd its store-wide families (contexts, landings and their
+// claims, propagation) are on the plane (corestate.OpenPlane): each family
+// a namespace — "corestate/<family>" NUL <record key> — and each
+// compare-and-swap or multi-record commit an Update closure; the per-file
+// lock becomes the transaction's read set, so two machines editing one
+// record conflict and one of them re-runs, instead of both holding a local
+// lock that the other machine cannot see.
 //
 // # Concurrency
 //

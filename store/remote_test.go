@@ -162,6 +162,16 @@ func TestRemoteTwoStores(t *testing.T) {
 			}
 		})
 	}
+	// A read-only store (a command that only reads) fills its cache too.
+	ro := storetest.MustOpenDir(t, t.TempDir(), store.Options{NoSync: true, Meta: plane, Remote: remote})
+	roDir := ro.Dir()
+	if err := ro.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ro = storetest.MustOpenDir(t, roDir, store.Options{NoSync: true, Meta: plane, Remote: remote, ReadOnly: true})
+	if got, err := ro.ReadBlob(bigID); err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("read-only store: %d bytes, %v", len(got), err)
+	}
 	// An object neither has is still ErrNotFound.
 	if _, err := b.ReadBlob(store.BlobID([]byte("nobody wrote this"))); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("absent everywhere: %v", err)

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -90,7 +91,8 @@ func TestFSMonitorConfigAndHook(t *testing.T) {
 	if !strings.Contains(cfg, "fsmonitor = ") || !strings.Contains(cfg, "untrackedCache = true") {
 		t.Fatalf(".git/config of the mount:\n%s", cfg)
 	}
-	if got := strings.TrimSpace(gitIn(t, mp, "config core.fsmonitor")); !strings.Contains(got, bin) || !strings.HasSuffix(got, " fsmonitor") {
+	// The small hook beside the binary, given the daemon's socket.
+	if got := strings.TrimSpace(gitIn(t, mp, "config core.fsmonitor")); !strings.Contains(got, filepath.Join(filepath.Dir(bin), "acyclicfs-fsmonitor")) || !strings.HasSuffix(got, "/daemon.sock'") {
 		t.Fatalf("core.fsmonitor = %q", got)
 	}
 	if st := gitIn(t, mp, "status --porcelain"); st != "" {
@@ -415,11 +417,12 @@ func TestFSMonitorMatchesScan(t *testing.T) {
 			}
 		}
 		check("mount")
+		moves := 0
 		steps := rapid.IntRange(2, 8).Draw(rt, "steps")
 		for i := 0; i < steps; i++ {
 			var script, what string
 			files, regs, dirs := m.sortedFiles(false), m.sortedFiles(true), m.sortedDirs()
-			switch op := rapid.IntRange(0, 13).Draw(rt, "op"); {
+			switch op := rapid.IntRange(0, 14).Draw(rt, "op"); {
 			case op == 0 && len(regs) > 0: // write
 				p := rapid.SampledFrom(regs).Draw(rt, "file")
 				script = fmt.Sprintf("printf %s > %s", q(rapid.SampledFrom([]string{"", "1", "22", "a\n"}).Draw(rt, "data")), q(p))
@@ -496,6 +499,16 @@ func TestFSMonitorMatchesScan(t *testing.T) {
 				mp = e.mountAt(ws)
 				check("remount")
 				continue
+			case op == 13: // remount at a new place (git's untracked cache is keyed by the path)
+				if hold != nil {
+					hold.stop(t)
+					hold = nil
+				}
+				e.unmount(mp)
+				moves++
+				mp = e.mountAtPath(ws, filepath.Join(e.dir, fmt.Sprintf("mnt-%s-%d", ws, moves)))
+				check("remount elsewhere")
+				continue
 			case op == 12: // hold a lease open (no reconcile) or let go
 				if hold == nil {
 					hold = e.startHolder(t, mp)
@@ -556,4 +569,101 @@ func TestFSMonitorParentMoved(t *testing.T) {
 		}
 	}
 	e.unmount(mf)
+}
+
+// opendirs runs git status with the hook in mp and returns its output and
+// how many directories git opened to find untracked files (trace2's
+// read_directory opendir count).
+func opendirs(t *testing.T, mp string) (string, int) {
+	t.Helper()
+	trace := filepath.Join(t.TempDir(), "trace")
+	out := inSession(t, mp, gitShellEnv()+"GIT_TRACE2_PERF="+q(trace)+" git status --porcelain")
+	b, err := os.ReadFile(trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := -1
+	for _, line := range strings.Split(string(b), "\n") {
+		if _, v, ok := strings.Cut(line, "opendir:"); ok {
+			if _, err := fmt.Sscan(v, &n); err != nil {
+				t.Fatalf("trace line %q: %v", line, err)
+			}
+		}
+	}
+	if n < 0 {
+		t.Fatalf("no read_directory in git's trace:\n%s", b)
+	}
+	return out, n
+}
+
+// TestFSMonitorUntrackedCacheAtNewMountpoint: git keys its untracked
+// cache by the work tree's path. A workspace mounted at another place, or
+// a fork of it, keeps using the cache its index carries (the mount moves
+// it), so git status reads no directory there, and still says what a
+// full scan says.
+func TestFSMonitorUntrackedCacheAtNewMountpoint(t *testing.T) {
+	needTool(t, "git")
+	e := newMountEnv(t)
+	repo := fsmRepo(t, e)
+	e.ok("create", "w", "--from", repo)
+	mp := e.mountAt("w")
+	inSession(t, mp, "echo new > d1/untracked; mkdir d2/newdir; echo n > d2/newdir/f")
+	// Captured: the token git keeps names no open change, so a mount
+	// elsewhere answers it exactly (a dirty one gets "/", and git then
+	// checks each directory's stat data instead).
+	e.waitIdle("w")
+	first := gitIn(t, mp, "status --porcelain") // writes the cache at mp
+	if _, n := opendirs(t, mp); n != 0 {
+		t.Fatalf("second git status at the same mount opened %d directories", n)
+	}
+	e.unmount(mp)
+	e.ok("fork", "w", "f")
+	// f first: a fork follows w's head, so w's new file below would
+	// (rightly) make git read that directory in f.
+	for i, ws := range []string{"f", "w"} {
+		mp := e.mountAtPath(ws, filepath.Join(e.dir, fmt.Sprintf("elsewhere-%d", i)))
+		got, n := opendirs(t, mp)
+		if n != 0 {
+			t.Fatalf("%s at a new mountpoint: git status opened %d directories (the untracked cache was dropped)", ws, n)
+		}
+		_, scan := statusPair(t, mp)
+		lost := slices.ContainsFunc(strings.SplitAfter(first, "\n"), func(l string) bool { return !strings.Contains(got, l) })
+		if got != scan || lost {
+			t.Fatalf("%s at a new mountpoint: git status %q, without the hook %q, before %q", ws, got, scan, first)
+		}
+		// The cache still follows changes.
+		inSession(t, mp, "echo more > d1/sub/another")
+		if got, scan := statusPair(t, mp); got != scan || !strings.Contains(got, "?? d1/sub/another\n") {
+			t.Fatalf("%s after a new file: git status %q, without the hook %q", ws, got, scan)
+		}
+		e.unmount(mp)
+	}
+}
+
+// TestFSMonitorMountSkipsWarmUp: a mount whose root is a work tree the
+// hook serves lists nothing in the background by default (git status
+// there looks nothing up, and the warm-up only slowed it); a warm-up
+// asked for still runs, and a mount without the hook warms as any other.
+func TestFSMonitorMountSkipsWarmUp(t *testing.T) {
+	needTool(t, "git")
+	e := newMountEnv(t)
+	repo := fsmRepo(t, e)
+	for _, ws := range []string{"def", "asked", "nohook"} {
+		e.ok("create", ws, "--from", repo)
+	}
+	mp := e.mountAt("def")
+	if st := e.statusOf("def"); st.Warming || st.Warmed != 0 {
+		t.Fatalf("a mount with the hook: warmed %d, warming %v; want no warm-up", st.Warmed, st.Warming)
+	}
+	if got := gitIn(t, mp, "status --porcelain"); got != "" {
+		t.Fatalf("git status: %q", got)
+	}
+	e.unmount(mp)
+	for ws, flags := range map[string][]string{"asked": {"--warm-entries", "1000", "--wait-warm"}, "nohook": {"--no-fsmonitor", "--wait-warm"}} {
+		mp := e.mountAt(ws, flags...)
+		if st := e.statusOf(ws); st.Warming || st.Warmed == 0 {
+			t.Fatalf("%s (%v): warmed %d, warming %v; want a finished warm-up", ws, flags, st.Warmed, st.Warming)
+		}
+		e.unmount(mp)
+	}
 }

@@ -41,11 +41,12 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	bin = filepath.Join(dir, "acyclicfs")
-	args := []string{"build", "-o", bin}
+	// With the small fsmonitor hook beside it, as `make build` installs it.
+	args := []string{"build", "-o", dir + "/"}
 	if raceEnabled {
 		args = append(args, "-race")
 	}
-	build := exec.Command("go", append(args, "github.com/acyclicfs/acyclicfs/cmd/acyclicfs")...)
+	build := exec.Command("go", append(args, "github.com/acyclicfs/acyclicfs/cmd/acyclicfs", "github.com/acyclicfs/acyclicfs/cmd/acyclicfs-fsmonitor")...)
 	if !raceEnabled {
 		// As `make build` does: static, as users get it (-race needs cgo).
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")

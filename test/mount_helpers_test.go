@@ -64,7 +64,12 @@ const transportEnv = "ACYCLICFS_TEST_TRANSPORT"
 // returns the mountpoint.
 func (e *env) mountAt(name string, flags ...string) string {
 	e.t.Helper()
-	mp := filepath.Join(e.dir, "mnt-"+name)
+	return e.mountAtPath(name, filepath.Join(e.dir, "mnt-"+name), flags...)
+}
+
+// mountAtPath mounts name at mp (made if absent).
+func (e *env) mountAtPath(name, mp string, flags ...string) string {
+	e.t.Helper()
 	if err := os.MkdirAll(mp, 0o755); err != nil {
 		e.t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ const DefaultDiscardBound = 1024
 
 // Contexts returns the context store kept in the manager's core state.
 func (m *Manager) Contexts() *ContextStore {
-	s, _ := NewContextStore(m.cs) // constant family names: cannot fail
+	s, _ := NewContextStore(m.shared) // constant family names: cannot fail
 	return s
 }
 
@@ -242,7 +242,7 @@ func (m *Manager) LandContext(child string) (ContextLandResult, error) {
 		return ContextLandResult{}, fmt.Errorf("parent context: %w", err)
 	}
 	op := newOperationID()
-	pub := Publication{Version: publicationVersion, Operation: op, Child: child, Parent: p.Name, Started: m.now()}
+	pub := Publication{Version: publicationVersion, Operation: op, Child: child, Parent: p.Name, Started: m.now(), Node: m.nodeName()}
 	for _, r := range c.Roots {
 		if !p.HasRoot(r.ParentWorkspace) {
 			return ContextLandResult{}, fmt.Errorf("%w: root %s's parent %q is not a root of %s", ErrIncompatibleState, r.Workspace, r.ParentWorkspace, p.Name)

@@ -35,6 +35,10 @@ type Publication struct {
 	// FindOperation on any appended workspace tells which.
 	Planned bool              `json:"planned"`
 	Roots   []PublicationRoot `json:"roots"`
+	// Node is the node running the landing on a store on etcd, where
+	// publications are shared: only that node recovers it (another
+	// node's landing may be live). Empty on a local store.
+	Node string `json:"node,omitempty"`
 }
 
 // PublicationRoot is one root's part of a landing.
@@ -61,13 +65,21 @@ type parentClaim struct {
 // by one process at a time, the daemon or a CLI command.)
 var liveLandings sync.Map
 
+// nodeName is this node's name on a store on etcd, "" on a local store.
+func (m *Manager) nodeName() string {
+	if m.node == nil {
+		return ""
+	}
+	return m.node.Name()
+}
+
 func (m *Manager) publications() corestate.Family[Publication] {
-	f, _ := corestate.NewFamily[Publication](m.cs, familyPublications) // constant, valid name
+	f, _ := corestate.NewFamily[Publication](m.shared, familyPublications) // constant, valid name
 	return f
 }
 
 func (m *Manager) claims() corestate.Family[parentClaim] {
-	f, _ := corestate.NewFamily[parentClaim](m.cs, familyClaims)
+	f, _ := corestate.NewFamily[parentClaim](m.shared, familyClaims)
 	return f
 }
 
@@ -136,7 +148,7 @@ func (m *Manager) beginPublication(pub Publication) (uint64, error) {
 	} else {
 		writes = append(writes, m.claims().Put(contexts.Key(pub.Parent), 0, parentClaim{Operation: pub.Operation}))
 	}
-	if err := m.cs.Commit("land-begin-"+pub.Operation, writes); err != nil {
+	if err := m.shared.Commit("land-begin-"+pub.Operation, writes); err != nil {
 		if errors.Is(err, corestate.ErrConflict) {
 			return 0, fmt.Errorf("%w: %s was claimed meanwhile", ErrContextClaimed, pub.Parent)
 		}
@@ -160,7 +172,7 @@ func (m *Manager) endPublication(pub Publication, rev uint64) error {
 	if found && claim.Operation == pub.Operation {
 		writes = append(writes, m.claims().Remove(contexts.Key(pub.Parent), claimRev))
 	}
-	if err := m.cs.Commit("land-end-"+pub.Operation, writes); err != nil {
+	if err := m.shared.Commit("land-end-"+pub.Operation, writes); err != nil {
 		return fmt.Errorf("end landing %s: %w", pub.Child, err)
 	}
 	return nil
@@ -188,7 +200,7 @@ func (m *Manager) RecoverContextLandings() ([]string, error) {
 		if err != nil {
 			return done, err
 		}
-		if !found {
+		if !found || pub.Node != m.nodeName() {
 			continue
 		}
 		landed, err := m.publicationLanded(pub)

@@ -39,7 +39,7 @@ func (m *Manager) Recover() ([]string, error) {
 	if done, err = m.recoverContextLandings(done); err != nil {
 		return done, err
 	}
-	parents, err := m.cs.Keys(familyPropagate)
+	parents, err := m.shared.Keys(familyPropagate)
 	if err != nil {
 		return done, err
 	}
@@ -78,7 +78,7 @@ func (m *Manager) RecoveryWork() ([]string, error) {
 		return nil, err
 	}
 	out = append(out, cl...)
-	ps, err := m.cs.Keys(familyPropagate)
+	ps, err := m.shared.Keys(familyPropagate)
 	if err != nil {
 		return nil, err
 	}
@@ -239,14 +239,18 @@ func (m *Manager) Fsck() ([]string, error) {
 		out = append(out, "pending transaction "+t+" (recovered by the next command)")
 	}
 	for _, fam := range []string{familyMounts, familyExport, familyPropagate} {
-		keys, err := m.cs.Keys(fam)
+		cs := m.cs
+		if fam == familyPropagate {
+			cs = m.shared
+		}
+		keys, err := cs.Keys(fam)
 		if err != nil {
 			out = append(out, fmt.Sprintf("core state %s: %v", fam, err))
 			continue
 		}
 		for _, k := range keys {
 			var v map[string]any
-			if _, _, err := m.cs.Load(fam, k, &v); err != nil {
+			if _, _, err := cs.Load(fam, k, &v); err != nil {
 				out = append(out, fmt.Sprintf("core state %s/%s: %v", fam, k, err))
 			}
 		}

@@ -59,6 +59,10 @@ type Manager struct {
 	dir   string
 	limit rebase.Limits
 
+	// shared holds the store-wide families (shared_state.go): cs for a
+	// local store, the metadata plane for a store on etcd.
+	shared *corestate.Store
+
 	hooksMu sync.RWMutex // protects hooks
 	hooks   Hooks
 
@@ -116,7 +120,13 @@ func Open(dir string, opt Options) (*Manager, error) {
 		closeNode()
 		return nil, fmt.Errorf("open core state: %w", err)
 	}
-	m := &Manager{st: st, cs: cs, opt: opt, dir: abs, limit: opt.Limits, node: node}
+	shared, err := openShared(node, opt.Meta, cs, opt.Warn)
+	if err != nil {
+		st.Close()
+		closeNode()
+		return nil, err
+	}
+	m := &Manager{st: st, cs: cs, shared: shared, opt: opt, dir: abs, limit: opt.Limits, node: node}
 	m.ip = &inPlaces{Manager: m}
 	m.gn = &gitNative{Manager: m}
 	if m.limit == (rebase.Limits{}) {

@@ -416,7 +416,7 @@ func (m *Manager) propagate(ctx context.Context, name string, all bool) {
 		_, _ = m.Rebase(ctx, k, RebaseOptions{})
 	}
 	if all && ctx.Err() == nil {
-		_ = m.cs.CompareAndDelete(familyPropagate, name, m.pendingRev(name))
+		_ = m.shared.CompareAndDelete(familyPropagate, name, m.pendingRev(name))
 	}
 }
 
@@ -427,16 +427,16 @@ type pendingPropagation struct {
 }
 
 func (m *Manager) putPending(name string, head store.ID) error {
-	rev, _, err := m.cs.Load(familyPropagate, name, &pendingPropagation{})
+	rev, _, err := m.shared.Load(familyPropagate, name, &pendingPropagation{})
 	if err != nil {
 		return err
 	}
-	_, err = m.cs.CompareAndSwap(familyPropagate, name, rev, pendingPropagation{Head: head})
+	_, err = m.shared.CompareAndSwap(familyPropagate, name, rev, pendingPropagation{Head: head})
 	return err
 }
 
 func (m *Manager) pendingRev(name string) uint64 {
-	rev, _, _ := m.cs.Load(familyPropagate, name, &pendingPropagation{})
+	rev, _, _ := m.shared.Load(familyPropagate, name, &pendingPropagation{})
 	return rev
 }
 

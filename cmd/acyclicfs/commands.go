@@ -36,11 +36,13 @@ PREFIX: init writes STORE/cluster.json and every later command on STORE
 reads it. Several store directories (on one machine or many) inited
 against one etcd prefix are the nodes of one store; each keeps its own
 mounts' upper files and core state. --blobs DIR keeps every node's blobs
-in one shared directory (NFS and the like; give every node the same), the
-node's objects/ then a cache of it bounded by --cache-size (bytes, or with
-a K, M, G or T suffix; default unbounded); without --blobs a file's
-content stays on the node that stored it. s3://BUCKET/PREFIX is not
-supported yet. --node names this node (default the host name and a hash
+in one shared directory (NFS and the like; give every node the same), and
+--blobs 's3://BUCKET[/PREFIX]?endpoint=HOST:PORT[&insecure=1][&region=R]'
+in an S3 bucket (credentials from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY
+and AWS_SESSION_TOKEN; init makes the bucket if it is missing); the
+node's objects/ is then a cache bounded by --cache-size (bytes, or with a
+K, M, G or T suffix; default unbounded). Without --blobs a file's content
+stays on the node that stored it. --node names this node (default the host name and a hash
 of the store path); --claim-ttl is how long a dead or stopped node keeps
 its mounts' claims (default 10s, whole seconds). Running init again with
 the same configuration changes nothing (flags left out keep their values);
@@ -85,7 +87,7 @@ with another one, or --meta on a local store, it is refused.`,
 		},
 	}
 	c.Flags().StringVar(&fl.meta, "meta", "", "keep the metadata in etcd: etcd://HOST:PORT[,HOST:PORT...]/PREFIX")
-	c.Flags().StringVar(&fl.blobs, "blobs", "", "keep every node's blobs in this shared directory (s3:// not supported yet)")
+	c.Flags().StringVar(&fl.blobs, "blobs", "", "keep every node's blobs in this shared directory or S3 bucket (s3://BUCKET[/PREFIX]?endpoint=HOST:PORT)")
 	c.Flags().StringVar(&fl.cacheSize, "cache-size", "", "with --blobs, bound this node's objects/ cache (bytes, or N[K|M|G|T])")
 	c.Flags().StringVar(&fl.node, "node", "", "this node's name (default HOST-HASH of the store path)")
 	c.Flags().DurationVar(&fl.claimTTL, "claim-ttl", cluster.DefaultClaimTTL, "how long a dead node keeps its claims")
@@ -178,7 +180,7 @@ func (a *app) initNode(fl initFlags, ttlGiven bool) error {
 		if cfg.Blobs, err = cluster.ParseBlobs(b); err != nil {
 			return err
 		}
-		if filepath.Clean(cfg.Blobs) == dir || dirfd.Within(cfg.Blobs, dir) || dirfd.Within(dir, cfg.Blobs) {
+		if !strings.HasPrefix(cfg.Blobs, "s3://") && (filepath.Clean(cfg.Blobs) == dir || dirfd.Within(cfg.Blobs, dir) || dirfd.Within(dir, cfg.Blobs)) {
 			return usageError{fmt.Errorf("--blobs %s: the shared directory must be outside the store %s, and the store outside it", cfg.Blobs, dir)}
 		}
 	}
@@ -209,6 +211,10 @@ func (a *app) initNode(fl initFlags, ttlGiven bool) error {
 		return err
 	}
 	c.Close()
+	// And the blob plane: an S3 bucket that does not exist yet is made.
+	if _, err := cluster.OpenBlobs(context.Background(), dir, cfg, true); err != nil {
+		return err
+	}
 	_, statErr := os.Stat(dir)
 	if _, err := cluster.Write(dir, cfg); err != nil {
 		return err

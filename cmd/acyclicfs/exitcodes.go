@@ -69,8 +69,7 @@ func exitCode(err error) int {
 		errors.Is(err, store.ErrInvalidID),
 		errors.Is(err, store.ErrAmbiguous),
 		errors.Is(err, cluster.ErrBadConfig),
-		errors.Is(err, cluster.ErrConfigDiffers),
-		errors.Is(err, cluster.ErrUnsupported):
+		errors.Is(err, cluster.ErrConfigDiffers):
 		return exitUsage
 	case errors.Is(err, workspace.ErrBusy),
 		errors.Is(err, cluster.ErrClaimed),

@@ -37,7 +37,6 @@ func TestExitCodes(t *testing.T) {
 		{wrap(corestate.ErrLockTimeout), 4},
 		{wrap(cluster.ErrBadConfig), 2},
 		{wrap(cluster.ErrConfigDiffers), 2},
-		{wrap(cluster.ErrUnsupported), 2},
 		{wrap(cluster.ErrUnreachable), 1},
 		{wrap(&cluster.ClaimedError{Held: cluster.Claim{Workspace: "w", Node: "n"}}), 4},
 		{exitWith(42), 42},

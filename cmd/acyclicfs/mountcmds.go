@@ -72,6 +72,7 @@ func (a *app) cmdMount() *cobra.Command {
 			if opt.WarmEntries < 0 {
 				return usageError{fmt.Errorf("mount: --warm-entries must not be negative")}
 			}
+			opt.WarmDefault = !cmd.Flags().Changed("warm-entries") && !opt.waitWarm
 			if err := checkTransport(cmd.Flags(), &opt); err != nil {
 				return usageError{fmt.Errorf("mount: %w", err)}
 			}

@@ -22,7 +22,7 @@ func TestSmoke(t *testing.T) {
 	}
 	out := filepath.Join(t.TempDir(), "bench.md")
 	cfg, err := parseFlags([]string{"-quick", "-workloads", "seq-write,create-unlink", "-systems", "native,floor,acyclicfs",
-		"-no-forks", "-seq-mib", "8", "-out", out, "-png", ""})
+		"-no-forks", "-no-cluster", "-seq-mib", "8", "-out", out, "-png", ""})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,6 +61,9 @@ func TestParseFlags(t *testing.T) {
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == timeSubcommand {
 		os.Exit(timeChild(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == followSubcommand {
+		os.Exit(followChild(os.Args[2:]))
 	}
 	os.Exit(m.Run())
 }

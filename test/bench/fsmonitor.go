@@ -22,11 +22,15 @@ type fsmonitorGit struct {
 	// remount (the index then carries what the previous mount left).
 	off1, off2, offRe1, offRe2 []time.Duration
 	on1, on2, onRe1, onRe2     []time.Duration
-	// With the hook and --warm-entries 0: git stats nothing, so the
-	// metadata warm-up only competes with it for the daemon and the CPU.
+	// With the hook and a warm-up asked for (--warm-entries): git stats
+	// nothing, so the metadata warm-up only competes with it for the
+	// daemon and the CPU (a mount with the hook skips it by default).
 	cold1, cold2, coldRe1, coldRe2 []time.Duration
-	dirty                          []int // lines any status printed (0: clean)
-	err                            string
+	// Then a mount at a new mountpoint, twice (git keys its untracked
+	// cache by the work tree's path; the mount moves it).
+	offNew1, offNew2, onNew1, onNew2, coldNew1, coldNew2 []time.Duration
+	dirty                                                []int // lines any status printed (0: clean)
+	err                                                  string
 }
 
 // runFSMonitorGit commits a copy of the Go src tree to git natively,
@@ -113,10 +117,11 @@ func (e *benchEnv) fsmonitorGit(ctx context.Context, g *fsmonitorGit, runs int) 
 			ws             string
 			flags          []string
 			a, b, reA, reB *[]time.Duration
+			newA, newB     *[]time.Duration
 		}{
-			{"fsmoff", []string{"--no-fsmonitor"}, &g.off1, &g.off2, &g.offRe1, &g.offRe2},
-			{"fsmon", nil, &g.on1, &g.on2, &g.onRe1, &g.onRe2},
-			{"fsmcold", []string{"--warm-entries", "0"}, &g.cold1, &g.cold2, &g.coldRe1, &g.coldRe2},
+			{"fsmoff", []string{"--no-fsmonitor"}, &g.off1, &g.off2, &g.offRe1, &g.offRe2, &g.offNew1, &g.offNew2},
+			{"fsmon", nil, &g.on1, &g.on2, &g.onRe1, &g.onRe2, &g.onNew1, &g.onNew2},
+			{"fsmcold", []string{"--warm-entries", "50000"}, &g.cold1, &g.cold2, &g.coldRe1, &g.coldRe2, &g.coldNew1, &g.coldNew2},
 		} {
 			mp := filepath.Join(e.work, "mnt", fmt.Sprintf("%s-%d", v.ws, i))
 			if err := os.MkdirAll(mp, 0o755); err != nil {
@@ -130,13 +135,22 @@ func (e *benchEnv) fsmonitorGit(ctx context.Context, g *fsmonitorGit, runs int) 
 			if err != nil {
 				return fmt.Errorf("%s remounted: %w", v.ws, err)
 			}
+			mpNew := filepath.Join(e.work, "mnt", fmt.Sprintf("%s-%d-elsewhere", v.ws, i))
+			if err := os.MkdirAll(mpNew, 0o755); err != nil {
+				return err
+			}
+			na, nb, err := twice(v.ws, mpNew, v.flags...)
+			if err != nil {
+				return fmt.Errorf("%s at a new mountpoint: %w", v.ws, err)
+			}
 			*v.a, *v.b, *v.reA, *v.reB = append(*v.a, a), append(*v.b, b), append(*v.reA, ra), append(*v.reB, rb)
+			*v.newA, *v.newB = append(*v.newA, na), append(*v.newB, nb)
 		}
-		logf("fsmonitor: git status run %d: native %v then %v; without the hook %v then %v, remounted %v then %v; with it %v then %v, remounted %v then %v; with it and no warm-up %v then %v, remounted %v then %v",
+		logf("fsmonitor: git status run %d: native %v then %v; without the hook %v then %v, remounted %v then %v, elsewhere %v; with it %v then %v, remounted %v then %v, elsewhere %v; with it and a warm-up %v then %v, remounted %v then %v, elsewhere %v",
 			i+1, g.native1[i].Round(time.Millisecond), g.native2[i].Round(time.Millisecond),
-			g.off1[i].Round(time.Millisecond), g.off2[i].Round(time.Millisecond), g.offRe1[i].Round(time.Millisecond), g.offRe2[i].Round(time.Millisecond),
-			g.on1[i].Round(time.Millisecond), g.on2[i].Round(time.Millisecond), g.onRe1[i].Round(time.Millisecond), g.onRe2[i].Round(time.Millisecond),
-			g.cold1[i].Round(time.Millisecond), g.cold2[i].Round(time.Millisecond), g.coldRe1[i].Round(time.Millisecond), g.coldRe2[i].Round(time.Millisecond))
+			g.off1[i].Round(time.Millisecond), g.off2[i].Round(time.Millisecond), g.offRe1[i].Round(time.Millisecond), g.offRe2[i].Round(time.Millisecond), g.offNew1[i].Round(time.Millisecond),
+			g.on1[i].Round(time.Millisecond), g.on2[i].Round(time.Millisecond), g.onRe1[i].Round(time.Millisecond), g.onRe2[i].Round(time.Millisecond), g.onNew1[i].Round(time.Millisecond),
+			g.cold1[i].Round(time.Millisecond), g.cold2[i].Round(time.Millisecond), g.coldRe1[i].Round(time.Millisecond), g.coldRe2[i].Round(time.Millisecond), g.coldNew1[i].Round(time.Millisecond))
 	}
 	return nil
 }
@@ -144,21 +158,22 @@ func (e *benchEnv) fsmonitorGit(ctx context.Context, g *fsmonitorGit, runs int) 
 func (r *results) fsmonitorMarkdown(b *strings.Builder) {
 	g := r.fsmonitor
 	b.WriteString("\n### git status with the fsmonitor hook\n\n")
-	fmt.Fprintf(b, "A copy of the Go src tree (%d tracked files) committed to git natively, imported with `create --from` (its `.git` copied) and forked three times. Per run: `git status --porcelain` natively twice; then in a mount of one fork made with `--no-fsmonitor`, of another with the hook (docs/git.md \"fsmonitor\"), and of the third with the hook and `--warm-entries 0` (no metadata warm-up competing with the first status), each status its own `exec`: mount, status twice, unmount, mount again at the same place, status twice, unmount. The first status after the first mount with the hook scans (the index has no token yet); after a remount the index carries the previous mount's token. Ratios are per run against native's second status.\n\n", g.files)
+	fmt.Fprintf(b, "A copy of the Go src tree (%d tracked files) committed to git natively, imported with `create --from` (its `.git` copied) and forked three times. Per run: `git status --porcelain` natively twice; then in a mount of one fork made with `--no-fsmonitor`, of another with the hook (docs/git.md \"fsmonitor\"), and of the third with the hook and a metadata warm-up asked for (`--warm-entries 50000`; a mount with the hook skips it by default, docs/git.md \"The metadata warm-up\"), each status its own `exec`: mount, status twice, unmount, mount again at the same place, status twice, unmount, mount at a new mountpoint, status twice, unmount. The first status after the first mount with the hook scans (the index has no token yet; from the second run on that mount is at a new place too); after a remount the index carries the previous mount's token; at a new mountpoint the mount moved the index's untracked cache there (docs/git.md \"The untracked cache at another mountpoint\"). Ratios are per run against native's second status.\n\n", g.files)
 	fmt.Fprintf(b, "Native: 1st %s, 2nd %s; dirty lines (every status) %s.\n\n", fmtStat(durStat(g.native1)), fmtStat(durStat(g.native2)), intStatI(g.dirty))
-	hdr := []string{"mount", "1st after mount", "2nd", "1st after remount", "2nd", "1st after remount / native", "2nd / native"}
+	hdr := []string{"mount", "1st after mount", "2nd", "1st after remount", "2nd", "1st at a new mountpoint", "2nd", "1st after remount / native", "2nd / native", "1st at a new mountpoint / native"}
 	writeRow(b, hdr)
 	writeSep(b, len(hdr))
 	for _, v := range []struct {
-		label           string
-		a, b2, reA, reB []time.Duration
+		label                       string
+		a, b2, reA, reB, newA, newB []time.Duration
 	}{
-		{"without the hook", g.off1, g.off2, g.offRe1, g.offRe2},
-		{"with the hook", g.on1, g.on2, g.onRe1, g.onRe2},
-		{"with the hook, `--warm-entries 0`", g.cold1, g.cold2, g.coldRe1, g.coldRe2},
+		{"without the hook", g.off1, g.off2, g.offRe1, g.offRe2, g.offNew1, g.offNew2},
+		{"with the hook", g.on1, g.on2, g.onRe1, g.onRe2, g.onNew1, g.onNew2},
+		{"with the hook, `--warm-entries 50000`", g.cold1, g.cold2, g.coldRe1, g.coldRe2, g.coldNew1, g.coldNew2},
 	} {
 		writeRow(b, []string{v.label, fmtStat(durStat(v.a)), fmtStat(durStat(v.b2)), fmtStat(durStat(v.reA)), fmtStat(durStat(v.reB)),
-			fmtRatio(summarize(ratios(v.reA, g.native2))), fmtRatio(summarize(ratios(v.b2, g.native2)))})
+			fmtStat(durStat(v.newA)), fmtStat(durStat(v.newB)),
+			fmtRatio(summarize(ratios(v.reA, g.native2))), fmtRatio(summarize(ratios(v.b2, g.native2))), fmtRatio(summarize(ratios(v.newA, g.native2)))})
 	}
 	b.WriteString("\n")
 	goal := func(label string, a []time.Duration) {
@@ -167,8 +182,9 @@ func (r *results) fsmonitorMarkdown(b *strings.Builder) {
 		}
 	}
 	goal("first git status after a remount, with the hook", g.onRe1)
+	goal("first git status at a new mountpoint, with the hook", g.onNew1)
 	goal("second git status, with the hook", g.on2)
-	goal("first git status after a remount, with the hook and no warm-up", g.coldRe1)
+	goal("first git status after a remount, with the hook and a warm-up asked for", g.coldRe1)
 	if g.err != "" {
 		fmt.Fprintf(b, "- the fsmonitor measurement failed: `%s`\n", oneLine(g.err))
 	}

@@ -10,6 +10,8 @@
 //	go run ./test/bench -quick           # 1 run, 128 MiB file, 10,000-file fork tree
 //	go run ./test/bench -profile         # also count FUSE requests per workload (--debug)
 //	go run ./test/bench -no-inplace      # skip the in-place workspace measurements
+//	go run ./test/bench -no-cluster      # skip the store on etcd (cluster.go)
+//	go run ./test/bench -only-cluster    # only that group, spliced into the report
 //
 // Every system gets the same lower tree: the Go distribution's src directory
 // laid out as a GOROOT (src, VERSION, go.env and a symlink to the real pkg
@@ -45,37 +47,43 @@ import (
 
 // config is the parsed command line.
 type config struct {
-	runs       int
-	peerRuns   int // runs of the peers (loopback, fuse-overlayfs, passthrough_hp); <= runs
-	quick      bool
-	systems    []string
-	workloads  []string
-	seqMiB     int
-	forkSizes  []int
-	dir        string
-	freshFS    string // -fresh-fs: size of a fresh ext4 holding the work directory
-	keep       bool
-	out        string
-	png        string
-	profile    bool
-	profSys    []string // systems the census covers
-	noForks    bool
-	noLand     bool
-	noInPlace  bool
-	noFSMon    bool
-	transport  string // every acyclicfs mount's --transport
-	acyclicfs  string
-	loopback   string
-	floor      string // floorfs binary ("": build ./test/bench/floorfs)
-	passHP     string // libfuse's passthrough_hp binary ("": bin/passthrough_hp)
-	repo       string
-	buildPkg   string
-	commandStr string
+	runs        int
+	peerRuns    int // runs of the peers (loopback, fuse-overlayfs, passthrough_hp); <= runs
+	quick       bool
+	systems     []string
+	workloads   []string
+	seqMiB      int
+	forkSizes   []int
+	dir         string
+	freshFS     string // -fresh-fs: size of a fresh ext4 holding the work directory
+	keep        bool
+	out         string
+	png         string
+	profile     bool
+	profSys     []string // systems the census covers
+	noForks     bool
+	noLand      bool
+	noInPlace   bool
+	noFSMon     bool
+	noCluster   bool
+	onlyClust   bool // -only-cluster: the cluster group alone, spliced into the report
+	clusterRuns int
+	transport   string // every acyclicfs mount's --transport
+	acyclicfs   string
+	loopback    string
+	floor       string // floorfs binary ("": build ./test/bench/floorfs)
+	passHP      string // libfuse's passthrough_hp binary ("": bin/passthrough_hp)
+	repo        string
+	buildPkg    string
+	commandStr  string
 }
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == timeSubcommand {
 		os.Exit(timeChild(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == followSubcommand {
+		os.Exit(followChild(os.Args[2:]))
 	}
 	cfg, err := parseFlags(os.Args[1:])
 	if err != nil {
@@ -106,6 +114,9 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&cfg.transport, "transport", "auto", "acyclicfs and floorfs mounts' --transport: auto (io_uring where the fuse module's enable_uring is on), io_uring or dev-fuse")
 	fs.BoolVar(&cfg.noFSMon, "no-fsmonitor", false, "skip the acyclicfs-only git status measurements with and without the fsmonitor hook (the Go tree committed to git)")
 	fs.BoolVar(&cfg.noInPlace, "no-inplace", false, "skip the acyclicfs-only in-place workspace measurements (1,000/10,000/100,000 files; -quick: up to 10,000)")
+	fs.BoolVar(&cfg.noCluster, "no-cluster", false, "skip the cluster group: a store on etcd (one member embedded in the harness) with two nodes sharing a blob directory, against a local store")
+	fs.BoolVar(&cfg.onlyClust, "only-cluster", false, "run the cluster group alone and replace its section in the existing -out report (nothing else is measured or rewritten)")
+	fs.IntVar(&cfg.clusterRuns, "cluster-runs", 9, "runs of the cluster group")
 	fs.StringVar(&cfg.dir, "dir", "", "work directory (default: a fresh directory under $TMPDIR)")
 	fs.StringVar(&cfg.freshFS, "fresh-fs", "", "make the work directory a fresh journaled ext4 of this size (truncate syntax, e.g. 24G) in a loop-mounted image under $TMPDIR, deleted afterwards; excludes -dir and -keep")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the work directory")
@@ -136,6 +147,12 @@ func parseFlags(args []string) (*config, error) {
 		if !set["fork-sizes"] {
 			forkSizes = "1000,10000"
 		}
+	}
+	if cfg.clusterRuns < 1 {
+		return nil, fmt.Errorf("-cluster-runs must be at least 1")
+	}
+	if cfg.onlyClust && cfg.noCluster {
+		return nil, fmt.Errorf("-only-cluster and -no-cluster exclude each other")
 	}
 	if cfg.runs < 1 {
 		return nil, fmt.Errorf("-runs must be at least 1")
@@ -242,6 +259,9 @@ func run(ctx context.Context, cfg *config) (err error) {
 			logf("kept work directory %s", work)
 		}
 	}()
+	if cfg.onlyClust {
+		return runClusterOnly(ctx, cfg, work, cl)
+	}
 	// Tear down promptly on a signal even while a workload runs: the
 	// workload's process is killed through ctx, then the deferred cleanup
 	// unmounts everything.
@@ -274,6 +294,11 @@ func run(ctx context.Context, cfg *config) (err error) {
 			return err
 		}
 	}
+	if !cfg.noCluster && contains(cfg.systems, sysAcyclicfs) {
+		if err := runCluster(ctx, env, res); err != nil {
+			return err
+		}
+	}
 	if cfg.profile {
 		if err := runProfile(ctx, env, res); err != nil {
 			return err
@@ -286,6 +311,13 @@ func run(ctx context.Context, cfg *config) (err error) {
 			p = filepath.Join(repo, p)
 		}
 		res.keptCensus = keptCensus(p)
+	}
+	if res.cluster == nil && cfg.out != "" {
+		p := cfg.out
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(repo, p)
+		}
+		res.keptCluster = keptSection(p, clusterHeading)
 	}
 	md := res.markdown()
 	fmt.Print(md)
@@ -309,6 +341,43 @@ func run(ctx context.Context, cfg *config) (err error) {
 		}
 		logf("wrote %s", p)
 	}
+	return nil
+}
+
+// runClusterOnly builds the binary, runs the cluster group and replaces
+// its section of the report (-only-cluster).
+func runClusterOnly(ctx context.Context, cfg *config, work string, cl *cleaner) error {
+	e := &benchEnv{cfg: cfg, work: work, cl: cl, skipped: map[string]string{}}
+	var err error
+	if e.self, err = os.Executable(); err != nil {
+		return fmt.Errorf("own executable: %w", err)
+	}
+	e.acy = cfg.acyclicfs
+	if e.acy == "" {
+		e.acy = filepath.Join(work, "bin", "acyclicfs")
+		logf("building %s", e.acy)
+		if _, err := runCmd(ctx, cfg.repo, []string{"CGO_ENABLED=0"}, "go", "build", "-o", e.acy, "./cmd/acyclicfs"); err != nil {
+			return err
+		}
+	}
+	res := &results{cfg: cfg, env: e, started: time.Now()}
+	if err := runCluster(ctx, e, res); err != nil {
+		return err
+	}
+	var b strings.Builder
+	res.clusterMarkdown(&b)
+	fmt.Print(b.String())
+	if cfg.out == "" {
+		return nil
+	}
+	p := cfg.out
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(cfg.repo, p)
+	}
+	if err := spliceSection(p, clusterHeading, b.String()); err != nil {
+		return err
+	}
+	logf("replaced the cluster section of %s", p)
 	return nil
 }
 

@@ -36,10 +36,14 @@ type results struct {
 	// gitPublish is git publish against git add + commit.
 	gitPublish *gitPublishResult
 	inplace    *inplaceResult
+	cluster    *clusterResult
 	profile    map[string]map[string]*profileResult // workload -> system
 	// keptCensus is the previous report's census section, carried over by
 	// a run without -profile.
 	keptCensus string
+	// keptCluster is the previous report's cluster section, carried over
+	// by a run that skipped the group (-no-cluster).
+	keptCluster string
 }
 
 // stat is a median with its range.
@@ -249,6 +253,11 @@ func (r *results) markdown() string {
 	}
 	if r.fsmonitor != nil {
 		r.fsmonitorMarkdown(&b)
+	}
+	if r.cluster != nil {
+		r.clusterMarkdown(&b)
+	} else if r.keptCluster != "" {
+		b.WriteString(r.keptCluster)
 	}
 	if len(r.profile) > 0 {
 		r.profileMarkdown(&b)

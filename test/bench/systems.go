@@ -89,6 +89,10 @@ func prepare(ctx context.Context, cfg *config, work string, cl *cleaner) (*bench
 		if _, err := runCmd(ctx, cfg.repo, []string{"CGO_ENABLED=0"}, e.goBin, "build", "-o", e.acy, "./cmd/acyclicfs"); err != nil {
 			return nil, err
 		}
+		// The small fsmonitor hook beside it, as `make build` installs it.
+		if _, err := runCmd(ctx, cfg.repo, []string{"CGO_ENABLED=0"}, e.goBin, "build", "-o", filepath.Join(work, "bin", "acyclicfs-fsmonitor"), "./cmd/acyclicfs-fsmonitor"); err != nil {
+			return nil, err
+		}
 	}
 	e.loopback = cfg.loopback
 	if e.loopback == "" && contains(cfg.systems, sysLoopback) {

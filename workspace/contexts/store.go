@@ -541,6 +541,11 @@ func (s *Store) DiscardSubtree(parent, child string, maximum int) ([]Context, er
 	if errors.Is(err, corestate.ErrConflict) {
 		return nil, fmt.Errorf("%w: contexts under %s changed meanwhile; retry", errs.ErrBusy, child)
 	}
+	if errors.Is(err, corestate.ErrTooLarge) {
+		// A store on etcd: the subtree fits the bound but not one plane
+		// transaction (docs/scale-out.md); nothing was changed.
+		return nil, fmt.Errorf("%w: %s's subtree of %d contexts is more than one transaction of this store's metadata plane holds; nothing was discarded (discard its descendants first): %v", ErrTraversalLimit, child, len(sub.Nodes), err)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/acyclicfs/acyclicfs/corestate"
+	"github.com/acyclicfs/acyclicfs/meta"
 
 	"github.com/acyclicfs/acyclicfs/workspace/errs"
 )
@@ -358,5 +359,43 @@ func TestContextCheck(t *testing.T) {
 	probs, err := s.Check()
 	if err != nil || len(probs) != 1 {
 		t.Fatalf("broken index: %q, %v", probs, err)
+	}
+}
+
+// boundedPlane is the in-memory plane with etcd-like transaction limits.
+type boundedPlane struct {
+	*meta.Memory
+	limits meta.TxLimits
+}
+
+func (b boundedPlane) TxLimits() meta.TxLimits { return b.limits }
+
+// On a bounded plane (a store on etcd) a discard whose subtree fits the
+// caller's bound but not one plane transaction is refused whole as a
+// traversal limit, not half-applied, and a smaller one goes through.
+func TestContextDiscardOnABoundedPlane(t *testing.T) {
+	cs, err := corestate.OpenPlane(boundedPlane{meta.NewMemory(), meta.TxLimits{MaxWrites: 8, MaxBytes: 1 << 20}}, corestate.PlaneOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewStore(cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []Context{testContext("r", "", Active), testContext("a", "r", Active), testContext("b", "r", Active), testContext("a1", "a", Active)} {
+		mustCAS(t, s, 0, c)
+	}
+	// r's subtree: 1 ready fence + 3 records per context = 13 > 8.
+	if _, err := s.DiscardSubtree("", "r", 10); !errors.Is(err, ErrTraversalLimit) || !errors.Is(err, errs.ErrInvalidInput) {
+		t.Fatalf("discard over the plane's limit = %v, want ErrTraversalLimit", err)
+	}
+	for _, n := range []string{"r", "a", "b", "a1"} {
+		if c, _, _ := s.Load(n); c.State == Discarded {
+			t.Fatalf("%s discarded by a refused discard", n)
+		}
+	}
+	// a's subtree: 1 + 3*2 = 7 records fits.
+	if got, err := s.DiscardSubtree("r", "a", 10); err != nil || len(got) != 2 {
+		t.Fatalf("discard of a = %v, %v", got, err)
 	}
 }

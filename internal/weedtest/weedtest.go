@@ -1,0 +1,267 @@
+// Package weedtest starts a real S3 server for tests: SeaweedFS's `weed
+// server -s3` on free 127.0.0.1 ports, data in t.TempDir(), stopped (its
+// whole process group) when the test ends.
+//
+// The binary is $ACYCLICFS_WEED, or the one scripts/build-weed.sh caches
+// (/var/cache/acyclicfs/weed-VERSION/weed, or under
+// $ACYCLICFS_WEED_CACHE). Without it Start skips the test, unless
+// $ACYCLICFS_REQUIRE_WEED=1 (make test sets it): then it fails.
+package weedtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+// Version is the SeaweedFS module version scripts/build-weed.sh builds.
+const Version = "v0.0.0-20261109003541-7506e5f91cd6"
+
+// The credentials the server accepts (one admin identity).
+const (
+	AccessKey = "acyclicfs-test"
+	SecretKey = "acyclicfs-test-secret"
+)
+
+// Binary returns the weed binary's path, or "" if there is none.
+func Binary() string {
+	if p := os.Getenv("ACYCLICFS_WEED"); p != "" {
+		return p
+	}
+	cache := os.Getenv("ACYCLICFS_WEED_CACHE")
+	if cache == "" {
+		cache = "/var/cache/acyclicfs"
+	}
+	p := filepath.Join(cache, "weed-"+Version, "weed")
+	if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+		return p
+	}
+	return ""
+}
+
+// Server is a running weed server.
+type Server struct {
+	t     testing.TB
+	bin   string
+	dir   string
+	ports [10]int
+	// Endpoint is the S3 API's HOST:PORT (plain http).
+	Endpoint string
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+	log *bytes.Buffer
+}
+
+// Start runs a weed server with S3 for the rest of the test, and returns
+// once S3 answers.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	bin := Binary()
+	if bin == "" {
+		msg := "no weed binary (run scripts/build-weed.sh, or set ACYCLICFS_WEED)"
+		if os.Getenv("ACYCLICFS_REQUIRE_WEED") == "1" {
+			t.Fatal(msg + "; ACYCLICFS_REQUIRE_WEED=1")
+		}
+		t.Skip(msg)
+	}
+	s := &Server{t: t, bin: bin, dir: t.TempDir()}
+	for i := range s.ports {
+		s.ports[i] = freePort(t)
+	}
+	s.Endpoint = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.ports[6]))
+	cfg := filepath.Join(s.dir, "s3.json")
+	ident := fmt.Sprintf(`{"identities":[{"name":"acyclicfs","credentials":[{"accessKey":%q,"secretKey":%q}],"actions":["Admin","Read","Write","List","Tagging"]}]}`, AccessKey, SecretKey)
+	if err := os.WriteFile(cfg, []byte(ident), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(s.dir, "data"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.Stop()
+		s.removeSockets()
+	})
+	s.start()
+	return s
+}
+
+// SetEnv sets the standard AWS credential variables to the server's for
+// the rest of the test (what s3blobs.Open reads).
+func (s *Server) SetEnv(t testing.TB) {
+	t.Setenv("AWS_ACCESS_KEY_ID", AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", SecretKey)
+	t.Setenv("AWS_SESSION_TOKEN", "")
+}
+
+func freePort(t testing.TB) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func (s *Server) args() []string {
+	p := func(i int) string { return strconv.Itoa(s.ports[i]) }
+	return []string{"server",
+		"-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+		"-dir=" + filepath.Join(s.dir, "data"),
+		"-master.port=" + p(0), "-master.port.grpc=" + p(1),
+		"-volume.port=" + p(2), "-volume.port.grpc=" + p(3),
+		"-filer.port=" + p(4), "-filer.port.grpc=" + p(5),
+		"-s3", "-s3.port=" + p(6), "-s3.port.grpc=" + p(7),
+		"-s3.config=" + filepath.Join(s.dir, "s3.json"),
+		"-s3.port.iceberg=0", "-s3.port.lance=0",
+		"-master.volumeSizeLimitMB=64", "-volume.max=0",
+		// A restarted master waits this long before it leads again.
+		"-master.electionTimeout=1s",
+	}
+}
+
+// start runs the server and waits until S3 answers.
+func (s *Server) start() {
+	s.t.Helper()
+	s.mu.Lock()
+	cmd := exec.Command(s.bin, s.args()...)
+	cmd.Dir = s.dir
+	log := &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = &syncWriter{w: log}, &syncWriter{w: log}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		s.mu.Unlock()
+		s.t.Fatalf("start weed: %v", err)
+	}
+	s.cmd, s.log = cmd, log
+	s.mu.Unlock()
+	began := time.Now()
+	if err := s.waitReady(3 * time.Minute); err != nil {
+		s.Stop()
+		s.t.Fatalf("weed server: %v\n%s", err, tail(log.String(), 4000))
+	}
+	s.t.Logf("weed server -s3 on %s ready in %v", s.Endpoint, time.Since(began).Round(time.Millisecond))
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w.Write(p)
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+// Client is a minio client of the server with its credentials.
+func (s *Server) Client() *minio.Client {
+	c, err := minio.New(s.Endpoint, &minio.Options{
+		Creds:        credentials.NewStaticV4(AccessKey, SecretKey, ""),
+		BucketLookup: minio.BucketLookupPath,
+		MaxRetries:   1,
+	})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return c
+}
+
+// waitReady polls until S3 makes a bucket (or finds it made, after a
+// restart): the gateway answers before its filer and volume are up, and
+// there is no event to wait on.
+func (s *Server) waitReady(limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	c := s.Client()
+	var last error
+	for {
+		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+		err := c.MakeBucket(rctx, "weedtest-ready", minio.MakeBucketOptions{})
+		if err != nil {
+			if code := minio.ToErrorResponse(err).Code; code == "BucketAlreadyOwnedByYou" || code == "BucketAlreadyExists" {
+				err = nil
+			}
+		}
+		if err == nil {
+			// Writes need a volume: put one object.
+			_, err = c.PutObject(rctx, "weedtest-ready", "probe", strings.NewReader("ok"), 2, minio.PutObjectOptions{})
+		}
+		rcancel()
+		if err == nil {
+			return nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("S3 on %s not ready after %v: %w", s.Endpoint, limit, errors.Join(last, ctx.Err()))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Stop kills the server's process group and waits for it: an outage.
+// Stopping a stopped server does nothing.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	_ = s.cmd.Wait()
+	s.cmd = nil
+}
+
+// Restart starts a stopped server again on the same ports and data, and
+// returns once S3 answers.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.Stop()
+	s.start()
+}
+
+// Log is what the server printed so far.
+func (s *Server) Log() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.log == nil {
+		return ""
+	}
+	return s.log.String()
+}
+
+// removeSockets removes the unix sockets weed makes in /tmp beside its
+// gRPC ports.
+func (s *Server) removeSockets() {
+	for _, name := range []string{
+		"seaweedfs-master-grpc-%d.sock", "seaweedfs-volume-grpc-%d.sock", "seaweedfs-filer-grpc-%d.sock",
+		"seaweedfs-s3-grpc-%d.sock", "seaweedfs-filer-%d.sock", "seaweedfs-master-%d.sock",
+		"seaweedfs-volume-%d.sock", "seaweedfs-s3-%d.sock",
+	} {
+		for _, p := range s.ports {
+			os.Remove(filepath.Join(os.TempDir(), fmt.Sprintf(name, p)))
+		}
+	}
+}
