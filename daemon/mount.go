@@ -37,7 +37,9 @@ type Mount struct {
 	stateDir string
 	ttl      time.Duration
 	by       sessions.By
-	mnt      *fusefs.Mount
+	// noAttr: attribution is off (MountOptions.NoAttribution).
+	noAttr bool
+	mnt    *fusefs.Mount
 	// view is mnt as the final close uses it (a fake in unit tests).
 	view view
 	// dev is the mount's device ("major:minor", as mountinfo shows it),
@@ -187,6 +189,11 @@ type MountOptions struct {
 	// NoFSMonitor: do not point a repository at the mount's root at the
 	// fsmonitor hook, and remove the lines an earlier mount added.
 	NoFSMonitor bool
+	// NoAttribution turns write attribution off for this mount (mount
+	// --no-attribution): the overlay records no writers, a final close
+	// stores no attribution record, and the session log's entries of the
+	// mount's leases name no paths.
+	NoAttribution bool
 }
 
 // The values of MountOptions.Transport (mount --transport).
@@ -313,7 +320,7 @@ func (d *Daemon) MountWorkspace(ws, mp string, opt MountOptions) (*Mount, []stri
 	if err := fusefs.ResetState(stateDir); err != nil {
 		return nil, notes, err
 	}
-	s := &Mount{d: d, ws: ws, mp: mp, stateDir: stateDir, ttl: opt.LeaseTTL, by: opt.LeaseBy,
+	s := &Mount{d: d, ws: ws, mp: mp, stateDir: stateDir, ttl: opt.LeaseTTL, by: opt.LeaseBy, noAttr: opt.NoAttribution,
 		lock: make(chan struct{}, 1), leases: map[sessions.Owner]*heldLease{}, pinned: w.Head, gone: make(chan struct{})}
 	if err := d.applyContextState(s); err != nil {
 		return nil, notes, err
@@ -349,7 +356,7 @@ func (d *Daemon) MountWorkspace(ws, mp string, opt MountOptions) (*Mount, []stri
 	}
 	mnt, err := fusefs.MountAt(mp, fusefs.Config{Objects: storeObjects{m.Store()}, Root: root, Links: links, StateDir: stateDir, WarmWalkers: walkers,
 		Admitter: tr, DescribeWriter: s.describeWriter, AllowOther: opt.AllowOther, BaseInodes: m.DerivesFromInPlace(ws), Debug: opt.Debug, FsName: "acyclicfs:" + ws, Passthrough: true, EnableXattrs: opt.Xattrs,
-		WarmEntries: warm, Uring: opt.Transport == TransportUring, PreferUring: opt.Transport == TransportAuto,
+		NoAttribution: opt.NoAttribution, WarmEntries: warm, Uring: opt.Transport == TransportUring, PreferUring: opt.Transport == TransportAuto,
 		ReadOnly: s.readOnly.Load()})
 	if err != nil {
 		tr.Close()
