@@ -62,6 +62,15 @@ func (d *Daemon) claimLost(ws, mp string) (cluster.Claim, bool, error) {
 	}
 }
 
+// claimRev is the revision of this node's claim of ws, for its mount
+// record (0 on a local store).
+func (d *Daemon) claimRev(ws string) int64 {
+	if d.claims == nil {
+		return 0
+	}
+	return d.claims.Rev(ws)
+}
+
 // fencedName is the first free name WS.fenced-NODE-N (N from 1).
 func (d *Daemon) fencedName(ws string) (string, error) {
 	node := "local"
