@@ -344,7 +344,7 @@ func (d *Daemon) MountWorkspace(ws, mp string, opt MountOptions) (*Mount, []stri
 		s.baseDir, s.detach = bd, m.Store().AttachBase(inPlace.Base, bd)
 	}
 	if err := m.PutMountRecord(workspace.MountRecord{Workspace: ws, Mountpoint: mp, StateDir: stateDir,
-		Pinned: w.Head.String(), DaemonPID: os.Getpid(), Since: time.Now().UnixMilli(), InPlace: isInPlace}); err != nil {
+		Pinned: w.Head.String(), DaemonPID: os.Getpid(), Since: time.Now().UnixMilli(), InPlace: isInPlace, ClaimRev: d.claimRev(ws)}); err != nil {
 		tr.Close()
 		s.closeBase()
 		return nil, notes, err
@@ -501,6 +501,18 @@ func (d *Daemon) recoverMount(rec workspace.MountRecord, keepClaim bool) (_ []st
 				d.logger.Printf("%s: %v", rec.Workspace, rerr)
 			}
 		}()
+	}
+	if d.claims != nil && !claimLost {
+		// The claim is this node's now; was it another node's since the
+		// dead daemon's (made and released while this node was dead)?
+		// Then the workspace moved on without the overlay: fork it.
+		o, moved, err := d.claims.MovedSince(context.Background(), rec.Workspace, rec.ClaimRev)
+		if err != nil {
+			return notes, err
+		}
+		if moved {
+			other, claimLost = o, true
+		}
 	}
 	orphans := d.orphanLeases(rec.Workspace) // before the window is claimed
 	var head store.ID
@@ -917,7 +929,7 @@ func (s *Mount) switchToHead() error {
 	}
 	s.pinned = w.Head
 	return s.d.m.PutMountRecord(workspace.MountRecord{Workspace: s.ws, Mountpoint: s.mp, StateDir: s.stateDir,
-		Pinned: w.Head.String(), DaemonPID: os.Getpid(), Since: time.Now().UnixMilli()})
+		Pinned: w.Head.String(), DaemonPID: os.Getpid(), Since: time.Now().UnixMilli(), ClaimRev: s.d.claimRev(s.ws)})
 }
 
 // parentAdvanced: idle → rebase now and refresh the view; active → the
