@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/acyclicfs/acyclicfs/meta"
+	"github.com/acyclicfs/acyclicfs/meta/etcdmeta"
 	"github.com/acyclicfs/acyclicfs/store"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -28,7 +29,7 @@ var ClaimSpace = meta.NewSpace("cluster-claims")
 
 // claimRoot is the etcd key prefix of every claim of prefix's store.
 func claimRoot(prefix string) string {
-	return encodeRoot(prefix) + "d" + string(ClaimSpace.Prefix(nil))
+	return etcdmeta.DataKey(prefix, ClaimSpace.Prefix(nil))
 }
 
 // Claim is the value of a claim key: which node mounts the workspace,
@@ -50,25 +51,6 @@ func (e *ClaimedError) Error() string {
 
 // Unwrap makes errors.Is(err, ErrClaimed) true.
 func (e *ClaimedError) Unwrap() error { return ErrClaimed }
-
-// encodeRoot is etcdmeta's root of a prefix: "%" and NUL escaped as %25
-// and %00, then NUL (docs/scale-out.md "Key layout"), so that claim keys
-// fall under the same root as the store's records and nowhere else.
-func encodeRoot(prefix string) string {
-	var b bytes.Buffer
-	for i := 0; i < len(prefix); i++ {
-		switch c := prefix[i]; c {
-		case '%':
-			b.WriteString("%25")
-		case 0:
-			b.WriteString("%00")
-		default:
-			b.WriteByte(c)
-		}
-	}
-	b.WriteByte(0)
-	return b.String()
-}
 
 // errClosed: a claim asked for after Close (the daemon is exiting).
 var errClosed = errors.New("claims closed: the daemon is exiting")
