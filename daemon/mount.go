@@ -352,7 +352,7 @@ func (d *Daemon) MountWorkspace(ws, mp string, opt MountOptions) (*Mount, []stri
 	// git status in a work tree the fsmonitor hook serves looks nothing up.
 	warm, walkers := opt.WarmEntries, 0
 	if !isInPlace && !s.readOnly.Load() && !opt.NoFSMonitor && hasGitDir(m.Store(), root) {
-		warm, walkers = fsmonitorWarm(opt)
+		warm, walkers = fsmonitorWarm(opt, indexHasUntrackedCache(m.Store(), root))
 	}
 	mnt, err := fusefs.MountAt(mp, fusefs.Config{Objects: storeObjects{m.Store()}, Root: root, Links: links, StateDir: stateDir, WarmWalkers: walkers,
 		Admitter: tr, DescribeWriter: s.describeWriter, AllowOther: opt.AllowOther, BaseInodes: m.DerivesFromInPlace(ws), Debug: opt.Debug, FsName: "acyclicfs:" + ws, Passthrough: true, EnableXattrs: opt.Xattrs,
@@ -398,6 +398,37 @@ func hasGitDir(st *store.Store, root store.ID) bool {
 	}
 	e, ok := t.Lookup(".git")
 	return ok && e.Kind == store.KindDir
+}
+
+// indexHasUntrackedCache reports whether the work tree at root has a git
+// index with an untracked cache (UNTR) that git can use: one this code
+// could retarget to the mountpoint (fsmonitor_index.go). Unreadable or
+// unknown: false (the warm-up runs).
+func indexHasUntrackedCache(st *store.Store, root store.ID) bool {
+	t, err := st.GetTree(root)
+	if err != nil {
+		return false
+	}
+	g, ok := t.Lookup(".git")
+	if !ok || g.Kind != store.KindDir {
+		return false
+	}
+	gt, err := st.GetTree(g.ID)
+	if err != nil {
+		return false
+	}
+	e, ok := gt.Lookup("index")
+	if !ok || !e.Kind.IsRegular() {
+		return false
+	}
+	index, err := st.ReadBlob(e.ID)
+	if err != nil {
+		return false
+	}
+	// An ident no work tree has: the rewrite changes the index exactly
+	// when it has an untracked cache.
+	_, changed, err := withUntrackedIdent(index, "")
+	return err == nil && changed
 }
 
 // checkMountpoint requires an existing directory; a dead FUSE mount left
