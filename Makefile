@@ -43,11 +43,13 @@ staticcheck:
 	@test -x $(STATICCHECK) || $(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2
 	$(STATICCHECK) $(PKGS)
 
+# Leaves nothing behind: the backups live in a directory removed on exit.
 tidy-check:
-	@cp go.mod /tmp/acyclicfs-go.mod.bak; cp go.sum /tmp/acyclicfs-go.sum.bak; \
+	@bak=$$(mktemp -d); trap 'rm -rf "$$bak"' EXIT; \
+	cp go.mod go.sum "$$bak"/; \
 	$(GO) mod tidy; \
 	if ! git diff --quiet -- go.mod go.sum; then git diff -- go.mod go.sum; \
-	  cp /tmp/acyclicfs-go.mod.bak go.mod; cp /tmp/acyclicfs-go.sum.bak go.sum; \
+	  cp "$$bak"/go.mod "$$bak"/go.sum .; \
 	  echo "go mod tidy changes go.mod/go.sum"; exit 1; fi
 
 unit:
