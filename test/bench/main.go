@@ -409,23 +409,8 @@ const censusKeptNote = "*Carried over from an earlier report: this run did not c
 // path (up to the next section), marked as carried over, or "" if it has
 // none.
 func keptCensus(path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	s := string(b)
-	if i := strings.Index(s, analysisMarker); i >= 0 {
-		s = s[:i]
-	}
-	i := strings.Index(s, censusHeading)
-	if i < 0 {
-		return ""
-	}
-	sec := s[i:]
-	if j := strings.Index(sec[len(censusHeading):], "\n## "); j >= 0 {
-		sec = sec[:len(censusHeading)+j]
-	}
-	if !strings.Contains(sec, censusKeptNote) {
+	sec := keptSection(path, censusHeading)
+	if sec != "" && !strings.Contains(sec, censusKeptNote) {
 		if k := strings.Index(sec[1:], "\n\n"); k >= 0 {
 			sec = sec[:k+3] + censusKeptNote + sec[k+3:]
 		}
