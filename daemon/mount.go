@@ -425,10 +425,7 @@ func indexHasUntrackedCache(st *store.Store, root store.ID) bool {
 	if err != nil {
 		return false
 	}
-	// An ident no work tree has: the rewrite changes the index exactly
-	// when it has an untracked cache.
-	_, changed, err := withUntrackedIdent(index, "")
-	return err == nil && changed
+	return hasUntrackedCache(index)
 }
 
 // checkMountpoint requires an existing directory; a dead FUSE mount left
