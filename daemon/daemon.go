@@ -146,7 +146,8 @@ type Config struct {
 }
 
 // Run serves until shutdown, SIGTERM or (with cfg.ExitWhenIdle) the last
-// unmount. ready, if not nil, receives "ready\n" once the socket
+// unmount. A second SIGTERM (or SIGINT, SIGHUP) during the shutdown
+// detaches every mount and exits without waiting for reconciliation. ready, if not nil, receives "ready\n" once the socket
 // listens (or the error that stopped the daemon) and is closed.
 func Run(storeDir string, ready io.WriteCloser, cfg Config) error {
 	logger := log.New(os.Stderr, "acyclicfs-daemon: ", log.LstdFlags|log.Lmicroseconds)
@@ -231,10 +232,24 @@ func Run(storeDir string, ready io.WriteCloser, cfg Config) error {
 	}
 	select {
 	case s := <-sigs:
-		logger.Printf("%v: reconciling and unmounting everything", s)
+		logger.Printf("%v: reconciling and unmounting everything (a second signal detaches every mount at once)", s)
 	case <-d.quit:
 	}
-	signal.Stop(sigs)
+	// The shutdown reconciles every mount, which can wait a long time on
+	// what it publishes to (an etcd without quorum, a remote that is
+	// down). A second signal is the operator saying "now": detach every
+	// mount and exit, as a crash would but without leaving a mountpoint
+	// whose server is gone; overlays and mount records stay, and the
+	// next mount or `unmount` recovers them.
+	go func() {
+		s := <-sigs
+		logger.Printf("second %v: detaching every mount now; their unpublished changes stay for recovery at the next mount", s)
+		for _, m := range d.All() {
+			abortFuse(m.mp)
+			_ = unix.Unmount(m.mp, unix.MNT_DETACH)
+		}
+		os.Exit(1)
+	}()
 	d.mu.Lock()
 	d.stopping = true // mounts are refused from here on
 	d.mu.Unlock()

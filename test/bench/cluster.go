@@ -90,17 +90,26 @@ func (n node) shutdown(mnts string) {
 		forceUnmount(mp)
 	}
 	// A daemon the shutdown did not reach (a mount interrupted while its
-	// daemon started: no socket yet) is ended by its id: SIGTERM, and
-	// SIGKILL if it is still there after 5 s (one waiting for an etcd
-	// that is gone does not end on SIGTERM).
-	for _, pid := range n.daemonPIDs() {
-		_ = syscall.Kill(pid, syscall.SIGTERM)
+	// daemon started: no socket yet) is ended by its id: SIGTERM; if it
+	// is still there after 5 s (its shutdown waits on an etcd that is
+	// gone), a second SIGTERM detaches its mounts and ends it; SIGKILL
+	// only if that fails too.
+	gone := func(pid int) bool {
 		deadline := time.Now().Add(5 * time.Second)
 		for syscall.Kill(pid, 0) == nil && time.Now().Before(deadline) {
 			time.Sleep(50 * time.Millisecond)
 		}
-		if syscall.Kill(pid, 0) == nil {
-			logf("cluster: daemon %d of %s ignored SIGTERM for 5s: killed", pid, n.store)
+		return syscall.Kill(pid, 0) != nil
+	}
+	for _, pid := range n.daemonPIDs() {
+		_ = syscall.Kill(pid, syscall.SIGTERM)
+		if gone(pid) {
+			continue
+		}
+		logf("cluster: daemon %d of %s still shutting down after 5s: second SIGTERM", pid, n.store)
+		_ = syscall.Kill(pid, syscall.SIGTERM)
+		if !gone(pid) {
+			logf("cluster: daemon %d of %s ignored a second SIGTERM for 5s: killed", pid, n.store)
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
