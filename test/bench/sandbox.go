@@ -181,7 +181,7 @@ func (r *results) sandboxMarkdown(b *strings.Builder) {
 	sr := r.sandbox
 	b.WriteString("\n## acyclicfs only: time to a ready agent sandbox\n\n")
 	fmt.Fprintf(b, "The Go source tree committed to git (%d files), imported with `create --from-git`, then mounted once and `git status` run in it (untimed: the parent's index then carries the untracked cache and the fsmonitor token a parent in use has). Per run: `acyclicfs fork` of it, `acyclicfs mount` of the fork at a new mountpoint, `acyclicfs exec MP -- git status --porcelain` (its wall time: the lease's bind and end included; *git's own* is the status alone, timed inside the lease), each end to end with its process start, and their sum. Beside it, the same ready state natively: `git worktree add --detach` of the same commit, and `cp -a` of the repository (work tree and `.git`), each followed by its first `git status --porcelain`. %d run(s), median (min–max).\n\n", sr.files, len(sr.total))
-	hdr := []string{"", "fork", "mount", "first git status (exec)", "git's own", "total", "goal", "met"}
+	hdr := []string{"", "fork, or the copy", "mount", "first git status (exec for acyclicfs)", "git's own", "total", "goal", "met"}
 	writeRow(b, hdr)
 	writeSep(b, len(hdr))
 	if st := durStat(sr.total); st.n > 0 {
