@@ -101,7 +101,7 @@ bench-fs: bench
 # "Write attribution: hot-path cost" keeps the numbers). ~16 minutes here.
 bench-attribution:
 	scripts/with-uring.sh $(GO) run ./test/bench -runs 6 -systems native,acyclicfs,acyclicfs-noattr \
-	  -workloads untar,create-unlink,git-commit -no-forks -no-land -no-inplace -no-fsmonitor -out '' -png ''
+	  -workloads untar,create-unlink,git-commit -no-forks -no-land -no-inplace -no-fsmonitor -no-sandbox -out '' -png ''
 
 # What the harness runs besides Go: fuse-overlayfs and git, from Debian's
 # packages when root and missing (otherwise the harness skips what is absent);

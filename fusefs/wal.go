@@ -38,7 +38,9 @@ import (
 // frame applies whole or not at all. A snapshot starts a new log (the
 // snapshot names it by a random nonce); anything that changes the table
 // in bulk (a view switch, the end of a capture) asks for a snapshot before
-// the next frame (walGen = 0).
+// the next frame (walGen = 0). The end of a capture does not: what it
+// changes that a snapshot keeps (the captured directories' tree IDs, the
+// capture's sequence number) goes into the next frame.
 
 const (
 	walName = "overlay.wal"
@@ -66,7 +68,11 @@ type walRec struct {
 
 type walFrame struct {
 	NextIno, Seq uint64
-	Recs         []walRec
+	// CapSeq is the table's sequence number at the last capture (0:
+	// unchanged, as in frames from before the field: a capture's end then
+	// started a new snapshot).
+	CapSeq uint64
+	Recs   []walRec
 	// Writers appends to the log's writer table; Removed sets removed
 	// names' attribution (wal_attribution.go).
 	Writers []WriterInfo
@@ -175,7 +181,7 @@ func walListable(in *inode) bool { return in.isDir() && in.children != nil && in
 // walEncode turns the marks into a frame and returns it with the upper
 // files to delete once it is written. Caller holds mu; o.wal.gen != 0.
 func (o *overlay) walEncode() (*walFrame, []uint64) {
-	f := &walFrame{NextIno: o.nextIno, Seq: o.seq}
+	f := &walFrame{NextIno: o.nextIno, Seq: o.seq, CapSeq: o.capSeq}
 	o.wal.arena = o.wal.arena[:0] // the last frame is written: walMu is held
 	var listed []*inode
 	full := func(in *inode) {
@@ -519,6 +525,9 @@ func (s *snapshot) applyWAL(frames []walFrame) error {
 			}
 		}
 		s.NextIno, s.Seq = f.NextIno, f.Seq
+		if f.CapSeq != 0 {
+			s.CapSeq = f.CapSeq
+		}
 		s.applyAttribution(&f, removed)
 	}
 	s.Removed = s.Removed[:0:0]

@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +12,8 @@ import (
 	"testing"
 
 	"pgregory.net/rapid"
+
+	"github.com/acyclicfs/acyclicfs/store"
 )
 
 // copyState copies a live mount's state directory (what a SIGKILL would
@@ -195,4 +198,66 @@ func TestWALWritersRecoveryModel(t *testing.T) {
 		})
 		check()
 	})
+}
+
+// TestCaptureEndIsALogFrame: the end of a capture (its tree IDs, its
+// sequence number, and the writers WritersRecorded clears) goes into a
+// log frame, not a new snapshot: a snapshot encodes every entry of every
+// changed directory (the root's listing in a wide tree), a frame only the
+// changed directories' attributes. A recovery from the state directory
+// then has the capture's state exactly (nothing to capture or attribute
+// again).
+func TestCaptureEndIsALogFrame(t *testing.T) {
+	objs := newFakeObjects(t)
+	sp := spec{}
+	for i := range 40 {
+		sp[fmt.Sprintf("d%02d/f", i)] = "x"
+	}
+	root := objs.build(t, sp)
+	state := t.TempDir()
+	m, mnt := mountT(t, objs, root, &mountOpts{stateDir: state})
+	for _, d := range []string{"d03", "d17"} {
+		mustWrite(t, filepath.Join(mnt, d, "f"), "changed")
+	}
+	waitReleased(m)
+	if err := m.writeSnapshot(); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := os.ReadFile(filepath.Join(state, snapName))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	m.TakeWriters()
+	got, changed, err := m.Capture()
+	if err != nil || !changed {
+		t.Fatalf("capture: %v, changed %v", err, changed)
+	}
+	m.WritersRecorded()
+	if after, err := os.ReadFile(filepath.Join(state, snapName)); err != nil || !bytes.Equal(after, snap) {
+		t.Fatalf("the capture's end wrote a snapshot (%d bytes, was %d): %v", len(after), len(snap), err)
+	}
+
+	o, found, err := loadSnapshot(copyState(t, state), objs)
+	if err != nil || !found {
+		t.Fatalf("load: %v, found %v", err, found)
+	}
+	m.ov.mu.Lock()
+	wantSeq, wantRoot := m.ov.capSeq, m.ov.root.capTree
+	wantDirs := map[string]store.ID{}
+	for name, c := range m.ov.root.children {
+		wantDirs[name] = c.capTree
+	}
+	m.ov.mu.Unlock()
+	if o.capSeq != wantSeq || wantSeq == 0 || o.root.capTree != wantRoot || wantRoot != got {
+		t.Fatalf("recovered capture sequence %d, root tree %s; live %d, %s (captured %s)", o.capSeq, o.root.capTree.Short(), wantSeq, wantRoot.Short(), got.Short())
+	}
+	for name, want := range wantDirs {
+		if c := o.root.children[name]; c == nil || c.capTree != want {
+			t.Fatalf("recovered %s: %+v, want capTree %s", name, c, want.Short())
+		}
+	}
+	if _, _, changed, _, paths, err := RecoverCaptureAttributed(copyState(t, state), objs, root, nil); err != nil || !changed || len(paths) != 0 {
+		t.Fatalf("recovery after the capture's end: changed %v, attributed %+v, %v", changed, paths, err)
+	}
 }

@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -92,6 +95,11 @@ func TestCreateFromGit(t *testing.T) {
 		if st := git(t, mp, "status", "--porcelain", "--untracked-files=all"); st != "" {
 			t.Fatalf("%s: git status in a fresh workspace: %q", ws, st)
 		}
+		// The index carries the commit's trees (git's cache tree): git
+		// compares it with HEAD reading the root tree only.
+		if n := treesTraversed(t, mp, "status", "--porcelain"); n != 1 {
+			t.Fatalf("%s: git status read %d tree objects, want 1 (the index has no cache tree)", ws, n)
+		}
 		rev := branch
 		if rev == "" {
 			rev = "v1"
@@ -121,6 +129,11 @@ func TestCreateFromGit(t *testing.T) {
 	if st := git(t, mp, "status", "--porcelain"); st != "" {
 		t.Fatalf("status after commit: %q", st)
 	}
+	// The commit's tree, read object by object, is the index: the cache
+	// tree the import wrote was invalidated where the commit changed it.
+	if got, want := git(t, mp, "ls-tree", "-r", "--format=%(objectmode) %(objectname) 0\t%(path)", "HEAD"), git(t, mp, "ls-files", "-s"); got != want {
+		t.Fatalf("HEAD's tree\n%s\nwant the index\n%s", got, want)
+	}
 	e.unmount(mp)
 	if got := git(t, e.checkRepo("m"), "log", "--format=%s", "-n", "1"); got != "inside\n" {
 		t.Fatalf("exported repository's log: %q", got)
@@ -129,6 +142,29 @@ func TestCreateFromGit(t *testing.T) {
 		t.Fatalf("the repository changed:\n%s\nwas\n%s", after, before)
 	}
 	e.fsck()
+}
+
+// treesTraversed runs git args in dir and returns how many tree objects
+// git read for unpack_trees (trace2's traverse_trees_count).
+func treesTraversed(t *testing.T, dir string, args ...string) int {
+	t.Helper()
+	trace := filepath.Join(t.TempDir(), "trace2")
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(append(os.Environ(), gitEnv...), "GIT_TRACE2_EVENT="+trace)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("git %s in %s: %v\n%s", strings.Join(args, " "), dir, err, out)
+	}
+	b, err := os.ReadFile(trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`"traverse_trees_count":(\d+)`).FindSubmatch(b)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(string(m[1]))
+	return n
 }
 
 // Bad inputs to --from-git exit 2, name what is wrong and create nothing.

@@ -130,7 +130,7 @@ func (m *gitNative) pulledTree(ctx context.Context, g *gitRepo, b GitBinding, ba
 	fileTime := now.Add(-2 * time.Second).UnixNano()
 	batch := m.st.NewBlobBatch()
 	var imp GitImport
-	tb, _, index, err := m.importGitWorktree(ctx, repo, commit, fileTime, batch, &imp)
+	tb, _, index, _, err := m.importGitWorktree(ctx, repo, commit, fileTime, batch, &imp)
 	if err != nil {
 		batch.Abort()
 		return store.ID{}, err
@@ -168,7 +168,7 @@ func (m *gitNative) pulledGitDir(g *gitRepo, gitTree store.ID, b GitBinding, com
 	if err := file(b.Branch, []byte(commit+"\n")); err != nil {
 		return store.ID{}, err
 	}
-	idx, err := gitrepo.EncodeIndex(index, "")
+	idx, err := gitrepo.EncodeIndex(index, gitrepo.IndexExtensions{})
 	if err != nil {
 		return store.ID{}, err
 	}

@@ -127,6 +127,8 @@ type Resolved struct {
 	Branch string
 	// Time is the committer time of Commit, seconds since the epoch.
 	Time int64
+	// Tree is the hex object name of Commit's tree.
+	Tree string
 }
 
 // Resolve resolves rev ("" for HEAD): a branch name, a full ref, a tag or
@@ -157,11 +159,16 @@ func (r *Repo) Resolve(ctx context.Context, rev string) (Resolved, error) {
 		return res, fmt.Errorf("%w: %q in %s", ErrNoRef, rev, r.GitDir)
 	}
 	res.Commit = strings.TrimSpace(string(out))
-	t, err := r.output(ctx, nil, "show", "-s", "--format=%ct", res.Commit)
+	t, err := r.output(ctx, nil, "show", "-s", "--format=%ct %T", res.Commit)
 	if err != nil {
 		return res, err
 	}
-	res.Time, _ = strconv.ParseInt(strings.TrimSpace(string(t)), 10, 64)
+	ct, tree, _ := strings.Cut(strings.TrimSpace(string(t)), " ")
+	res.Time, _ = strconv.ParseInt(ct, 10, 64)
+	if len(tree) != 40 {
+		return res, fmt.Errorf("%w: %s has no tree (%q)", ErrNoRef, res.Commit, t)
+	}
+	res.Tree = tree
 	return res, nil
 }
 

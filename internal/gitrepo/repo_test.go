@@ -156,7 +156,7 @@ func TestEncodeIndexIsReadByGit(t *testing.T) {
 	}
 	want := run(t, dir, "ls-files", "-s")
 	for _, token := range []string{"", "acyclicfs:test-token"} {
-		data, err := EncodeIndex(idx, token)
+		data, err := EncodeIndex(idx, IndexExtensions{FSMonitorToken: token})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -187,13 +187,13 @@ func TestEncodeIndexIsReadByGit(t *testing.T) {
 			t.Fatalf("status = %q", st)
 		}
 	}
-	if _, err := EncodeIndex([]IndexEntry{{Path: "a", Mode: ModeFile, OID: "zz"}}, ""); !errors.Is(err, ErrBadIndexEntry) {
+	if _, err := EncodeIndex([]IndexEntry{{Path: "a", Mode: ModeFile, OID: "zz"}}, IndexExtensions{}); !errors.Is(err, ErrBadIndexEntry) {
 		t.Fatalf("bad object name: %v", err)
 	}
-	if _, err := EncodeIndex([]IndexEntry{{Path: "a", Mode: 0o40000, OID: head}}, ""); !errors.Is(err, ErrBadIndexEntry) {
+	if _, err := EncodeIndex([]IndexEntry{{Path: "a", Mode: 0o40000, OID: head}}, IndexExtensions{}); !errors.Is(err, ErrBadIndexEntry) {
 		t.Fatalf("tree mode: %v", err)
 	}
-	if _, err := EncodeIndex([]IndexEntry{{Path: "a", Mode: ModeFile, OID: head}, {Path: "a", Mode: ModeFile, OID: head}}, ""); !errors.Is(err, ErrBadIndexEntry) {
+	if _, err := EncodeIndex([]IndexEntry{{Path: "a", Mode: ModeFile, OID: head}, {Path: "a", Mode: ModeFile, OID: head}}, IndexExtensions{}); !errors.Is(err, ErrBadIndexEntry) {
 		t.Fatalf("duplicate path: %v", err)
 	}
 }
@@ -220,4 +220,116 @@ func FuzzParseLsTree(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The cache tree EncodeIndex writes from a commit's trees is byte for byte
+// the one git writes at commit (subdirectories in git's order: shorter
+// names first), and git status then reads no tree object to compare the
+// index with HEAD. Trees that do not cover the entries add no extension.
+func TestEncodeIndexCacheTree(t *testing.T) {
+	needGit(t)
+	dir := newRepo(t)
+	for _, p := range []string{"zz/a", "b/c", "ab/d", "d/f/g", "d/e/h/i"} {
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, p), []byte(p), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(t, dir, "add", "-A")
+	run(t, dir, "commit", "-qm", "two")
+	own, err := os.ReadFile(filepath.Join(dir, ".git", "index"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	r, err := Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, err := r.Resolve(ctx, "HEAD")
+	if err != nil {
+		t.Fatal(err)
+	}
+	es, err := r.ListTree(ctx, at.Commit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trees := map[string]string{"": at.Tree}
+	var idx []IndexEntry
+	for _, e := range es {
+		if e.Mode == ModeTree {
+			trees[e.Path] = e.OID
+			continue
+		}
+		var st syscall.Stat_t
+		if err := syscall.Lstat(filepath.Join(dir, e.Path), &st); err != nil {
+			t.Fatal(err)
+		}
+		idx = append(idx, IndexEntry{Path: e.Path, Mode: e.Mode, OID: e.OID, Size: uint32(st.Size), Ino: uint32(st.Ino),
+			UID: st.Uid, GID: st.Gid, Mtime: st.Mtim.Nano(), Ctime: st.Ctim.Nano()})
+	}
+	data, err := EncodeIndex(idx, IndexExtensions{Trees: trees})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := extension(t, data, "TREE"), extension(t, own, "TREE"); want == nil || !bytes.Equal(got, want) {
+		t.Fatalf("TREE extension\n%q\nwant git's\n%q", got, want)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ".git", "index"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	trace := filepath.Join(t.TempDir(), "trace")
+	cmd := exec.Command("git", "status", "--porcelain")
+	cmd.Dir = dir
+	cmd.Env = append(env(""), "GIT_TRACE2_EVENT="+trace)
+	if out, err := cmd.CombinedOutput(); err != nil || len(out) != 0 {
+		t.Fatalf("git status: %v: %q", err, out)
+	}
+	tr, err := os.ReadFile(trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(tr, []byte(`"traverse_trees_count":1,`)) {
+		t.Fatalf("git status read tree objects for the index diff: %s", tr)
+	}
+
+	delete(trees, "d/e")
+	if data, err = EncodeIndex(idx, IndexExtensions{Trees: trees}); err != nil {
+		t.Fatal(err)
+	} else if ext := extension(t, data, "TREE"); ext != nil {
+		t.Fatalf("a directory without its tree: TREE %q", ext)
+	}
+	trees["d/e"], trees["nothing/here"] = at.Tree, at.Tree
+	if data, err = EncodeIndex(idx, IndexExtensions{Trees: trees}); err != nil {
+		t.Fatal(err)
+	} else if ext := extension(t, data, "TREE"); ext != nil {
+		t.Fatalf("a tree without entries: TREE %q", ext)
+	}
+	delete(trees, "nothing/here")
+	trees["d"] = "zz"
+	if _, err := EncodeIndex(idx, IndexExtensions{Trees: trees}); !errors.Is(err, ErrBadIndexEntry) {
+		t.Fatalf("bad tree object name: %v", err)
+	}
+}
+
+// extension returns the body of a version 2 index's extension sig (nil
+// when it has none).
+func extension(t *testing.T, index []byte, sig string) []byte {
+	t.Helper()
+	n := int(uint32(index[8])<<24 | uint32(index[9])<<16 | uint32(index[10])<<8 | uint32(index[11]))
+	off := 12
+	for range n {
+		name := bytes.IndexByte(index[off+62:], 0)
+		off += (62 + name + 8) &^ 7
+	}
+	for off+8 <= len(index)-20 {
+		size := int(uint32(index[off+4])<<24 | uint32(index[off+5])<<16 | uint32(index[off+6])<<8 | uint32(index[off+7]))
+		if string(index[off:off+4]) == sig {
+			return index[off+8 : off+8+size]
+		}
+		off += 8 + size
+	}
+	return nil
 }

@@ -338,6 +338,11 @@ func (r *results) gitPlot() (*plot.Plot, vg.Length, error) {
 		acy = append(acy, secs(fm.on2), secs(fm.onRe1))
 		nat = append(nat, secs(fm.native2), secs(fm.native1))
 	}
+	if sr := r.sandbox; sr != nil && len(sr.total) > 0 {
+		rows = append(rows, "ready sandbox: fork + mount + first git status / git worktree add + git status")
+		acy = append(acy, secs(sr.total))
+		nat = append(nat, secs(sumDur(sr.worktree, sr.worktreeStatus)))
+	}
 	if len(rows) == 0 {
 		return nil, 0, nil
 	}

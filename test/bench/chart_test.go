@@ -33,6 +33,7 @@ func chartResults(t *testing.T) *results {
 		gitPublish: &gitPublishResult{publish: []time.Duration{200 * ms}, native: []time.Duration{150 * ms}},
 		fsmonitor:  &fsmonitorGit{on2: []time.Duration{20 * ms}, onRe1: []time.Duration{100 * ms}, native1: []time.Duration{38 * ms}, native2: []time.Duration{32 * ms}},
 		land:       &landResult{land: []time.Duration{114 * ms}, native: []time.Duration{55 * ms}, status: []time.Duration{190 * ms}, nativeStatus: []time.Duration{60 * ms}},
+		sandbox:    &sandboxResult{total: []time.Duration{90 * ms}, worktree: []time.Duration{900 * ms}, worktreeStatus: []time.Duration{40 * ms}},
 	}
 }
 
@@ -55,7 +56,7 @@ func TestCharts(t *testing.T) {
 	}{
 		{path, r.ratioPlot, []string{"relative to native", "time ÷ native time", "loopback", "acyclicfs", "goal for acyclicfs", "native (1×)", "untar Go src", "git status", "1×", "8×"}},
 		{forks, r.forksPlot, []string{"by tree size", "1000 files", "acyclicfs fork", "cp -a", "git worktree add", "capture + rebase", "100.0 ms"}},
-		{git, r.gitPlot, []string{"native git", "create --from-git", "land of a git commit", "git publish of 10", "fsmonitor hook", "1.00 s"}},
+		{git, r.gitPlot, []string{"native git", "create --from-git", "land of a git commit", "git publish of 10", "fsmonitor hook", "ready sandbox", "1.00 s"}},
 	} {
 		f, err := os.Open(c.file)
 		if err != nil {

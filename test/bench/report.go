@@ -33,6 +33,8 @@ type results struct {
 	gitImport *gitImportResult
 	// fsmonitor: git status with and without the mount's hook.
 	fsmonitor *fsmonitorGit
+	// sandbox: fork + mount + first git status of a git workspace.
+	sandbox *sandboxResult
 	// gitPublish is git publish against git add + commit.
 	gitPublish *gitPublishResult
 	inplace    *inplaceResult
@@ -253,6 +255,9 @@ func (r *results) markdown() string {
 	}
 	if r.fsmonitor != nil {
 		r.fsmonitorMarkdown(&b)
+	}
+	if r.sandbox != nil {
+		r.sandboxMarkdown(&b)
 	}
 	if r.cluster != nil {
 		r.clusterMarkdown(&b)
