@@ -221,6 +221,12 @@ var _ gofs.FilePassthroughFder = (*ptHandle)(nil)
 // (Config.Passthrough); other opens read from memory through the daemon
 // and keep the page cache across opens, as acyclicfs's clean files.
 func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if *noOpen {
+		// The kernel remembers ENOSYS for the connection (no_open): it
+		// sends no OPEN and no RELEASE again, created files' included,
+		// and serves every open as FOPEN_KEEP_CACHE with handle 0.
+		return nil, 0, syscall.ENOSYS
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	write := flags&syscall.O_ACCMODE != syscall.O_RDONLY
@@ -421,6 +427,11 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	c, in := n.child(ctx, syscall.S_IFREG|mode&07777, out)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if *noOpen && liveMemfds.Load() >= retainMemfds {
+		// Without RELEASE (no_open) a memfd is never given back: past
+		// the bound, new files are written through the daemon.
+		return in, nil, fuse.FOPEN_KEEP_CACHE, 0
+	}
 	if !*passthrough {
 		c.cachedOpens++
 		return in, &cachedHandle{c}, fuse.FOPEN_KEEP_CACHE, 0
