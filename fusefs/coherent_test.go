@@ -235,3 +235,61 @@ func TestCoherentMmapReader(t *testing.T) {
 		})
 	}
 }
+
+// TestCoherentReadAcrossSwitch: a clean file is read (its pages kept in
+// the kernel's cache across opens, FOPEN_KEEP_CACHE), then the view
+// switches to one where the file has other content of the same size. A
+// descriptor open across the switch keeps reading the content it opened,
+// as a native descriptor of a file replaced by rename does, even after
+// the switch dropped the cached pages; an open after the switch reads the
+// new content, both while the old descriptor is open and after it closed
+// (the pages the old descriptor read back must not be served to it).
+func TestCoherentReadAcrossSwitch(t *testing.T) {
+	for _, c := range coherentConfigs {
+		t.Run(c.name, func(t *testing.T) {
+			if c.uring {
+				needUring(t)
+			}
+			objs := newFakeObjects(t)
+			o := c.opts
+			m, mnt := mountT(t, objs, objs.build(t, spec{"f": "old content\n", "other": "x"}), &o)
+			p := filepath.Join(mnt, "f")
+			if got := mustRead(t, p); got != "old content\n" {
+				t.Fatalf("first read: %q", got)
+			}
+			r, err := os.Open(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			buf := make([]byte, 64)
+			if n, err := r.ReadAt(buf, 0); err != io.EOF || string(buf[:n]) != "old content\n" {
+				t.Fatalf("read before the switch: %q, %v", buf[:n], err)
+			}
+			if err := m.SwitchView(objs.build(t, spec{"f": "NEW CONTENT\n", "other": "x"})); err != nil {
+				t.Fatal(err)
+			}
+			// The old descriptor, after the switch dropped the pages.
+			if n, err := r.ReadAt(buf, 0); err != io.EOF || string(buf[:n]) != "old content\n" {
+				t.Fatalf("old descriptor after the switch: %q, %v", buf[:n], err)
+			}
+			if got := mustRead(t, p); got != "NEW CONTENT\n" {
+				t.Fatalf("new open while the old descriptor is open: %q", got)
+			}
+			// The old descriptor reads again (after the new open dropped
+			// the pages once more), then closes.
+			if n, err := r.ReadAt(buf, 0); err != io.EOF || string(buf[:n]) != "old content\n" {
+				t.Fatalf("old descriptor, second read: %q, %v", buf[:n], err)
+			}
+			if err := r.Close(); err != nil {
+				t.Fatal(err)
+			}
+			waitReleased(m)
+			for i := range 2 {
+				if got := mustRead(t, p); got != "NEW CONTENT\n" {
+					t.Fatalf("open %d after the old descriptor closed: %q", i+1, got)
+				}
+			}
+		})
+	}
+}

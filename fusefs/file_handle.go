@@ -135,6 +135,9 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		h.own.Close()
 	} else if h.blob {
 		in.blobOpens--
+		if in.blobID != in.lower.ID && !h.pt {
+			in.stalePages = true // see inode.stalePages
+		}
 		if in.blobOpens == 0 && in.blobFile != nil {
 			in.blobFile.Close()
 			in.blobFile = nil

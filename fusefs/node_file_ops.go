@@ -437,13 +437,21 @@ func (m *Mount) open(in *inode, flags, pid uint32) (fs.FileHandle, uint32, sysca
 	// a passthrough open fails with EIO. go-fuse adds one more: a plain
 	// handle must not be open when a passthrough one is given out
 	// (inode.plainOpens).
+	keep := uint32(fuse.FOPEN_KEEP_CACHE)
+	if in.stalePages && in.blobOpens+in.upperOpens == 1 {
+		// The first open after the readers of an old blob went: the
+		// kernel drops the pages they may have cached (an open without
+		// FOPEN_KEEP_CACHE, or a passthrough one, invalidates them).
+		in.stalePages = false
+		keep = 0
+	}
 	switch {
 	case !m.cfg.Passthrough:
-		return in.plain(h), fuse.FOPEN_KEEP_CACHE, 0
+		return in.plain(h), keep, 0
 	case h.blob && !m.cfg.PassthroughClean:
 		// Clean readers use the page cache (kept across opens), so a
 		// writer can still copy the file up and open it.
-		return in.plain(h), fuse.FOPEN_KEEP_CACHE, 0
+		return in.plain(h), keep, 0
 	case in.plainOpens > 0:
 		// Cached readers of the blob, or handles opened while they were,
 		// are open (as far as the daemon has seen their RELEASE): this
