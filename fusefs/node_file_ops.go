@@ -400,7 +400,7 @@ func (m *Mount) open(in *inode, flags, pid uint32) (fs.FileHandle, uint32, sysca
 			ov.fsmOpened(in)
 		}
 	} else {
-		if in.blobFile != nil && in.blobID != in.lower.ID {
+		if in.blobOpens > 0 && in.blobID != in.lower.ID {
 			// A view switch changed the content under open readers; they
 			// keep the old blob (registered with the kernel as backing
 			// file), so this reader gets its own file, uncached.
@@ -418,14 +418,24 @@ func (m *Mount) open(in *inode, flags, pid uint32) (fs.FileHandle, uint32, sysca
 			}
 			return in.plain(h), fuse.FOPEN_DIRECT_IO, 0
 		}
-		if in.blobFile == nil {
+		if in.blobOpens == 0 {
+			in.blobID = in.lower.ID
+		}
+		h.fd = -1
+		if in.blobFile == nil && m.cfg.Passthrough && m.cfg.PassthroughClean {
+			// A passthrough handle needs its backing file now; a handle
+			// served through the page cache opens it at its first read
+			// (handle.lazyBlobFd): a reader whose pages the kernel has
+			// cached (a second grep) costs the daemon no open and close.
 			f, err := openBlob(ov.objects, in.lower.ID)
 			if err != nil {
 				return nil, 0, toErrno(err)
 			}
-			in.blobFile, in.blobID = f, in.lower.ID
+			in.blobFile = f
 		}
-		h.fd = int(in.blobFile.Fd())
+		if in.blobFile != nil {
+			h.fd = int(in.blobFile.Fd())
+		}
 		h.blob = true
 		in.blobOpens++
 	}
