@@ -220,7 +220,11 @@ var _ gofs.FilePassthroughFder = (*ptHandle)(nil)
 // lasts, by passthrough on a memfd, as acyclicfs serves its upper files
 // (Config.Passthrough); other opens read from memory through the daemon
 // and keep the page cache across opens, as acyclicfs's clean files.
+// daemonOpens counts OPEN requests (tests: -no-open stops them).
+var daemonOpens atomic.Int64
+
 func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	daemonOpens.Add(1)
 	if *noOpen {
 		// The kernel remembers ENOSYS for the connection (no_open): it
 		// sends no OPEN and no RELEASE again, created files' included,
