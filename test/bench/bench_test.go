@@ -300,6 +300,12 @@ func TestFloorModesOptIn(t *testing.T) {
 	if got := floorSysFlags[sysFloorNoOpen]; !slices.Equal(got, []string{"-no-open"}) {
 		t.Errorf("floor-noopen flags %v", got)
 	}
+	if m := floorModes(cfg.systems); !strings.Contains(m, "**floor-noopen**") || !strings.Contains(m, "**floor-nopt**") {
+		t.Errorf("method text %q: want both floor modes described", m)
+	}
+	if m := floorModes([]string{sysNative, sysFloor}); m != "" {
+		t.Errorf("method text without the modes: %q", m)
+	}
 	if _, err := parseFlags([]string{"-workloads", "grep-twice"}); err == nil || !strings.Contains(err.Error(), "grep-again") {
 		t.Errorf("unknown workload error %v: want the extra workloads listed", err)
 	}
