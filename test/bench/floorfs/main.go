@@ -18,6 +18,12 @@
 //
 //	floorfs [-from DIR] [-transport auto|io_uring|dev-fuse] [-passthrough=false] [-no-open] [-debug] MOUNTPOINT
 //
+// -no-open answers OPEN with ENOSYS, the kernel's no_open mode: no OPEN or
+// RELEASE per open from then on (for created files neither: their memfds
+// are kept), every open of an existing file a cached one with handle 0;
+// -passthrough=false serves writers through the daemon too. The harness
+// measures the two as floor-noopen and floor-nopt (issue #30).
+//
 // It serves in the foreground until the mount is unmounted. -debug logs
 // every request in go-fuse's format ("rx N: OPCODE"), which the harness's
 // request census counts as it does loopback's.
