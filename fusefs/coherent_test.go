@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -289,6 +290,60 @@ func TestCoherentReadAcrossSwitch(t *testing.T) {
 				if got := mustRead(t, p); got != "NEW CONTENT\n" {
 					t.Fatalf("open %d after the old descriptor closed: %q", i+1, got)
 				}
+			}
+		})
+	}
+}
+
+// TestStorePagesSparesReadAndGetattr: the first open of a small clean
+// file pushes its content into the kernel's page cache, so neither that
+// read nor any later one reaches the daemon, and the next open + fstat
+// sends no GETATTR (a READ's completion would have dropped the cached
+// atime). A view switch that changes the file stores the new content at
+// the next open; a big file is read through READ as before.
+func TestStorePagesSparesReadAndGetattr(t *testing.T) {
+	for _, c := range coherentConfigs[1:] { // the daemon's default: passthrough on, clean readers cached
+		t.Run(c.name, func(t *testing.T) {
+			if c.uring {
+				needUring(t)
+			}
+			objs := newFakeObjects(t)
+			o := c.opts
+			big := strings.Repeat("b", storePagesMax+1)
+			m, mnt := mountT(t, objs, objs.build(t, spec{"f": "small file\n", "big": big}), &o)
+			p := filepath.Join(mnt, "f")
+			var st syscall.Stat_t
+			if err := syscall.Stat(p, &st); err != nil { // the entry, so that no LOOKUP counts below
+				t.Fatal(err)
+			}
+			r0, g0 := m.daemonReads.Load(), m.daemonGetattrs.Load()
+			for i := range 3 {
+				if got := mustRead(t, p); got != "small file\n" {
+					t.Fatalf("read %d: %q", i+1, got)
+				}
+				waitReleased(m)
+			}
+			if r, g, s := m.daemonReads.Load()-r0, m.daemonGetattrs.Load()-g0, m.storedPages.Load(); r != 0 || g != 0 || s != 1 {
+				t.Errorf("three reads: %d READ, %d GETATTR, %d stores; want 0, 0, 1", r, g, s)
+			}
+			if err := m.SwitchView(objs.build(t, spec{"f": "SMALL FILE\n", "big": big})); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 2 {
+				if got := mustRead(t, p); got != "SMALL FILE\n" {
+					t.Fatalf("read %d after the switch: %q", i+1, got)
+				}
+				waitReleased(m)
+			}
+			if s := m.storedPages.Load(); s != 2 {
+				t.Errorf("%d stores after the switch, want 2", s)
+			}
+			r0 = m.daemonReads.Load()
+			if got := mustRead(t, filepath.Join(mnt, "big")); got != big {
+				t.Fatalf("big file read %d bytes", len(got))
+			}
+			if r := m.daemonReads.Load() - r0; r == 0 {
+				t.Errorf("a file over %d bytes was stored, want it read through READ", storePagesMax)
 			}
 		})
 	}

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/acyclicfs/acyclicfs/internal/osfile"
+	"github.com/acyclicfs/acyclicfs/store"
 )
 
 // Getattr answers from the overlay, and for upper files from the backing
@@ -210,7 +211,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if e := n.m.refuseOpen(flags); e != 0 {
 		return nil, 0, e
 	}
-	return n.m.open(n.in, flags, callerPID(ctx))
+	return n.m.openNode(n.EmbeddedInode(), n.in, flags, callerPID(ctx))
 }
 
 // Fsync on a file syncs its upper file and the overlay snapshot; on a
@@ -349,21 +350,33 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 // upper file (O_RDWR) for dirty files and writers, the blob file
 // (O_RDONLY) for clean readers.
 func (m *Mount) open(in *inode, flags, pid uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	return m.openNode(nil, in, flags, pid)
+}
+
+// openNode is open for the kernel inode fin (nil: a create's, whose
+// content is new), which a small clean file's first open fills with its
+// content (storePages).
+func (m *Mount) openNode(fin *fs.Inode, in *inode, flags, pid uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	ov := m.ov
 	ov.mu.Lock()
 	isReg := in.isReg()
 	lowerID, clean := in.lower.ID, in.hasLower && !in.upper
+	size, stored := in.lower.Size, in.pagesID == in.lower.ID
 	ov.mu.Unlock()
 	if !isReg {
 		return nil, 0, syscall.EISDIR
 	}
+	write := flags&syscall.O_ACCMODE != syscall.O_RDONLY
+	var pages []byte
 	if clean {
 		// Hash a not-yet-verified blob here, not under the overlay lock.
 		if err := verifyBlob(ov.objects, lowerID); err != nil {
 			return nil, 0, toErrno(err)
 		}
+		if fin != nil && !write && !stored && size > 0 && size <= storePagesMax && m.cfg.Passthrough && !m.cfg.PassthroughClean {
+			pages = readPages(ov.objects, lowerID, size) // nil: the reads will go through READ
+		}
 	}
-	write := flags&syscall.O_ACCMODE != syscall.O_RDONLY
 	trunc := flags&syscall.O_TRUNC != 0
 	if (write || trunc) && m.cfg.Passthrough && m.cfg.PassthroughClean {
 		// The blob is the kernel's backing file for open readers; no other
@@ -461,6 +474,9 @@ func (m *Mount) open(in *inode, flags, pid uint32) (fs.FileHandle, uint32, sysca
 	case h.blob && !m.cfg.PassthroughClean:
 		// Clean readers use the page cache (kept across opens), so a
 		// writer can still copy the file up and open it.
+		if pages != nil && keep != 0 {
+			m.storePages(fin, in, h, lowerID, pages)
+		}
 		return in.plain(h), keep, 0
 	case in.plainOpens > 0:
 		// Cached readers of the blob, or handles opened while they were,
@@ -514,4 +530,43 @@ func (o *overlay) waitBlobReleased(in *inode, d time.Duration) bool {
 		o.released.Wait()
 	}
 	return true
+}
+
+// storePagesMax bounds the files whose content an open pushes into the
+// kernel's page cache (storePages).
+const storePagesMax = 64 << 10
+
+// readPages reads a small blob whole for storePages; nil on any error
+// (the file's reads then go through READ, which reports it).
+func readPages(objects Objects, id store.ID, size int64) []byte {
+	f, err := openBlob(objects, id)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	b := make([]byte, size)
+	if n, err := f.ReadAt(b, 0); err != nil || int64(n) != size {
+		return nil
+	}
+	return b
+}
+
+// storePages hands a small clean file's content to the kernel's page
+// cache (FUSE_NOTIFY_STORE) before its first cached open returns, so that
+// no READ follows: one round trip fewer per file in a first grep, and no
+// GETATTR in the second (the kernel drops the cached atime when a READ
+// completes, not when pages are stored). The caller holds ov.mu, so a view
+// switch cannot change the content in between and its invalidation, sent
+// later, comes after the store. It is sent only when this is the inode's
+// only open handle: no reader can then hold a page of the inode locked
+// while waiting for a READ that this daemon would have to serve. A store
+// the kernel refuses (the inode is gone from its cache) costs nothing.
+func (m *Mount) storePages(fin *fs.Inode, in *inode, h *handle, id store.ID, pages []byte) {
+	if in.opens != 1 || in.lower.ID != id || in.blobID != id || in.pagesID == id || h.own != nil {
+		return
+	}
+	if fin.WriteCache(0, pages) == 0 {
+		in.pagesID = id
+		m.storedPages.Add(1)
+	}
 }

@@ -117,6 +117,10 @@ type inode struct {
 	// blob is given without FOPEN_KEEP_CACHE, so that the kernel drops
 	// those pages.
 	stalePages bool
+	// pagesID is the blob whose content the last store into the kernel's
+	// page cache held (Mount.storePages): it is not stored again while
+	// the view shows it.
+	pagesID store.ID
 }
 
 // upperStat identifies a version of an upper file's content.
