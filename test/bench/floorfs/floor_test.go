@@ -193,3 +193,36 @@ func TestFloorNoOpen(t *testing.T) {
 		t.Errorf("%d OPEN after no_open, want none", o)
 	}
 }
+
+// TestFloorStoresSmallFiles: as acyclicfs, the first open of a small file
+// puts its content into the page cache, so no READ reaches the floor and
+// the next open + fstat sends no GETATTR.
+func TestFloorStoresSmallFiles(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (/dev/fuse, DirectMount)")
+	}
+	src := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(src, "f"), []byte("small"), 0o644))
+	mp := t.TempDir()
+	m, err := mount(mp, src, "dev-fuse", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(mp, 0); err != nil {
+			t.Errorf("unmount: %v", err)
+		}
+		m.Wait()
+	})
+	var st syscall.Stat_t
+	must(t, syscall.Stat(filepath.Join(mp, "f"), &st))
+	g0, r0 := daemonGetattrs.Load(), daemonReads.Load()
+	for range 3 {
+		if b, err := os.ReadFile(filepath.Join(mp, "f")); err != nil || string(b) != "small" {
+			t.Fatalf("read: %q %v", b, err)
+		}
+	}
+	if g, r := daemonGetattrs.Load()-g0, daemonReads.Load()-r0; g != 0 || r != 0 {
+		t.Errorf("three reads sent %d GETATTR and %d READ, want none", g, r)
+	}
+}
