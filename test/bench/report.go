@@ -423,7 +423,7 @@ func (r *results) opcodeMarkdown(b *strings.Builder, syss []string) {
 // request.
 func (r *results) floorMarkdown(b *strings.Builder) {
 	b.WriteString("\n## acyclicfs against the floor\n\n")
-	b.WriteString("The floor is `floorfs` (`test/bench/floorfs`): every file and directory in memory, nothing persisted, hashed or captured, mounted with acyclicfs's kernel options over the same transport, listings without OPENDIR and FLUSH answered with ENOSYS as acyclicfs does, and a file open for writing served by passthrough on an in-memory file (memfd) as acyclicfs serves its upper files: the same requests reach both (compare the counts), so the ratio is what acyclicfs's own work per request costs. *daemon CPU* is the serving process's user+system CPU over the invocation (for acyclicfs, the lease end included).\n\n")
+	b.WriteString("The floor is `floorfs` (`test/bench/floorfs`): every file and directory in memory, nothing persisted, hashed or captured, mounted with acyclicfs's kernel options over the same transport, listings without OPENDIR and FLUSH answered with ENOSYS as acyclicfs does, a file open for writing served by passthrough on an in-memory file (memfd) as acyclicfs serves its upper files, and a small file's content put into the page cache at its first open as acyclicfs does (no READ, so no GETATTR after it): the same requests reach both (compare the counts), so the ratio is what acyclicfs's own work per request costs. *daemon CPU* is the serving process's user+system CPU over the invocation (for acyclicfs, the lease end included).\n\n")
 	census := len(r.profile) > 0
 	hdr := []string{"workload", "acyclicfs", "floor", "acyclicfs / floor", "floor goal", "met", "acyclicfs daemon CPU", "floor daemon CPU"}
 	if census {
