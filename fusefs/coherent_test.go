@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -231,6 +232,118 @@ func TestCoherentMmapReader(t *testing.T) {
 			}
 			if got := next(); got != `"01AB456789"` {
 				t.Fatalf("mapping after another descriptor wrote: %s, want \"01AB456789\"", got)
+			}
+		})
+	}
+}
+
+// TestCoherentReadAcrossSwitch: a clean file is read (its pages kept in
+// the kernel's cache across opens, FOPEN_KEEP_CACHE), then the view
+// switches to one where the file has other content of the same size. A
+// descriptor open across the switch keeps reading the content it opened,
+// as a native descriptor of a file replaced by rename does, even after
+// the switch dropped the cached pages; an open after the switch reads the
+// new content, both while the old descriptor is open and after it closed
+// (the pages the old descriptor read back must not be served to it).
+func TestCoherentReadAcrossSwitch(t *testing.T) {
+	for _, c := range coherentConfigs {
+		t.Run(c.name, func(t *testing.T) {
+			if c.uring {
+				needUring(t)
+			}
+			objs := newFakeObjects(t)
+			o := c.opts
+			m, mnt := mountT(t, objs, objs.build(t, spec{"f": "old content\n", "other": "x"}), &o)
+			p := filepath.Join(mnt, "f")
+			if got := mustRead(t, p); got != "old content\n" {
+				t.Fatalf("first read: %q", got)
+			}
+			r, err := os.Open(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			buf := make([]byte, 64)
+			if n, err := r.ReadAt(buf, 0); err != io.EOF || string(buf[:n]) != "old content\n" {
+				t.Fatalf("read before the switch: %q, %v", buf[:n], err)
+			}
+			if err := m.SwitchView(objs.build(t, spec{"f": "NEW CONTENT\n", "other": "x"})); err != nil {
+				t.Fatal(err)
+			}
+			// The old descriptor, after the switch dropped the pages.
+			if n, err := r.ReadAt(buf, 0); err != io.EOF || string(buf[:n]) != "old content\n" {
+				t.Fatalf("old descriptor after the switch: %q, %v", buf[:n], err)
+			}
+			if got := mustRead(t, p); got != "NEW CONTENT\n" {
+				t.Fatalf("new open while the old descriptor is open: %q", got)
+			}
+			// The old descriptor reads again (after the new open dropped
+			// the pages once more), then closes.
+			if n, err := r.ReadAt(buf, 0); err != io.EOF || string(buf[:n]) != "old content\n" {
+				t.Fatalf("old descriptor, second read: %q, %v", buf[:n], err)
+			}
+			if err := r.Close(); err != nil {
+				t.Fatal(err)
+			}
+			waitReleased(m)
+			for i := range 2 {
+				if got := mustRead(t, p); got != "NEW CONTENT\n" {
+					t.Fatalf("open %d after the old descriptor closed: %q", i+1, got)
+				}
+			}
+		})
+	}
+}
+
+// TestStorePagesSparesReadAndGetattr: the first open of a small clean
+// file pushes its content into the kernel's page cache, so neither that
+// read nor any later one reaches the daemon, and the next open + fstat
+// sends no GETATTR (a READ's completion would have dropped the cached
+// atime). A view switch that changes the file stores the new content at
+// the next open; a big file is read through READ as before.
+func TestStorePagesSparesReadAndGetattr(t *testing.T) {
+	for _, c := range coherentConfigs[1:] { // the daemon's default: passthrough on, clean readers cached
+		t.Run(c.name, func(t *testing.T) {
+			if c.uring {
+				needUring(t)
+			}
+			objs := newFakeObjects(t)
+			o := c.opts
+			big := strings.Repeat("b", storePagesMax+1)
+			m, mnt := mountT(t, objs, objs.build(t, spec{"f": "small file\n", "big": big}), &o)
+			p := filepath.Join(mnt, "f")
+			var st syscall.Stat_t
+			if err := syscall.Stat(p, &st); err != nil { // the entry, so that no LOOKUP counts below
+				t.Fatal(err)
+			}
+			r0, g0 := m.daemonReads.Load(), m.daemonGetattrs.Load()
+			for i := range 3 {
+				if got := mustRead(t, p); got != "small file\n" {
+					t.Fatalf("read %d: %q", i+1, got)
+				}
+				waitReleased(m)
+			}
+			if r, g, s := m.daemonReads.Load()-r0, m.daemonGetattrs.Load()-g0, m.storedPages.Load(); r != 0 || g != 0 || s != 1 {
+				t.Errorf("three reads: %d READ, %d GETATTR, %d stores; want 0, 0, 1", r, g, s)
+			}
+			if err := m.SwitchView(objs.build(t, spec{"f": "SMALL FILE\n", "big": big})); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 2 {
+				if got := mustRead(t, p); got != "SMALL FILE\n" {
+					t.Fatalf("read %d after the switch: %q", i+1, got)
+				}
+				waitReleased(m)
+			}
+			if s := m.storedPages.Load(); s != 2 {
+				t.Errorf("%d stores after the switch, want 2", s)
+			}
+			r0 = m.daemonReads.Load()
+			if got := mustRead(t, filepath.Join(mnt, "big")); got != big {
+				t.Fatalf("big file read %d bytes", len(got))
+			}
+			if r := m.daemonReads.Load() - r0; r == 0 {
+				t.Errorf("a file over %d bytes was stored, want it read through READ", storePagesMax)
 			}
 		})
 	}

@@ -32,6 +32,10 @@ type handle struct {
 	// until Release.
 	redir atomic.Int64
 	upRef bool
+	// lazy is the descriptor (plus one; 0: not yet) of the inode's shared
+	// blob file for a blob handle opened without it (fd -1): it is opened
+	// at the handle's first read or seek (lazyBlobFd).
+	lazy atomic.Int64
 
 	lockMu   sync.Mutex // protects lockFile
 	lockFile *os.File   // private descriptor of the inode's lock file (locks.go)
@@ -62,16 +66,49 @@ func asHandle(f fs.FileHandle) *handle {
 // is closed only at the last RELEASE.
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	h.m.daemonReads.Add(1)
-	return fuse.ReadResultFd(uintptr(h.readFd()), off, len(dest)), 0
+	fd, errno := h.readFd()
+	if errno != 0 {
+		return nil, errno
+	}
+	return fuse.ReadResultFd(uintptr(fd), off, len(dest)), 0
 }
 
 // readFd is the descriptor reads use: the upper file once a copy-up
-// redirected a blob handle, else the handle's own.
-func (h *handle) readFd() int {
+// redirected a blob handle, else the handle's own, else (a blob handle
+// opened without it) the inode's shared blob file.
+func (h *handle) readFd() (int, syscall.Errno) {
 	if fd := h.redir.Load(); fd != 0 {
-		return int(fd - 1)
+		return int(fd - 1), 0
 	}
-	return h.fd
+	if h.fd >= 0 {
+		return h.fd, 0
+	}
+	return h.lazyBlobFd()
+}
+
+// lazyBlobFd opens the inode's shared blob file for a blob handle opened
+// without it. The blob is the one the handle was opened on: inode.blobID
+// changes only while no blob handle is open. The file stays open until
+// the last blob handle's RELEASE, which the kernel sends after the
+// handle's last request (a read's reply included) has completed.
+func (h *handle) lazyBlobFd() (int, syscall.Errno) {
+	if fd := h.lazy.Load(); fd != 0 {
+		return int(fd - 1), 0
+	}
+	ov := h.m.ov
+	ov.mu.Lock()
+	defer ov.mu.Unlock()
+	in := h.in
+	if in.blobFile == nil {
+		f, err := openBlob(ov.objects, in.blobID)
+		if err != nil {
+			return -1, toErrno(err)
+		}
+		in.blobFile = f
+	}
+	fd := int(in.blobFile.Fd())
+	h.lazy.Store(int64(fd) + 1)
+	return fd, 0
 }
 
 // Write writes to the upper file. A blob-backed handle was opened read-only.
@@ -100,7 +137,11 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno { return syscall.ENOSY
 // fsynced, then the overlay snapshot is written.
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	if !h.blob || h.redir.Load() != 0 {
-		if err := syscall.Fsync(h.readFd()); err != nil {
+		fd, errno := h.readFd()
+		if errno != 0 {
+			return errno
+		}
+		if err := syscall.Fsync(fd); err != nil {
 			return toErrno(err)
 		}
 	}
@@ -135,6 +176,9 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		h.own.Close()
 	} else if h.blob {
 		in.blobOpens--
+		if in.blobID != in.lower.ID && !h.pt {
+			in.stalePages = true // see inode.stalePages
+		}
 		if in.blobOpens == 0 && in.blobFile != nil {
 			in.blobFile.Close()
 			in.blobFile = nil
@@ -161,7 +205,11 @@ func (h *handle) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
 
 // Lseek supports SEEK_DATA and SEEK_HOLE by asking the backing file.
 func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
-	n, err := unix.Seek(h.readFd(), int64(off), int(whence))
+	fd, errno := h.readFd()
+	if errno != 0 {
+		return 0, errno
+	}
+	n, err := unix.Seek(fd, int64(off), int(whence))
 	if err != nil {
 		return 0, toErrno(err)
 	}

@@ -158,6 +158,7 @@ type Mount struct {
 	// tests use them to check passthrough engages.
 	daemonReads, daemonWrites, daemonGetxattrs atomic.Int64
 	daemonLookups, daemonGetattrs              atomic.Int64
+	storedPages                                atomic.Int64 // contents pushed by storePages
 
 	readOnly atomic.Bool // changes fail with EROFS (readonly.go)
 

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/acyclicfs/acyclicfs/internal/osfile"
+	"github.com/acyclicfs/acyclicfs/store"
 )
 
 // Getattr answers from the overlay, and for upper files from the backing
@@ -210,7 +211,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if e := n.m.refuseOpen(flags); e != 0 {
 		return nil, 0, e
 	}
-	return n.m.open(n.in, flags, callerPID(ctx))
+	return n.m.openNode(n.EmbeddedInode(), n.in, flags, callerPID(ctx))
 }
 
 // Fsync on a file syncs its upper file and the overlay snapshot; on a
@@ -349,21 +350,33 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 // upper file (O_RDWR) for dirty files and writers, the blob file
 // (O_RDONLY) for clean readers.
 func (m *Mount) open(in *inode, flags, pid uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	return m.openNode(nil, in, flags, pid)
+}
+
+// openNode is open for the kernel inode fin (nil: a create's, whose
+// content is new), which a small clean file's first open fills with its
+// content (storePages).
+func (m *Mount) openNode(fin *fs.Inode, in *inode, flags, pid uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	ov := m.ov
 	ov.mu.Lock()
 	isReg := in.isReg()
 	lowerID, clean := in.lower.ID, in.hasLower && !in.upper
+	size, stored := in.lower.Size, in.pagesID == in.lower.ID
 	ov.mu.Unlock()
 	if !isReg {
 		return nil, 0, syscall.EISDIR
 	}
+	write := flags&syscall.O_ACCMODE != syscall.O_RDONLY
+	var pages []byte
 	if clean {
 		// Hash a not-yet-verified blob here, not under the overlay lock.
 		if err := verifyBlob(ov.objects, lowerID); err != nil {
 			return nil, 0, toErrno(err)
 		}
+		if fin != nil && !write && !stored && size > 0 && size <= storePagesMax && m.cfg.Passthrough && !m.cfg.PassthroughClean {
+			pages = readPages(ov.objects, lowerID, size) // nil: the reads will go through READ
+		}
 	}
-	write := flags&syscall.O_ACCMODE != syscall.O_RDONLY
 	trunc := flags&syscall.O_TRUNC != 0
 	if (write || trunc) && m.cfg.Passthrough && m.cfg.PassthroughClean {
 		// The blob is the kernel's backing file for open readers; no other
@@ -400,7 +413,7 @@ func (m *Mount) open(in *inode, flags, pid uint32) (fs.FileHandle, uint32, sysca
 			ov.fsmOpened(in)
 		}
 	} else {
-		if in.blobFile != nil && in.blobID != in.lower.ID {
+		if in.blobOpens > 0 && in.blobID != in.lower.ID {
 			// A view switch changed the content under open readers; they
 			// keep the old blob (registered with the kernel as backing
 			// file), so this reader gets its own file, uncached.
@@ -418,14 +431,24 @@ func (m *Mount) open(in *inode, flags, pid uint32) (fs.FileHandle, uint32, sysca
 			}
 			return in.plain(h), fuse.FOPEN_DIRECT_IO, 0
 		}
-		if in.blobFile == nil {
+		if in.blobOpens == 0 {
+			in.blobID = in.lower.ID
+		}
+		h.fd = -1
+		if in.blobFile == nil && m.cfg.Passthrough && m.cfg.PassthroughClean {
+			// A passthrough handle needs its backing file now; a handle
+			// served through the page cache opens it at its first read
+			// (handle.lazyBlobFd): a reader whose pages the kernel has
+			// cached (a second grep) costs the daemon no open and close.
 			f, err := openBlob(ov.objects, in.lower.ID)
 			if err != nil {
 				return nil, 0, toErrno(err)
 			}
-			in.blobFile, in.blobID = f, in.lower.ID
+			in.blobFile = f
 		}
-		h.fd = int(in.blobFile.Fd())
+		if in.blobFile != nil {
+			h.fd = int(in.blobFile.Fd())
+		}
 		h.blob = true
 		in.blobOpens++
 	}
@@ -437,13 +460,24 @@ func (m *Mount) open(in *inode, flags, pid uint32) (fs.FileHandle, uint32, sysca
 	// a passthrough open fails with EIO. go-fuse adds one more: a plain
 	// handle must not be open when a passthrough one is given out
 	// (inode.plainOpens).
+	keep := uint32(fuse.FOPEN_KEEP_CACHE)
+	if in.stalePages && in.blobOpens+in.upperOpens == 1 {
+		// The first open after the readers of an old blob went: the
+		// kernel drops the pages they may have cached (an open without
+		// FOPEN_KEEP_CACHE, or a passthrough one, invalidates them).
+		in.stalePages = false
+		keep = 0
+	}
 	switch {
 	case !m.cfg.Passthrough:
-		return in.plain(h), fuse.FOPEN_KEEP_CACHE, 0
+		return in.plain(h), keep, 0
 	case h.blob && !m.cfg.PassthroughClean:
 		// Clean readers use the page cache (kept across opens), so a
 		// writer can still copy the file up and open it.
-		return in.plain(h), fuse.FOPEN_KEEP_CACHE, 0
+		if pages != nil && keep != 0 {
+			m.storePages(fin, in, h, lowerID, pages)
+		}
+		return in.plain(h), keep, 0
 	case in.plainOpens > 0:
 		// Cached readers of the blob, or handles opened while they were,
 		// are open (as far as the daemon has seen their RELEASE): this
@@ -496,4 +530,43 @@ func (o *overlay) waitBlobReleased(in *inode, d time.Duration) bool {
 		o.released.Wait()
 	}
 	return true
+}
+
+// storePagesMax bounds the files whose content an open pushes into the
+// kernel's page cache (storePages).
+const storePagesMax = 64 << 10
+
+// readPages reads a small blob whole for storePages; nil on any error
+// (the file's reads then go through READ, which reports it).
+func readPages(objects Objects, id store.ID, size int64) []byte {
+	f, err := openBlob(objects, id)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	b := make([]byte, size)
+	if n, err := f.ReadAt(b, 0); err != nil || int64(n) != size {
+		return nil
+	}
+	return b
+}
+
+// storePages hands a small clean file's content to the kernel's page
+// cache (FUSE_NOTIFY_STORE) before its first cached open returns, so that
+// no READ follows: one round trip fewer per file in a first grep, and no
+// GETATTR in the second (the kernel drops the cached atime when a READ
+// completes, not when pages are stored). The caller holds ov.mu, so a view
+// switch cannot change the content in between and its invalidation, sent
+// later, comes after the store. It is sent only when this is the inode's
+// only open handle: no reader can then hold a page of the inode locked
+// while waiting for a READ that this daemon would have to serve. A store
+// the kernel refuses (the inode is gone from its cache) costs nothing.
+func (m *Mount) storePages(fin *fs.Inode, in *inode, h *handle, id store.ID, pages []byte) {
+	if in.opens != 1 || in.lower.ID != id || in.blobID != id || in.pagesID == id || h.own != nil {
+		return
+	}
+	if fin.WriteCache(0, pages) == 0 {
+		in.pagesID = id
+		m.storedPages.Add(1)
+	}
 }

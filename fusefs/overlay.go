@@ -110,6 +110,17 @@ type inode struct {
 	// passthrough open would unregister the backing file the kernel is
 	// about to look up (the open fails with EIO).
 	plainOpens int
+	// stalePages: handles of a blob the view no longer shows (a switch
+	// changed the content under them) were open, and those the kernel
+	// served from its page cache may have read the old content back into
+	// it after the switch invalidated it. The next open of the current
+	// blob is given without FOPEN_KEEP_CACHE, so that the kernel drops
+	// those pages.
+	stalePages bool
+	// pagesID is the blob whose content the last store into the kernel's
+	// page cache held (Mount.storePages): it is not stored again while
+	// the view shows it.
+	pagesID store.ID
 }
 
 // upperStat identifies a version of an upper file's content.

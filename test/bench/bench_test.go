@@ -271,3 +271,42 @@ func TestAttributionColumns(t *testing.T) {
 		t.Error("an unknown system was accepted")
 	}
 }
+
+// TestFloorModesOptIn: the floor's kernel modes and grep-again are
+// measured only when named, and each mode mounts floorfs with its flag.
+func TestFloorModesOptIn(t *testing.T) {
+	cfg, err := parseFlags(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{sysFloorNoOpen, sysFloorNoPT} {
+		if contains(cfg.systems, s) {
+			t.Errorf("default systems %v: want no %s", cfg.systems, s)
+		}
+	}
+	if contains(cfg.workloads, "grep-again") {
+		t.Errorf("default workloads %v: want no grep-again", cfg.workloads)
+	}
+	cfg, err = parseFlags([]string{"-systems", "floor-noopen,floor-nopt", "-workloads", "grep,grep-again"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{sysNative, sysFloorNoOpen, sysFloorNoPT}; !slices.Equal(cfg.systems, want) {
+		t.Errorf("systems %v, want %v", cfg.systems, want)
+	}
+	if !usesFloor(cfg.systems) || usesFloor([]string{sysNative, sysAcyclicfs}) {
+		t.Errorf("usesFloor wrong for %v", cfg.systems)
+	}
+	if got := floorSysFlags[sysFloorNoOpen]; !slices.Equal(got, []string{"-no-open"}) {
+		t.Errorf("floor-noopen flags %v", got)
+	}
+	if m := floorModes(cfg.systems); !strings.Contains(m, "**floor-noopen**") || !strings.Contains(m, "**floor-nopt**") {
+		t.Errorf("method text %q: want both floor modes described", m)
+	}
+	if m := floorModes([]string{sysNative, sysFloor}); m != "" {
+		t.Errorf("method text without the modes: %q", m)
+	}
+	if _, err := parseFlags([]string{"-workloads", "grep-twice"}); err == nil || !strings.Contains(err.Error(), "grep-again") {
+		t.Errorf("unknown workload error %v: want the extra workloads listed", err)
+	}
+}

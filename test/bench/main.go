@@ -107,7 +107,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&cfg.peerRuns, "peer-runs", 0, "runs of the systems acyclicfs is compared with besides native (loopback, fuse-overlayfs, passthrough_hp); 0: as many as -runs")
 	fs.BoolVar(&cfg.quick, "quick", false, "1 run, 128 MiB sequential file, fork sizes 1000,10000")
 	fs.StringVar(&systems, "systems", strings.Join(allSystems, ","), "comma-separated systems to measure (also "+sysAcyNoAttr+": acyclicfs mounted with --no-attribution, reported against acyclicfs)")
-	fs.StringVar(&workloads, "workloads", strings.Join(workloadNames(), ","), "comma-separated workloads to run")
+	fs.StringVar(&workloads, "workloads", strings.Join(workloadNames(), ","), "comma-separated workloads to run (also grep-again: grep after two untimed passes)")
 	fs.IntVar(&cfg.seqMiB, "seq-mib", 1024, "size of the sequential write/read file in MiB")
 	fs.StringVar(&forkSizes, "fork-sizes", "1000,100000", "tree sizes (files) for the acyclicfs-only fork and capture measurements")
 	fs.BoolVar(&cfg.noForks, "no-forks", false, "skip the acyclicfs-only fork and capture measurements")
@@ -187,7 +187,7 @@ func parseFlags(args []string) (*config, error) {
 	cfg.workloads = splitList(workloads)
 	for _, w := range cfg.workloads {
 		if findWorkload(w) == nil {
-			return nil, fmt.Errorf("unknown workload %q (have %s)", w, strings.Join(workloadNames(), ", "))
+			return nil, fmt.Errorf("unknown workload %q (have %s)", w, strings.Join(allWorkloadNames(), ", "))
 		}
 	}
 	for _, s := range splitList(forkSizes) {

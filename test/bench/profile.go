@@ -24,7 +24,7 @@ type profileResult struct {
 
 // profiledSystems are the systems whose daemons log requests in go-fuse's
 // debug format.
-var profiledSystems = []string{sysLoopback, sysFloor, sysAcyclicfs}
+var profiledSystems = []string{sysLoopback, sysFloor, sysFloorNoOpen, sysFloorNoPT, sysAcyclicfs}
 
 // runProfile mounts loopback, the floor and acyclicfs with request logging and runs
 // every workload once, counting requests by opcode. The warm-up, when a

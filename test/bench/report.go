@@ -138,7 +138,7 @@ func (r *results) markdown() string {
 		fmt.Fprintf(&b, "- The peers (loopback, fuse-overlayfs, passthrough_hp) run in the first %d run(s) only (`-peer-runs`), to keep the whole harness short; their ratios pair with native's samples of those runs.\n", cfg.peerRuns)
 	}
 	b.WriteString("- `cp -a` and `git worktree add` in the fork table are reference points and run once (in the first run).\n")
-	b.WriteString("- Same tree everywhere: `$(go env GOROOT)/src` laid out as a GOROOT (`src/`, `VERSION`, `go.env`, `pkg` → the real toolchain). **native**: a fresh `cp -a` copy per run. **loopback**: go-fuse v2.12.1's `example/loopback` over a fresh copy. **fuse-overlayfs**: a fresh upper directory over the shared pristine tree. **passthrough_hp**: libfuse's own high-performance C passthrough example (`example/passthrough_hp.cc`, built from Debian's fuse3 source package by `scripts/passthrough-hp.sh`; kernel caching on, writeback cache, its default threads, /dev/fuse) over a fresh copy, mounted afresh before each workload (it holds a descriptor per inode the kernel knows, and a process here may hold 20,000, fewer than a run's workloads make together); the warm workloads warm it in their untimed pass like every system: how fast a FUSE server that does nothing but pass requests through gets on this machine. **floor**: `floorfs` (`test/bench/floorfs`), an in-memory go-fuse server that copies the pristine tree into memory when mounted and then only answers requests, with acyclicfs's kernel options over the same transport (`-transport`); it runs in every run, so acyclicfs / floor pairs by run. **acyclicfs**: `fork` of a workspace imported once from the tree, mounted; every workload runs as `acyclicfs exec MOUNTPOINT -- …` (one explicit lease per workload). Each mount starts the daemon's metadata warm-up (`--warm-entries`, default 50,000 names: the tree is listed through the mount in the background); the timed runs do not wait for it, the request census does.\n")
+	fmt.Fprintf(&b, "- Same tree everywhere: `$(go env GOROOT)/src` laid out as a GOROOT (`src/`, `VERSION`, `go.env`, `pkg` → the real toolchain). **native**: a fresh `cp -a` copy per run. **loopback**: go-fuse v2.12.1's `example/loopback` over a fresh copy. **fuse-overlayfs**: a fresh upper directory over the shared pristine tree. **passthrough_hp**: libfuse's own high-performance C passthrough example (`example/passthrough_hp.cc`, built from Debian's fuse3 source package by `scripts/passthrough-hp.sh`; kernel caching on, writeback cache, its default threads, /dev/fuse) over a fresh copy, mounted afresh before each workload (it holds a descriptor per inode the kernel knows, and a process here may hold 20,000, fewer than a run's workloads make together); the warm workloads warm it in their untimed pass like every system: how fast a FUSE server that does nothing but pass requests through gets on this machine. **floor**: `floorfs` (`test/bench/floorfs`), an in-memory go-fuse server that copies the pristine tree into memory when mounted and then only answers requests, with acyclicfs's kernel options over the same transport (`-transport`); it runs in every run, so acyclicfs / floor pairs by run.%s **acyclicfs**: `fork` of a workspace imported once from the tree, mounted; every workload runs as `acyclicfs exec MOUNTPOINT -- …` (one explicit lease per workload). Each mount starts the daemon's metadata warm-up (`--warm-entries`, default 50,000 names: the tree is listed through the mount in the background); the timed runs do not wait for it, the request census does.\n", floorModes(cfg.systems))
 	b.WriteString("- The time is that of the workload process only (a wrapper inside the mount times `sh -c SCRIPT`). For acyclicfs, *lease overhead* is the rest of the `exec` wall time: binding the lease, and at its end capture, publish and reconcile. *daemon CPU* is the acyclicfs daemon's user+system CPU over the whole `exec` (workload and lease end), from /proc/PID/stat.\n")
 	fmt.Fprintf(&b, "- Sequential file: %d MiB. Work directory on `%s`.\n", cfg.seqMiB, r.env.fsDescription())
 	if cfg.freshFS != "" {
@@ -428,7 +428,7 @@ func (r *results) opcodeMarkdown(b *strings.Builder, syss []string) {
 // request.
 func (r *results) floorMarkdown(b *strings.Builder) {
 	b.WriteString("\n## acyclicfs against the floor\n\n")
-	b.WriteString("The floor is `floorfs` (`test/bench/floorfs`): every file and directory in memory, nothing persisted, hashed or captured, mounted with acyclicfs's kernel options over the same transport, listings without OPENDIR and FLUSH answered with ENOSYS as acyclicfs does, and a file open for writing served by passthrough on an in-memory file (memfd) as acyclicfs serves its upper files: the same requests reach both (compare the counts), so the ratio is what acyclicfs's own work per request costs. *daemon CPU* is the serving process's user+system CPU over the invocation (for acyclicfs, the lease end included).\n\n")
+	b.WriteString("The floor is `floorfs` (`test/bench/floorfs`): every file and directory in memory, nothing persisted, hashed or captured, mounted with acyclicfs's kernel options over the same transport, listings without OPENDIR and FLUSH answered with ENOSYS as acyclicfs does, a file open for writing served by passthrough on an in-memory file (memfd) as acyclicfs serves its upper files, and a small file's content put into the page cache at its first open as acyclicfs does (no READ, so no GETATTR after it): the same requests reach both (compare the counts), so the ratio is what acyclicfs's own work per request costs. *daemon CPU* is the serving process's user+system CPU over the invocation (for acyclicfs, the lease end included).\n\n")
 	census := len(r.profile) > 0
 	hdr := []string{"workload", "acyclicfs", "floor", "acyclicfs / floor", "floor goal", "met", "acyclicfs daemon CPU", "floor daemon CPU"}
 	if census {
@@ -671,4 +671,17 @@ func fmtPct(st stat) string {
 		return fmt.Sprintf("%+.1f %%", 100*(st.med-1))
 	}
 	return fmt.Sprintf("%+.1f %% (%+.1f – %+.1f)", 100*(st.med-1), 100*(st.min-1), 100*(st.max-1))
+}
+
+// floorModes describes the floor's kernel modes measured besides it
+// (-systems floor-noopen,floor-nopt), for the method section.
+func floorModes(systems []string) string {
+	var b strings.Builder
+	if contains(systems, sysFloorNoOpen) {
+		b.WriteString(" **floor-noopen**: the floor with OPEN answered ENOSYS (`floorfs -no-open`, the kernel's no_open): no OPEN or RELEASE per open, every open of an existing file served from the page cache with handle 0 (reads and writes through the daemon), created files by passthrough without RELEASE.")
+	}
+	if contains(systems, sysFloorNoPT) {
+		b.WriteString(" **floor-nopt**: the floor without passthrough (`floorfs -passthrough=false`): every open, writers' included, served through the daemon and the page cache.")
+	}
+	return b.String()
 }

@@ -33,8 +33,36 @@ var allSystems = []string{sysNative, sysLoopback, sysOverlay, sysPassHP, sysFloo
 // it in every run, and the report pairs the two (attribution on vs off).
 const sysAcyNoAttr = "acyclicfs-noattr"
 
+// The floor's kernel modes, measured beside it when -systems names them
+// (not by default; issue #30): floorSysFlags gives each its floorfs flags.
+const (
+	// sysFloorNoOpen answers OPEN with ENOSYS: the kernel's no_open, no
+	// OPEN or RELEASE per open, every open of an existing file from the
+	// page cache.
+	sysFloorNoOpen = "floor-noopen"
+	// sysFloorNoPT serves every open, writers' included, through the
+	// daemon and the page cache (FOPEN_KEEP_CACHE), no passthrough.
+	sysFloorNoPT = "floor-nopt"
+)
+
+var floorSysFlags = map[string][]string{
+	sysFloor:       nil,
+	sysFloorNoOpen: {"-no-open"},
+	sysFloorNoPT:   {"-passthrough=false"},
+}
+
 // knownSystems are the systems -systems may name.
-var knownSystems = append(slices.Clone(allSystems), sysAcyNoAttr)
+var knownSystems = append(slices.Clone(allSystems), sysAcyNoAttr, sysFloorNoOpen, sysFloorNoPT)
+
+// usesFloor: systems measures a floorfs mount.
+func usesFloor(systems []string) bool {
+	for _, s := range systems {
+		if _, ok := floorSysFlags[s]; ok {
+			return true
+		}
+	}
+	return false
+}
 
 // usesAcyclicfs: systems measures an acyclicfs mount.
 func usesAcyclicfs(systems []string) bool {
@@ -103,7 +131,7 @@ func prepare(ctx context.Context, cfg *config, work string, cl *cleaner) (*bench
 		}
 	}
 	e.floor = cfg.floor
-	if e.floor == "" && contains(cfg.systems, sysFloor) {
+	if e.floor == "" && usesFloor(cfg.systems) {
 		e.floor = filepath.Join(work, "bin", "floorfs")
 		logf("building %s", e.floor)
 		if _, err := runCmd(ctx, cfg.repo, []string{"CGO_ENABLED=0"}, e.goBin, "build", "-o", e.floor, "./test/bench/floorfs"); err != nil {
@@ -216,8 +244,8 @@ func (e *benchEnv) open(ctx context.Context, sys string, n int, debug bool) (ins
 		return e.openOverlay(ctx, tag)
 	case sysPassHP:
 		return e.openPassHP(ctx, tag)
-	case sysFloor:
-		return e.openFloor(ctx, tag, debug)
+	case sysFloor, sysFloorNoOpen, sysFloorNoPT:
+		return e.openFloor(ctx, tag, debug, floorSysFlags[sys]...)
 	case sysAcyclicfs:
 		return e.openAcyclicfs(ctx, tag, debug, e.pairFlags()...)
 	case sysAcyNoAttr:
@@ -329,9 +357,9 @@ func (e *benchEnv) openLoopback(ctx context.Context, tag string, debug bool) (in
 // openFloor mounts floorfs, which copies the pristine lower tree into its
 // memory at start (no copy on disk: it never writes to it), over the
 // transport acyclicfs's mounts are asked for.
-func (e *benchEnv) openFloor(ctx context.Context, tag string, debug bool) (instance, error) {
+func (e *benchEnv) openFloor(ctx context.Context, tag string, debug bool, flags ...string) (instance, error) {
 	inst, err := e.serve(ctx, tag, "floorfs", e.lower, debug, func(src, mp string) []string {
-		a := []string{e.floor, "-from", src, "-transport", e.cfg.transport}
+		a := append([]string{e.floor, "-from", src, "-transport", e.cfg.transport}, flags...)
 		if debug {
 			a = append(a, "-debug")
 		}

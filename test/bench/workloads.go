@@ -35,6 +35,8 @@ type workload struct {
 	timed     func(p params) string
 	after     func(p params) string
 	note      string
+	// extra: run only when -workloads names it (not by default).
+	extra bool
 }
 
 var workloads = []*workload{
@@ -84,7 +86,17 @@ var workloads = []*workload{
 		name: "grep", title: "grep -r fixed string (warm)", goal: 2.0,
 		warm:  func(p params) string { return grepScript(p) },
 		timed: func(p params) string { return grepScript(p) },
-		note:  "grep -rFc 'The Go Authors' over src/, after one untimed pass",
+		note:  "grep -rFc 'The Go Authors' over src/, after one untimed pass (whose reads through FUSE READ drop each file's cached atime: on a FUSE mount this pass sends a GETATTR per file, the next does not)",
+	},
+	{
+		// Not in the default set (-workloads names it): the first pass
+		// reads through FUSE READ, whose completion invalidates the
+		// cached atime of each file and directory, so the second pass
+		// pays a GETATTR per file and the third does not (issue #30).
+		name: "grep-again", title: "grep -r fixed string (third pass)", extra: true,
+		warm:  func(p params) string { return grepScript(p) + " && " + grepScript(p) },
+		timed: func(p params) string { return grepScript(p) },
+		note:  "grep -rFc 'The Go Authors' over src/, after two untimed passes",
 	},
 	{
 		name: "git-commit", title: "git add -A && git commit", goal: 1.5, floorGoal: 1.25,
@@ -192,7 +204,19 @@ func grepScript(p params) string {
 	return fmt.Sprintf("grep -rFc 'The Go Authors' %s >/dev/null", shq(p.goroot()+"/src"))
 }
 
+// workloadNames are the workloads run by default.
 func workloadNames() []string {
+	var out []string
+	for _, w := range workloads {
+		if !w.extra {
+			out = append(out, w.name)
+		}
+	}
+	return out
+}
+
+// allWorkloadNames are the workloads -workloads may name.
+func allWorkloadNames() []string {
 	var out []string
 	for _, w := range workloads {
 		out = append(out, w.name)

@@ -48,6 +48,9 @@ type node struct {
 	// stalePages: the content changed by passthrough since the page
 	// cache last saw it; the next cached open drops the cached pages.
 	stalePages bool
+	// stored: the content is in the kernel's page cache by a store at
+	// open (cleared when the content changes).
+	stored bool
 }
 
 // memFile is a memfd holding a file's content during passthrough opens.
@@ -187,6 +190,7 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 
 // truncate sets the content's length; n.mu is held.
 func (n *node) truncate(sz int) {
+	n.stored = false
 	if sz <= cap(n.data) {
 		old := len(n.data)
 		n.data = n.data[:sz]
@@ -220,7 +224,17 @@ var _ gofs.FilePassthroughFder = (*ptHandle)(nil)
 // lasts, by passthrough on a memfd, as acyclicfs serves its upper files
 // (Config.Passthrough); other opens read from memory through the daemon
 // and keep the page cache across opens, as acyclicfs's clean files.
+// daemonOpens counts OPEN requests (tests: -no-open stops them).
+var daemonOpens atomic.Int64
+
 func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	daemonOpens.Add(1)
+	if *noOpen {
+		// The kernel remembers ENOSYS for the connection (no_open): it
+		// sends no OPEN and no RELEASE again, created files' included,
+		// and serves every open as FOPEN_KEEP_CACHE with handle 0.
+		return nil, 0, syscall.ENOSYS
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	write := flags&syscall.O_ACCMODE != syscall.O_RDONLY
@@ -235,8 +249,20 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		n.stalePages = false
 		return &cachedHandle{n}, 0, 0
 	}
+	if !n.stored && n.cachedOpens == 1 && len(n.data) > 0 && len(n.data) <= storePagesMax {
+		// As acyclicfs (Mount.storePages): a small file's content goes
+		// into the page cache at its first open, so no READ follows and
+		// nothing drops the cached atime. Only with no other open, so no
+		// reader holds a page locked waiting for a READ that needs n.mu.
+		if n.WriteCache(0, n.data) == 0 {
+			n.stored = true
+		}
+	}
 	return &cachedHandle{n}, fuse.FOPEN_KEEP_CACHE, 0
 }
+
+// storePagesMax is acyclicfs's bound on the files an open stores.
+const storePagesMax = 64 << 10
 
 // startPT counts a passthrough open, moving the content into a memfd if
 // it is the first; n.mu is held.
@@ -289,7 +315,7 @@ func (n *node) Release(ctx context.Context, fh gofs.FileHandle) syscall.Errno {
 			return gofs.ToErrno(err)
 		}
 		n.dropPT()
-		n.data, n.stalePages = data, true
+		n.data, n.stalePages, n.stored = data, true, false
 	}
 	return 0
 }
@@ -363,6 +389,7 @@ func (n *node) Write(ctx context.Context, fh gofs.FileHandle, data []byte, off i
 		}
 	}
 	copy(n.data[off:], data)
+	n.stored = false
 	n.mtime = time.Now()
 	n.ctime = n.mtime
 	return uint32(len(data)), 0
@@ -421,6 +448,11 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	c, in := n.child(ctx, syscall.S_IFREG|mode&07777, out)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if *noOpen && liveMemfds.Load() >= retainMemfds {
+		// Without RELEASE (no_open) a memfd is never given back: past
+		// the bound, new files are written through the daemon.
+		return in, nil, fuse.FOPEN_KEEP_CACHE, 0
+	}
 	if !*passthrough {
 		c.cachedOpens++
 		return in, &cachedHandle{c}, fuse.FOPEN_KEEP_CACHE, 0

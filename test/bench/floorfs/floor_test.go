@@ -146,3 +146,83 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestFloorNoOpen: with -no-open the kernel asks OPEN once, gets ENOSYS,
+// and then serves every open from the page cache with no OPEN or GETATTR
+// (a read from cached pages invalidates nothing); writes to an existing
+// file (O_TRUNC as a SETATTR, the kernel's atomic_o_trunc being off) and
+// new files still read back.
+func TestFloorNoOpen(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (/dev/fuse, DirectMount)")
+	}
+	*noOpen = true
+	t.Cleanup(func() { *noOpen = false })
+	src := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(src, "f"), []byte("lower"), 0o644))
+	mp := t.TempDir()
+	m, err := mount(mp, src, "dev-fuse", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(mp, 0); err != nil {
+			t.Errorf("unmount: %v", err)
+		}
+		m.Wait()
+	})
+	p := func(s string) string { return filepath.Join(mp, s) }
+	read := func(name, want string) {
+		t.Helper()
+		if b, err := os.ReadFile(p(name)); err != nil || string(b) != want {
+			t.Fatalf("read %s: %q %v, want %q", name, b, err, want)
+		}
+	}
+	read("f", "lower") // the OPEN that sets no_open, then a READ
+	read("f", "lower") // a GETATTR: the READ dropped the cached atime
+	o0, g0, r0 := daemonOpens.Load(), daemonGetattrs.Load(), daemonReads.Load()
+	read("f", "lower")
+	if o, g, r := daemonOpens.Load()-o0, daemonGetattrs.Load()-g0, daemonReads.Load()-r0; o != 0 || g != 0 || r != 0 {
+		t.Errorf("a cached read sent %d OPEN, %d GETATTR, %d READ; want none", o, g, r)
+	}
+	must(t, os.WriteFile(p("f"), []byte("new"), 0o644))
+	read("f", "new")
+	must(t, os.WriteFile(p("g"), []byte("created"), 0o644))
+	read("g", "created")
+	if o := daemonOpens.Load() - o0; o != 0 {
+		t.Errorf("%d OPEN after no_open, want none", o)
+	}
+}
+
+// TestFloorStoresSmallFiles: as acyclicfs, the first open of a small file
+// puts its content into the page cache, so no READ reaches the floor and
+// the next open + fstat sends no GETATTR.
+func TestFloorStoresSmallFiles(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (/dev/fuse, DirectMount)")
+	}
+	src := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(src, "f"), []byte("small"), 0o644))
+	mp := t.TempDir()
+	m, err := mount(mp, src, "dev-fuse", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(mp, 0); err != nil {
+			t.Errorf("unmount: %v", err)
+		}
+		m.Wait()
+	})
+	var st syscall.Stat_t
+	must(t, syscall.Stat(filepath.Join(mp, "f"), &st))
+	g0, r0 := daemonGetattrs.Load(), daemonReads.Load()
+	for range 3 {
+		if b, err := os.ReadFile(filepath.Join(mp, "f")); err != nil || string(b) != "small" {
+			t.Fatalf("read: %q %v", b, err)
+		}
+	}
+	if g, r := daemonGetattrs.Load()-g0, daemonReads.Load()-r0; g != 0 || r != 0 {
+		t.Errorf("three reads sent %d GETATTR and %d READ, want none", g, r)
+	}
+}

@@ -16,7 +16,13 @@
 // are served without OPENDIR and cached by the kernel, through the same
 // wrapper acyclicfs uses (fusefs.WithoutOpendir).
 //
-//	floorfs [-from DIR] [-transport auto|io_uring|dev-fuse] [-passthrough=false] [-debug] MOUNTPOINT
+//	floorfs [-from DIR] [-transport auto|io_uring|dev-fuse] [-passthrough=false] [-no-open] [-debug] MOUNTPOINT
+//
+// -no-open answers OPEN with ENOSYS, the kernel's no_open mode: no OPEN or
+// RELEASE per open from then on (for created files neither: their memfds
+// are kept), every open of an existing file a cached one with handle 0;
+// -passthrough=false serves writers through the daemon too. The harness
+// measures the two as floor-noopen and floor-nopt (issue #30).
 //
 // It serves in the foreground until the mount is unmounted. -debug logs
 // every request in go-fuse's format ("rx N: OPCODE"), which the harness's
@@ -40,6 +46,10 @@ import (
 // passthrough is the -passthrough flag.
 var passthrough = func() *bool { b := true; return &b }()
 
+// noOpen is the -no-open flag: OPEN is answered with ENOSYS, the kernel's
+// no_open mode.
+var noOpen = new(bool)
+
 func main() {
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "floorfs:", err)
@@ -53,6 +63,7 @@ func run(args []string) error {
 	transport := fl.String("transport", "auto", "auto (io_uring where the kernel offers it), io_uring or dev-fuse")
 	debug := fl.Bool("debug", false, "log every request (go-fuse debug format)")
 	fl.BoolVar(passthrough, "passthrough", true, "serve writers by kernel passthrough on an in-memory file (memfd), as acyclicfs serves dirty files")
+	fl.BoolVar(noOpen, "no-open", false, "answer OPEN with ENOSYS (the kernel's no_open: no OPEN or RELEASE per open; every open of an existing file is served from the page cache with handle 0, reads and writes through the daemon; created files keep passthrough, up to 8,192 memfds, and are never released)")
 	if err := fl.Parse(args); err != nil {
 		return err
 	}
