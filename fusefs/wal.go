@@ -42,10 +42,13 @@ import (
 
 const (
 	walName = "overlay.wal"
-	// walMagic starts a log; version 2 logs may carry writer records
-	// (wal_attribution.go). Version 1 logs (walMagicV1) still replay: gob
-	// leaves the fields they lack empty.
-	walMagic   = "ACYFSWL2"
+	// walMagic starts a log whose frames are encoded by hand
+	// (wal_codec.go). Version 2 logs (walMagicV2, gob frames from one
+	// encoder per log) may carry writer records (wal_attribution.go);
+	// version 1 logs (walMagicV1) still replay: gob leaves the fields they
+	// lack empty. Both replay as before; a mount writes version 3.
+	walMagic   = "ACYFSWL3"
+	walMagicV2 = "ACYFSWL2"
 	walMagicV1 = "ACYFSWL1"
 	// walCompact is the log size above which the next flush writes a
 	// snapshot instead (which starts an empty log).
@@ -103,9 +106,8 @@ type walState struct {
 // walLog is the open log file, guarded by overlay.walMu.
 type walLog struct {
 	f   *os.File
-	buf bytes.Buffer
-	enc *gob.Encoder
-	ok  bool // f is open and nothing failed since; written under walMu and mu
+	buf []byte // the frame being written, reused
+	ok  bool   // f is open and nothing failed since; written under walMu and mu
 }
 
 // walMark records that in's state changed. Caller holds mu.
@@ -332,16 +334,14 @@ func (o *overlay) walNeedsSnapshot() bool {
 	return o.wal.gen == 0 || o.wal.size > walCompact || !o.walLog.ok
 }
 
-// walWrite appends one frame: length, CRC-32C, gob bytes (one encoder per
-// log, so types are described once). Caller holds walMu.
+// walWrite appends one frame: length, CRC-32C, the frame's encoding
+// (wal_codec.go). Caller holds walMu.
 func (o *overlay) walWrite(f *walFrame) error {
 	l := &o.walLog
-	l.buf.Reset()
-	l.buf.Write(make([]byte, 8))
-	if err := l.enc.Encode(f); err != nil {
-		return fmt.Errorf("overlay log: %w", err)
+	b := appendWALFrame(append(l.buf[:0], make([]byte, 8)...), f)
+	if cap(b) <= 1<<20 {
+		l.buf = b // keep the buffer unless one huge frame grew it
 	}
-	b := l.buf.Bytes()
 	binary.LittleEndian.PutUint32(b, uint32(len(b)-8))
 	binary.LittleEndian.PutUint32(b[4:], crc32.Checksum(b[8:], crcTable()))
 	if _, err := l.f.Write(b); err != nil {
@@ -385,8 +385,6 @@ func (o *overlay) walStart(nonce uint64, root store.ID) error {
 	o.mu.Lock()
 	l.ok = true
 	o.mu.Unlock()
-	l.buf.Reset()
-	l.enc = gob.NewEncoder(&l.buf)
 	return nil
 }
 
@@ -417,12 +415,18 @@ func readWAL(stateDir string, nonce uint64) ([]walFrame, store.ID, error) {
 func decodeWAL(b []byte, nonce uint64) ([]walFrame, store.ID) {
 	var root store.ID
 	hdr := len(walMagic) + 8 + len(root)
-	if len(b) < hdr || string(b[:len(walMagic)]) != walMagic && string(b[:len(walMagic)]) != walMagicV1 ||
-		binary.LittleEndian.Uint64(b[len(walMagic):]) != nonce {
+	if len(b) < hdr || binary.LittleEndian.Uint64(b[len(walMagic):]) != nonce {
+		return nil, root
+	}
+	magic := string(b[:len(walMagic)])
+	if magic != walMagic && magic != walMagicV2 && magic != walMagicV1 {
 		return nil, root
 	}
 	copy(root[:], b[len(walMagic)+8:])
 	b = b[hdr:]
+	if magic == walMagic {
+		return decodeWALFrames(b), root
+	}
 	var stream bytes.Buffer
 	dec := gob.NewDecoder(&stream)
 	var frames []walFrame
@@ -440,6 +444,26 @@ func decodeWAL(b []byte, nonce uint64) ([]walFrame, store.ID) {
 		b = b[8+n:]
 	}
 	return frames, root
+}
+
+// decodeWALFrames parses the frames of a version 3 log after its header,
+// up to the first that is incomplete, fails its checksum or does not
+// decode.
+func decodeWALFrames(b []byte) []walFrame {
+	var frames []walFrame
+	for len(b) >= 8 {
+		n := int(binary.LittleEndian.Uint32(b))
+		if n > len(b)-8 || crc32.Checksum(b[8:8+n], crcTable()) != binary.LittleEndian.Uint32(b[4:]) {
+			break
+		}
+		f, err := decodeWALFrame(b[8 : 8+n])
+		if err != nil {
+			break
+		}
+		frames = append(frames, f)
+		b = b[8+n:]
+	}
+	return frames
 }
 
 // walBegin starts the log of a fresh overlay (no snapshot on disk): the
