@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/gob"
@@ -11,6 +12,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -101,7 +103,21 @@ type walState struct {
 	// arena holds the writer indices of the frame or snapshot being
 	// encoded (walWriters). Guarded by mu and walMu.
 	arena []uint32
+	// frame, ins and listed are walEncode's, reused from frame to frame
+	// (a frame is written before every request that changed the table
+	// is answered, and their allocation was most of its encoding).
+	// Guarded by mu and walMu: the frame is read by walWrite, which runs
+	// under walMu.
+	frame       walFrame
+	ins, listed []*inode
 }
+
+// walScratchMax bounds what the reused frame keeps between frames: one
+// huge frame (a directory listed in full) does not pin its records.
+const walScratchMax = 1024
+
+// walKeepMarks is the largest mark set walEncode clears for reuse.
+const walKeepMarks = 64
 
 // walLog is the open log file, guarded by overlay.walMu.
 type walLog struct {
@@ -177,9 +193,15 @@ func walListable(in *inode) bool { return in.isDir() && in.children != nil && in
 // walEncode turns the marks into a frame and returns it with the upper
 // files to delete once it is written. Caller holds mu; o.wal.gen != 0.
 func (o *overlay) walEncode() (*walFrame, []uint64) {
-	f := &walFrame{NextIno: o.nextIno, Seq: o.seq}
-	o.wal.arena = o.wal.arena[:0] // the last frame is written: walMu is held
-	var listed []*inode
+	f := &o.wal.frame // the last frame is written: walMu is held
+	recs := f.Recs
+	clear(recs)
+	if cap(recs) > walScratchMax {
+		recs = nil
+	}
+	*f = walFrame{NextIno: o.nextIno, Seq: o.seq, Recs: recs[:0]}
+	o.wal.arena = o.wal.arena[:0]
+	listed := o.wal.listed[:0]
 	full := func(in *inode) {
 		l := walListable(in)
 		r := walRec{Kind: walFull, Inode: snapRecord(in, l)}
@@ -193,11 +215,11 @@ func (o *overlay) walEncode() (*walFrame, []uint64) {
 			listed = append(listed, in)
 		}
 	}
-	ins := make([]*inode, 0, len(o.wal.marks))
+	ins := o.wal.ins[:0]
 	for in := range o.wal.marks {
 		ins = append(ins, in)
 	}
-	sort.Slice(ins, func(i, j int) bool { return ins[i].num < ins[j].num })
+	slices.SortFunc(ins, func(a, b *inode) int { return cmp.Compare(a.num, b.num) })
 	for _, in := range ins {
 		switch {
 		case in.walGen != o.wal.gen || walListable(in) && !in.walListed:
@@ -238,7 +260,26 @@ func (o *overlay) walEncode() (*walFrame, []uint64) {
 			}
 		}
 	}
-	o.wal.marks, o.wal.names = nil, nil
+	clear(ins)
+	clear(listed[:cap(listed)])
+	if cap(ins) <= walScratchMax {
+		o.wal.ins = ins[:0]
+	}
+	if cap(listed) <= walScratchMax {
+		o.wal.listed = listed[:0]
+	}
+	// A small mark set is kept for the next frame (clearing costs its
+	// capacity; a big one is dropped instead).
+	if len(o.wal.marks) <= walKeepMarks {
+		clear(o.wal.marks)
+	} else {
+		o.wal.marks = nil
+	}
+	if len(o.wal.names) <= walKeepMarks {
+		clear(o.wal.names)
+	} else {
+		o.wal.names = nil
+	}
 	o.walEncodeRemoved(f)
 	f.Writers, o.wal.newWriters = o.wal.newWriters, nil
 	trash := o.wal.trash
