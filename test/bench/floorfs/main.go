@@ -16,7 +16,13 @@
 // are served without OPENDIR and cached by the kernel, through the same
 // wrapper acyclicfs uses (fusefs.WithoutOpendir).
 //
-//	floorfs [-from DIR] [-transport auto|io_uring|dev-fuse] [-passthrough=false] [-debug] MOUNTPOINT
+//	floorfs [-from DIR] [-transport auto|io_uring|dev-fuse] [-passthrough=false] [-persist DIR] [-debug] MOUNTPOINT
+//
+// -persist DIR puts that content in a new file in DIR per file (created
+// at the first passthrough open, deleted with the memfd it replaces):
+// what a server that persists every created file as a real file, as
+// acyclicfs does its upper files, pays at least; nothing is synced or
+// recovered.
 //
 // It serves in the foreground until the mount is unmounted. -debug logs
 // every request in go-fuse's format ("rx N: OPCODE"), which the harness's
@@ -53,6 +59,7 @@ func run(args []string) error {
 	transport := fl.String("transport", "auto", "auto (io_uring where the kernel offers it), io_uring or dev-fuse")
 	debug := fl.Bool("debug", false, "log every request (go-fuse debug format)")
 	fl.BoolVar(passthrough, "passthrough", true, "serve writers by kernel passthrough on an in-memory file (memfd), as acyclicfs serves dirty files")
+	fl.StringVar(&persistDir, "persist", "", "keep passthrough content in a new real file per file in this directory instead of a memfd (deleted with it): the floor of a server whose created files are files on disk")
 	if err := fl.Parse(args); err != nil {
 		return err
 	}
