@@ -78,6 +78,28 @@ type walFrame struct {
 	Removed []walRemoved
 }
 
+// walRetired is an upper file only the log names, retired: to delete
+// once a frame is written, from the trash or (inPlace) from upper/.
+type walRetired struct {
+	num     uint64
+	inPlace bool
+}
+
+// path is where r waits for its frame.
+func (o *overlay) retiredPath(r walRetired) string {
+	if r.inPlace {
+		return o.upperPath(r.num)
+	}
+	return o.trashPath(r.num)
+}
+
+// removeRetired deletes retired upper files.
+func (o *overlay) removeRetired(rs []walRetired) {
+	for _, r := range rs {
+		_ = os.Remove(o.retiredPath(r))
+	}
+}
+
 // walState is the overlay's log bookkeeping, guarded by overlay.mu.
 type walState struct {
 	// gen numbers the current base (the last snapshot encoded by this
@@ -92,7 +114,7 @@ type walState struct {
 	// trash holds the ones retired since the last frame, deleted once the
 	// next frame is written.
 	named map[uint64]bool
-	trash []uint64
+	trash []walRetired
 	size  int64 // bytes in the log file
 	// writerIdx is the log's writer table (wal_attribution.go);
 	// newWriters the entries the next frame appends; removedDirty the
@@ -192,7 +214,7 @@ func walListable(in *inode) bool { return in.isDir() && in.children != nil && in
 
 // walEncode turns the marks into a frame and returns it with the upper
 // files to delete once it is written. Caller holds mu; o.wal.gen != 0.
-func (o *overlay) walEncode() (*walFrame, []uint64) {
+func (o *overlay) walEncode() (*walFrame, []walRetired) {
 	f := &o.wal.frame // the last frame is written: walMu is held
 	recs := f.Recs
 	clear(recs)
@@ -342,9 +364,7 @@ func (o *overlay) walFlush(snapMu interface {
 			return err
 		}
 		o.walMu.Unlock()
-		for _, num := range trash {
-			_ = os.Remove(o.trashPath(num))
-		}
+		o.removeRetired(trash)
 		return nil
 	}
 }
@@ -355,7 +375,7 @@ func (o *overlay) walFlush(snapMu interface {
 // retired ones in trash included — need not be kept for it: rm gives the
 // space back at once, which a full disk needs. Truncating needs no space.
 // Caller holds walMu, not mu.
-func (o *overlay) walDrop(trash []uint64) {
+func (o *overlay) walDrop(trash []walRetired) {
 	if l := &o.walLog; l.f != nil {
 		_ = l.f.Truncate(int64(len(walMagic) + 8 + len(store.ID{})))
 	}
@@ -364,9 +384,7 @@ func (o *overlay) walDrop(trash []uint64) {
 	o.wal.named = map[uint64]bool{}
 	o.wal.size = 0
 	o.mu.Unlock()
-	for _, num := range trash {
-		_ = os.Remove(o.trashPath(num))
-	}
+	o.removeRetired(trash)
 }
 
 // walNeedsSnapshot reports whether the next flush must write a snapshot.

@@ -185,3 +185,56 @@ func TestLogWriteFailureFreesSpace(t *testing.T) {
 		t.Errorf("no snapshot after the log failed: %v", err)
 	}
 }
+
+// TestUnlinkedNewFileRetiredInPlace: the upper file of a new file that
+// only the log names is deleted where it is once the frame recording its
+// removal is written (no rename into the trash); until that frame, a
+// crash's recovery still finds it and keeps the file.
+func TestUnlinkedNewFileRetiredInPlace(t *testing.T) {
+	objs := newFakeObjects(t)
+	root := objs.build(t, spec{"keep": "k"})
+	state := t.TempDir()
+	m, mnt := mountT(t, objs, root, &mountOpts{stateDir: state})
+	mustWrite(t, filepath.Join(mnt, "new"), "new content")
+	waitReleased(m)
+	ov := m.ov
+	ov.mu.Lock()
+	ch, err := ov.children(ov.root)
+	if err != nil {
+		ov.mu.Unlock()
+		t.Fatal(err)
+	}
+	c := ch["new"]
+	num := c.num
+	if !c.upper || !ov.wal.named[num] || ov.named == nil || ov.named[num] {
+		ov.mu.Unlock()
+		t.Fatalf("new file: upper %v, named by the log %v, by the snapshot %v", c.upper, ov.wal.named[num], ov.named[num])
+	}
+	// As Unlink does, without its flush: the frame is not written yet.
+	before := ov.walMarks.Load()
+	ov.removeLink(ov.root, "new", c)
+	ov.mu.Unlock()
+	if _, err := os.Stat(ov.upperPath(num)); err != nil {
+		t.Fatalf("upper file before the frame: %v", err)
+	}
+	if _, err := os.Stat(ov.trashPath(num)); err == nil {
+		t.Fatal("upper file renamed into the trash")
+	}
+	// A crash now: the log does not record the removal, and the file's
+	// content is still there for its replay.
+	crashed := copyState(t, state)
+	objs2 := newFakeObjectsAt(objs.dir)
+	rid, _, err := RecoverCapture(crashed, objs2, root)
+	if err != nil {
+		t.Fatalf("recover before the frame: %v", err)
+	}
+	if got := objs2.flatten(t, rid); got["new"] != "file:new content" {
+		t.Fatalf("recovered before the frame: %v", got)
+	}
+	if err := ov.walFlush(&m.snapMu, before); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(ov.upperPath(num)); err == nil {
+		t.Fatal("upper file left after the frame")
+	}
+}
