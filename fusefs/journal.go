@@ -450,9 +450,10 @@ func (o *overlay) writeSnapshot(snapMu interface {
 			return
 		}
 		// Upper files retired before this snapshot are not named by it.
-		for _, num := range append(trash, logTrash...) {
+		for _, num := range trash {
 			_ = os.Remove(o.trashPath(num))
 		}
+		o.removeRetired(logTrash)
 		o.mu.Lock()
 		o.named = newNamed
 		for _, num := range trash {

@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"os"
 	"syscall"
 	"time"
 
@@ -53,12 +54,16 @@ type attrSnapshot struct {
 	atime, mtime, ctime   int64
 	upper                 bool
 	clean                 bool
+	// upperFile is the inode's open upper file, if any: fill stats it
+	// instead of looking its path up (tar's futimens, fchown and fchmod
+	// each get a reply filled while the file is open).
+	upperFile *os.File
 }
 
 // snapAttr copies in's attributes. Caller holds mu.
 func snapAttr(in *inode) attrSnapshot {
 	a := attrSnapshot{num: in.num, ino: in.ino, lowerID: in.lowerIDOrZero(), mode: in.mode, uid: in.uid, gid: in.gid, nlink: in.nlink(),
-		rdev: in.rdev, atime: in.atime, mtime: in.mtime, ctime: in.ctime, upper: in.upper}
+		rdev: in.rdev, atime: in.atime, mtime: in.mtime, ctime: in.ctime, upper: in.upper, upperFile: in.upperFile}
 	switch {
 	case in.isDir():
 		a.size = 4096
@@ -99,7 +104,7 @@ func (m *Mount) fill(a *attrSnapshot, out *fuse.Attr) {
 	setTimes(out, a.atime, a.mtime, ctime)
 	if a.upper {
 		var st syscall.Stat_t
-		if err := syscall.Stat(m.ov.upperPath(a.num), &st); err == nil {
+		if statUpper(a, m.ov, &st) == nil {
 			out.Size = uint64(st.Size)
 			out.Blocks = uint64(st.Blocks)
 			setTimes(out, st.Atim.Nano(), st.Mtim.Nano(), max(st.Ctim.Nano(), a.ctime))
@@ -108,6 +113,20 @@ func (m *Mount) fill(a *attrSnapshot, out *fuse.Attr) {
 		out.Blocks = (out.Size + 511) / 512
 	}
 	out.Blksize = 4096
+}
+
+// statUpper stats a's upper file: through its open file when there is
+// one (closed since, it fails and the path is looked up as without).
+func statUpper(a *attrSnapshot, ov *overlay, st *syscall.Stat_t) error {
+	if f := a.upperFile; f != nil {
+		if fi, err := f.Stat(); err == nil {
+			if s, ok := fi.Sys().(*syscall.Stat_t); ok {
+				*st = *s
+				return nil
+			}
+		}
+	}
+	return syscall.Stat(ov.upperPath(a.num), st)
 }
 
 func setTimes(out *fuse.Attr, at, mt, ct int64) {

@@ -290,16 +290,29 @@ func (o *overlay) trashPath(num uint64) string {
 //
 // An upper file only the log names (wal.go) is deleted once a frame that
 // no longer names it is written.
-func (o *overlay) trashUpper(num uint64) {
+//
+// dead: the inode has no name and no open left, so nothing can give it an
+// upper file again. Then an upper file only the log names needs no new
+// name either: it stays where a replay of the log finds it and is deleted
+// in place once the frame recording its end is written, one unlink(2)
+// instead of a rename(2) and an unlink(2) per removed new file. (A crash
+// between that frame and the unlink leaves it a stray, which recovery
+// deletes as it deletes any upper file no record names.)
+func (o *overlay) trashUpper(num uint64, dead bool) {
 	logOnly := o.named != nil && !o.named[num]
 	if logOnly && !o.wal.named[num] {
 		_ = os.Remove(o.upperPath(num))
 		return
 	}
+	if logOnly && dead {
+		o.wal.trash = append(o.wal.trash, walRetired{num: num, inPlace: true})
+		o.walPending.Store(true)
+		return
+	}
 	// rename(2) directly: os.Rename adds an lstat of the target, on every unlink.
 	if err := syscall.Rename(o.upperPath(num), o.trashPath(num)); err == nil {
 		if logOnly {
-			o.wal.trash = append(o.wal.trash, num)
+			o.wal.trash = append(o.wal.trash, walRetired{num: num})
 			o.walPending.Store(true)
 			return
 		}
@@ -518,7 +531,7 @@ func detachName(d *inode, name string, c *inode) {
 // no open handles. Caller holds mu.
 func (o *overlay) maybeDropUpper(c *inode) {
 	if len(c.links) == 0 && c.opens == 0 && c.upper {
-		o.dropUpper(c)
+		o.retireUpper(c, true)
 		if o.trashIndex(c.num) >= 0 {
 			if o.unlinked == nil {
 				o.unlinked = map[uint64]bool{}
@@ -540,9 +553,12 @@ func (o *overlay) trashIndex(num uint64) int {
 
 // dropUpper retires c's upper file; c shows its lower entry again.
 // Caller holds mu.
-func (o *overlay) dropUpper(c *inode) {
+func (o *overlay) dropUpper(c *inode) { o.retireUpper(c, false) }
+
+// retireUpper is dropUpper; dead as for trashUpper. Caller holds mu.
+func (o *overlay) retireUpper(c *inode, dead bool) {
 	o.unretain(c)
-	o.trashUpper(c.num)
+	o.trashUpper(c.num, dead)
 	c.upper = false
 	c.capStat, c.capID = upperStat{}, store.ID{}
 }

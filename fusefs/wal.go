@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/gob"
@@ -11,6 +12,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -44,10 +46,13 @@ import (
 
 const (
 	walName = "overlay.wal"
-	// walMagic starts a log; version 2 logs may carry writer records
-	// (wal_attribution.go). Version 1 logs (walMagicV1) still replay: gob
-	// leaves the fields they lack empty.
-	walMagic   = "ACYFSWL2"
+	// walMagic starts a log whose frames are encoded by hand
+	// (wal_codec.go). Version 2 logs (walMagicV2, gob frames from one
+	// encoder per log) may carry writer records (wal_attribution.go);
+	// version 1 logs (walMagicV1) still replay: gob leaves the fields they
+	// lack empty. Both replay as before; a mount writes version 3.
+	walMagic   = "ACYFSWL3"
+	walMagicV2 = "ACYFSWL2"
 	walMagicV1 = "ACYFSWL1"
 	// walCompact is the log size above which the next flush writes a
 	// snapshot instead (which starts an empty log).
@@ -79,6 +84,28 @@ type walFrame struct {
 	Removed []walRemoved
 }
 
+// walRetired is an upper file only the log names, retired: to delete
+// once a frame is written, from the trash or (inPlace) from upper/.
+type walRetired struct {
+	num     uint64
+	inPlace bool
+}
+
+// path is where r waits for its frame.
+func (o *overlay) retiredPath(r walRetired) string {
+	if r.inPlace {
+		return o.upperPath(r.num)
+	}
+	return o.trashPath(r.num)
+}
+
+// removeRetired deletes retired upper files.
+func (o *overlay) removeRetired(rs []walRetired) {
+	for _, r := range rs {
+		_ = os.Remove(o.retiredPath(r))
+	}
+}
+
 // walState is the overlay's log bookkeeping, guarded by overlay.mu.
 type walState struct {
 	// gen numbers the current base (the last snapshot encoded by this
@@ -93,7 +120,7 @@ type walState struct {
 	// trash holds the ones retired since the last frame, deleted once the
 	// next frame is written.
 	named map[uint64]bool
-	trash []uint64
+	trash []walRetired
 	size  int64 // bytes in the log file
 	// writerIdx is the log's writer table (wal_attribution.go);
 	// newWriters the entries the next frame appends; removedDirty the
@@ -104,14 +131,27 @@ type walState struct {
 	// arena holds the writer indices of the frame or snapshot being
 	// encoded (walWriters). Guarded by mu and walMu.
 	arena []uint32
+	// frame, ins and listed are walEncode's, reused from frame to frame
+	// (a frame is written before every request that changed the table
+	// is answered, and their allocation was most of its encoding).
+	// Guarded by mu and walMu: the frame is read by walWrite, which runs
+	// under walMu.
+	frame       walFrame
+	ins, listed []*inode
 }
+
+// walScratchMax bounds what the reused frame keeps between frames: one
+// huge frame (a directory listed in full) does not pin its records.
+const walScratchMax = 1024
+
+// walKeepMarks is the largest mark set walEncode clears for reuse.
+const walKeepMarks = 64
 
 // walLog is the open log file, guarded by overlay.walMu.
 type walLog struct {
 	f   *os.File
-	buf bytes.Buffer
-	enc *gob.Encoder
-	ok  bool // f is open and nothing failed since; written under walMu and mu
+	buf []byte // the frame being written, reused
+	ok  bool   // f is open and nothing failed since; written under walMu and mu
 }
 
 // walMark records that in's state changed. Caller holds mu.
@@ -180,10 +220,16 @@ func walListable(in *inode) bool { return in.isDir() && in.children != nil && in
 
 // walEncode turns the marks into a frame and returns it with the upper
 // files to delete once it is written. Caller holds mu; o.wal.gen != 0.
-func (o *overlay) walEncode() (*walFrame, []uint64) {
-	f := &walFrame{NextIno: o.nextIno, Seq: o.seq, CapSeq: o.capSeq}
-	o.wal.arena = o.wal.arena[:0] // the last frame is written: walMu is held
-	var listed []*inode
+func (o *overlay) walEncode() (*walFrame, []walRetired) {
+	f := &o.wal.frame // the last frame is written: walMu is held
+	recs := f.Recs
+	clear(recs)
+	if cap(recs) > walScratchMax {
+		recs = nil
+	}
+	*f = walFrame{NextIno: o.nextIno, Seq: o.seq, CapSeq: o.capSeq, Recs: recs[:0]}
+	o.wal.arena = o.wal.arena[:0]
+	listed := o.wal.listed[:0]
 	full := func(in *inode) {
 		l := walListable(in)
 		r := walRec{Kind: walFull, Inode: snapRecord(in, l)}
@@ -197,11 +243,11 @@ func (o *overlay) walEncode() (*walFrame, []uint64) {
 			listed = append(listed, in)
 		}
 	}
-	ins := make([]*inode, 0, len(o.wal.marks))
+	ins := o.wal.ins[:0]
 	for in := range o.wal.marks {
 		ins = append(ins, in)
 	}
-	sort.Slice(ins, func(i, j int) bool { return ins[i].num < ins[j].num })
+	slices.SortFunc(ins, func(a, b *inode) int { return cmp.Compare(a.num, b.num) })
 	for _, in := range ins {
 		switch {
 		case in.walGen != o.wal.gen || walListable(in) && !in.walListed:
@@ -242,7 +288,26 @@ func (o *overlay) walEncode() (*walFrame, []uint64) {
 			}
 		}
 	}
-	o.wal.marks, o.wal.names = nil, nil
+	clear(ins)
+	clear(listed[:cap(listed)])
+	if cap(ins) <= walScratchMax {
+		o.wal.ins = ins[:0]
+	}
+	if cap(listed) <= walScratchMax {
+		o.wal.listed = listed[:0]
+	}
+	// A small mark set is kept for the next frame (clearing costs its
+	// capacity; a big one is dropped instead).
+	if len(o.wal.marks) <= walKeepMarks {
+		clear(o.wal.marks)
+	} else {
+		o.wal.marks = nil
+	}
+	if len(o.wal.names) <= walKeepMarks {
+		clear(o.wal.names)
+	} else {
+		o.wal.names = nil
+	}
 	o.walEncodeRemoved(f)
 	f.Writers, o.wal.newWriters = o.wal.newWriters, nil
 	trash := o.wal.trash
@@ -305,9 +370,7 @@ func (o *overlay) walFlush(snapMu interface {
 			return err
 		}
 		o.walMu.Unlock()
-		for _, num := range trash {
-			_ = os.Remove(o.trashPath(num))
-		}
+		o.removeRetired(trash)
 		return nil
 	}
 }
@@ -318,7 +381,7 @@ func (o *overlay) walFlush(snapMu interface {
 // retired ones in trash included — need not be kept for it: rm gives the
 // space back at once, which a full disk needs. Truncating needs no space.
 // Caller holds walMu, not mu.
-func (o *overlay) walDrop(trash []uint64) {
+func (o *overlay) walDrop(trash []walRetired) {
 	if l := &o.walLog; l.f != nil {
 		_ = l.f.Truncate(int64(len(walMagic) + 8 + len(store.ID{})))
 	}
@@ -327,9 +390,7 @@ func (o *overlay) walDrop(trash []uint64) {
 	o.wal.named = map[uint64]bool{}
 	o.wal.size = 0
 	o.mu.Unlock()
-	for _, num := range trash {
-		_ = os.Remove(o.trashPath(num))
-	}
+	o.removeRetired(trash)
 }
 
 // walNeedsSnapshot reports whether the next flush must write a snapshot.
@@ -338,16 +399,14 @@ func (o *overlay) walNeedsSnapshot() bool {
 	return o.wal.gen == 0 || o.wal.size > walCompact || !o.walLog.ok
 }
 
-// walWrite appends one frame: length, CRC-32C, gob bytes (one encoder per
-// log, so types are described once). Caller holds walMu.
+// walWrite appends one frame: length, CRC-32C, the frame's encoding
+// (wal_codec.go). Caller holds walMu.
 func (o *overlay) walWrite(f *walFrame) error {
 	l := &o.walLog
-	l.buf.Reset()
-	l.buf.Write(make([]byte, 8))
-	if err := l.enc.Encode(f); err != nil {
-		return fmt.Errorf("overlay log: %w", err)
+	b := appendWALFrame(append(l.buf[:0], make([]byte, 8)...), f)
+	if cap(b) <= 1<<20 {
+		l.buf = b // keep the buffer unless one huge frame grew it
 	}
-	b := l.buf.Bytes()
 	binary.LittleEndian.PutUint32(b, uint32(len(b)-8))
 	binary.LittleEndian.PutUint32(b[4:], crc32.Checksum(b[8:], crcTable()))
 	if _, err := l.f.Write(b); err != nil {
@@ -391,8 +450,6 @@ func (o *overlay) walStart(nonce uint64, root store.ID) error {
 	o.mu.Lock()
 	l.ok = true
 	o.mu.Unlock()
-	l.buf.Reset()
-	l.enc = gob.NewEncoder(&l.buf)
 	return nil
 }
 
@@ -423,12 +480,18 @@ func readWAL(stateDir string, nonce uint64) ([]walFrame, store.ID, error) {
 func decodeWAL(b []byte, nonce uint64) ([]walFrame, store.ID) {
 	var root store.ID
 	hdr := len(walMagic) + 8 + len(root)
-	if len(b) < hdr || string(b[:len(walMagic)]) != walMagic && string(b[:len(walMagic)]) != walMagicV1 ||
-		binary.LittleEndian.Uint64(b[len(walMagic):]) != nonce {
+	if len(b) < hdr || binary.LittleEndian.Uint64(b[len(walMagic):]) != nonce {
+		return nil, root
+	}
+	magic := string(b[:len(walMagic)])
+	if magic != walMagic && magic != walMagicV2 && magic != walMagicV1 {
 		return nil, root
 	}
 	copy(root[:], b[len(walMagic)+8:])
 	b = b[hdr:]
+	if magic == walMagic {
+		return decodeWALFrames(b), root
+	}
 	var stream bytes.Buffer
 	dec := gob.NewDecoder(&stream)
 	var frames []walFrame
@@ -446,6 +509,26 @@ func decodeWAL(b []byte, nonce uint64) ([]walFrame, store.ID) {
 		b = b[8+n:]
 	}
 	return frames, root
+}
+
+// decodeWALFrames parses the frames of a version 3 log after its header,
+// up to the first that is incomplete, fails its checksum or does not
+// decode.
+func decodeWALFrames(b []byte) []walFrame {
+	var frames []walFrame
+	for len(b) >= 8 {
+		n := int(binary.LittleEndian.Uint32(b))
+		if n > len(b)-8 || crc32.Checksum(b[8:8+n], crcTable()) != binary.LittleEndian.Uint32(b[4:]) {
+			break
+		}
+		f, err := decodeWALFrame(b[8 : 8+n])
+		if err != nil {
+			break
+		}
+		frames = append(frames, f)
+		b = b[8+n:]
+	}
+	return frames
 }
 
 // walBegin starts the log of a fresh overlay (no snapshot on disk): the

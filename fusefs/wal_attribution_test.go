@@ -93,8 +93,7 @@ func TestWALWritersRecovered(t *testing.T) {
 
 // A version 1 log (before writer records) still replays.
 func TestWALVersion1Replays(t *testing.T) {
-	b := walBytes(t, 7, walFrame{NextIno: 5, Seq: 1, Recs: []walRec{{Kind: walFull, Inode: snapInode{Num: 2, Mode: 0o100644}}}})
-	copy(b, walMagicV1)
+	b := walBytesGob(t, walMagicV1, 7, walFrame{NextIno: 5, Seq: 1, Recs: []walRec{{Kind: walFull, Inode: snapInode{Num: 2, Mode: 0o100644}}}})
 	if got, _ := decodeWAL(b, 7); len(got) != 1 || got[0].Seq != 1 {
 		t.Fatalf("version 1 log: %+v", got)
 	}

@@ -11,10 +11,26 @@ import (
 	"testing"
 )
 
-// walBytes builds a log file for nonce holding frames.
+// walBytes builds a log file for nonce holding frames, as a mount writes
+// it (version 3).
 func walBytes(t testing.TB, nonce uint64, frames ...walFrame) []byte {
 	t.Helper()
 	out := binary.LittleEndian.AppendUint64([]byte(walMagic), nonce)
+	out = append(out, make([]byte, 32)...) // the zero root
+	for i := range frames {
+		b := appendWALFrame(nil, &frames[i])
+		out = binary.LittleEndian.AppendUint32(out, uint32(len(b)))
+		out = binary.LittleEndian.AppendUint32(out, crc32.Checksum(b, crcTable()))
+		out = append(out, b...)
+	}
+	return out
+}
+
+// walBytesGob builds a log file for nonce holding frames as main wrote
+// them before version 3: gob frames from one encoder, under magic.
+func walBytesGob(t testing.TB, magic string, nonce uint64, frames ...walFrame) []byte {
+	t.Helper()
+	out := binary.LittleEndian.AppendUint64([]byte(magic), nonce)
 	out = append(out, make([]byte, 32)...) // the zero root
 	var buf bytes.Buffer
 	enc := gob.NewEncoder(&buf)
@@ -35,6 +51,14 @@ func walBytes(t testing.TB, nonce uint64, frames ...walFrame) []byte {
 func TestWALTornTail(t *testing.T) {
 	f1 := walFrame{NextIno: 5, Seq: 1, Recs: []walRec{{Kind: walFull, Inode: snapInode{Num: 2, Mode: 0o100644}}}}
 	f2 := walFrame{NextIno: 6, Seq: 2, Recs: []walRec{{Kind: walFull, Inode: snapInode{Num: 3, Mode: 0o100644}}}}
+	for _, magic := range []string{walMagicV2, walMagicV1} {
+		b := walBytesGob(t, magic, 7, f1, f2)
+		for cut := len(b) - 1; cut > len(walBytesGob(t, magic, 7, f1)); cut-- {
+			if got, _ := decodeWAL(b[:cut], 7); len(got) != 1 || got[0].Seq != 1 {
+				t.Fatalf("%s cut at %d: %d frames", magic, cut, len(got))
+			}
+		}
+	}
 	b := walBytes(t, 7, f1, f2)
 	if got, _ := decodeWAL(b, 7); len(got) != 2 {
 		t.Fatalf("whole log: %d frames", len(got))
@@ -95,7 +119,12 @@ func FuzzWAL(f *testing.F) {
 		{Kind: walNames, Inode: snapInode{Num: 1, Mode: 0o40755, Writers: []uint32{1}}, Names: []snapChild{{Name: "c", Num: 3}, {Name: "a", Num: 0}}},
 	}, Writers: []WriterInfo{{Ref: WriterRef{PID: 9, Exec: 1}, Comm: "sh", Argv: []string{"sh", "-c", "rm a"}, Session: "sid:9", Lease: "L"}, {}},
 		Removed: []walRemoved{{Path: "a", Writers: []uint32{1, 0, 7}, First: 1, Last: 2}, {Path: "gone"}}}))
+	f.Add(walBytesGob(f, walMagicV2, 1, walFrame{NextIno: 4, Recs: []walRec{
+		{Kind: walFull, Inode: snapInode{Num: 3, Mode: 0o100644}},
+		{Kind: walNames, Inode: snapInode{Num: 1, Mode: 0o40755}, Names: []snapChild{{Name: "c", Num: 3}}},
+	}}))
 	f.Add([]byte(walMagic))
+	f.Add([]byte(walMagicV2))
 	f.Add([]byte(walMagicV1))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		frames, _ := decodeWAL(b, 1)
@@ -154,5 +183,58 @@ func TestLogWriteFailureFreesSpace(t *testing.T) {
 	mustWrite(t, filepath.Join(mnt, "after"), "after") // the next change writes a snapshot
 	if _, err := os.Stat(filepath.Join(m.cfg.StateDir, snapName)); err != nil {
 		t.Errorf("no snapshot after the log failed: %v", err)
+	}
+}
+
+// TestUnlinkedNewFileRetiredInPlace: the upper file of a new file that
+// only the log names is deleted where it is once the frame recording its
+// removal is written (no rename into the trash); until that frame, a
+// crash's recovery still finds it and keeps the file.
+func TestUnlinkedNewFileRetiredInPlace(t *testing.T) {
+	objs := newFakeObjects(t)
+	root := objs.build(t, spec{"keep": "k"})
+	state := t.TempDir()
+	m, mnt := mountT(t, objs, root, &mountOpts{stateDir: state})
+	mustWrite(t, filepath.Join(mnt, "new"), "new content")
+	waitReleased(m)
+	ov := m.ov
+	ov.mu.Lock()
+	ch, err := ov.children(ov.root)
+	if err != nil {
+		ov.mu.Unlock()
+		t.Fatal(err)
+	}
+	c := ch["new"]
+	num := c.num
+	if !c.upper || !ov.wal.named[num] || ov.named == nil || ov.named[num] {
+		ov.mu.Unlock()
+		t.Fatalf("new file: upper %v, named by the log %v, by the snapshot %v", c.upper, ov.wal.named[num], ov.named[num])
+	}
+	// As Unlink does, without its flush: the frame is not written yet.
+	before := ov.walMarks.Load()
+	ov.removeLink(ov.root, "new", c)
+	ov.mu.Unlock()
+	if _, err := os.Stat(ov.upperPath(num)); err != nil {
+		t.Fatalf("upper file before the frame: %v", err)
+	}
+	if _, err := os.Stat(ov.trashPath(num)); err == nil {
+		t.Fatal("upper file renamed into the trash")
+	}
+	// A crash now: the log does not record the removal, and the file's
+	// content is still there for its replay.
+	crashed := copyState(t, state)
+	objs2 := newFakeObjectsAt(objs.dir)
+	rid, _, err := RecoverCapture(crashed, objs2, root)
+	if err != nil {
+		t.Fatalf("recover before the frame: %v", err)
+	}
+	if got := objs2.flatten(t, rid); got["new"] != "file:new content" {
+		t.Fatalf("recovered before the frame: %v", got)
+	}
+	if err := ov.walFlush(&m.snapMu, before); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(ov.upperPath(num)); err == nil {
+		t.Fatal("upper file left after the frame")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -58,6 +59,9 @@ type memFile struct {
 	fd    int
 	opens int
 	seen  time.Time // the memfd's mtime when the floor last looked
+	// path is the file's name under -persist (a real file in place of
+	// the memfd, deleted with it); "" for a memfd.
+	path string
 }
 
 // look records the memfd's mtime as seen (after a change the floor made
@@ -271,7 +275,7 @@ func (n *node) startPT() syscall.Errno {
 		n.pt.opens++
 		return 0
 	}
-	fd, err := unix.MemfdCreate("floorfs", unix.MFD_CLOEXEC)
+	fd, path, err := newBackingFile()
 	if err != nil {
 		return gofs.ToErrno(err)
 	}
@@ -281,7 +285,7 @@ func (n *node) startPT() syscall.Errno {
 			return gofs.ToErrno(err)
 		}
 	}
-	n.pt = &memFile{fd: fd, opens: 1}
+	n.pt = &memFile{fd: fd, opens: 1, path: path}
 	n.pt.look()
 	liveMemfds.Add(1)
 	n.data = nil
@@ -329,8 +333,31 @@ var liveMemfds atomic.Int64
 
 const retainMemfds = 8192
 
-// dropPT closes the memfd; n.mu is held.
+// persistDir is the -persist flag: where passthrough content lives in
+// real files instead of memfds ("": memfds).
+var persistDir string
+
+// persistSeq names the files under persistDir.
+var persistSeq atomic.Uint64
+
+// newBackingFile makes the file passthrough content lives in: a memfd, or
+// under -persist a new file on disk, as acyclicfs makes an upper file.
+func newBackingFile() (int, string, error) {
+	if persistDir == "" {
+		fd, err := unix.MemfdCreate("floorfs", unix.MFD_CLOEXEC)
+		return fd, "", err
+	}
+	path := filepath.Join(persistDir, strconv.FormatUint(persistSeq.Add(1), 10))
+	fd, err := unix.Open(path, unix.O_CREAT|unix.O_EXCL|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+	return fd, path, err
+}
+
+// dropPT closes the memfd (under -persist, deletes its file); n.mu is
+// held.
 func (n *node) dropPT() {
+	if n.pt.path != "" {
+		_ = unix.Unlink(n.pt.path)
+	}
 	unix.Close(n.pt.fd)
 	n.pt = nil
 	liveMemfds.Add(-1)

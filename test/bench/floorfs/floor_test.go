@@ -226,3 +226,47 @@ func TestFloorStoresSmallFiles(t *testing.T) {
 		t.Errorf("three reads sent %d GETATTR and %d READ, want none", g, r)
 	}
 }
+
+// TestFloorPersist: under -persist a created file's content lives in a
+// real file in the directory given, one per file, and goes with the
+// file's last name.
+func TestFloorPersist(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (/dev/fuse, DirectMount)")
+	}
+	persistDir = t.TempDir()
+	t.Cleanup(func() { persistDir = "" })
+	mp := t.TempDir()
+	m, err := mount(mp, "", "dev-fuse", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(mp, 0); err != nil {
+			t.Errorf("unmount: %v", err)
+		}
+		m.Wait()
+	})
+	for _, name := range []string{"a", "b"} {
+		must(t, os.WriteFile(filepath.Join(mp, name), []byte("content of "+name), 0o644))
+	}
+	files := func() []string {
+		ents, err := os.ReadDir(persistDir)
+		must(t, err)
+		var out []string
+		for _, e := range ents {
+			b, err := os.ReadFile(filepath.Join(persistDir, e.Name()))
+			must(t, err)
+			out = append(out, string(b))
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got := files(); !slices.Equal(got, []string{"content of a", "content of b"}) {
+		t.Fatalf("persisted files %q", got)
+	}
+	must(t, os.Remove(filepath.Join(mp, "a")))
+	if got := files(); !slices.Equal(got, []string{"content of b"}) {
+		t.Fatalf("after unlink: persisted files %q", got)
+	}
+}

@@ -16,13 +16,19 @@
 // are served without OPENDIR and cached by the kernel, through the same
 // wrapper acyclicfs uses (fusefs.WithoutOpendir).
 //
-//	floorfs [-from DIR] [-transport auto|io_uring|dev-fuse] [-passthrough=false] [-no-open] [-debug] MOUNTPOINT
+//	floorfs [-from DIR] [-transport auto|io_uring|dev-fuse] [-passthrough=false] [-no-open] [-persist DIR] [-debug] MOUNTPOINT
 //
 // -no-open answers OPEN with ENOSYS, the kernel's no_open mode: no OPEN or
 // RELEASE per open from then on (for created files neither: their memfds
 // are kept), every open of an existing file a cached one with handle 0;
 // -passthrough=false serves writers through the daemon too. The harness
 // measures the two as floor-noopen and floor-nopt (issue #30).
+//
+// -persist DIR puts that content in a new file in DIR per file (created
+// at the first passthrough open, deleted with the memfd it replaces):
+// what a server that persists every created file as a real file, as
+// acyclicfs does its upper files, pays at least; nothing is synced or
+// recovered.
 //
 // It serves in the foreground until the mount is unmounted. -debug logs
 // every request in go-fuse's format ("rx N: OPCODE"), which the harness's
@@ -64,6 +70,7 @@ func run(args []string) error {
 	debug := fl.Bool("debug", false, "log every request (go-fuse debug format)")
 	fl.BoolVar(passthrough, "passthrough", true, "serve writers by kernel passthrough on an in-memory file (memfd), as acyclicfs serves dirty files")
 	fl.BoolVar(noOpen, "no-open", false, "answer OPEN with ENOSYS (the kernel's no_open: no OPEN or RELEASE per open; every open of an existing file is served from the page cache with handle 0, reads and writes through the daemon; created files keep passthrough, up to 8,192 memfds, and are never released)")
+	fl.StringVar(&persistDir, "persist", "", "keep passthrough content in a new real file per file in this directory instead of a memfd (deleted with it): the floor of a server whose created files are files on disk")
 	if err := fl.Parse(args); err != nil {
 		return err
 	}
