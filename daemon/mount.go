@@ -1151,7 +1151,7 @@ func (s storeObjects) NewBatch() fusefs.Batch { return s.NewBlobBatch() }
 // BaseIno is the real inode number and ctime behind a base reference.
 func (s storeObjects) BaseIno(id store.ID) (uint64, int64, bool) {
 	r, ok, err := s.BaseRefOf(id)
-	if err != nil || !ok {
+	if err != nil || !ok || r.Git != "" { // a git object reference has no file behind it
 		return 0, 0, false
 	}
 	return r.Ino, r.Ctime, true

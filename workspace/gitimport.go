@@ -191,13 +191,21 @@ func (m *gitNative) importGitWorktree(ctx context.Context, repo *gitrepo.Repo, c
 		res.Files++
 	}
 
-	ids, n, err := m.storeGitBlobs(ctx, repo, batch, blobs)
-	res.Bytes = n
+	var ids map[string]store.ID
+	if m.st.HasRemote() {
+		// Other nodes read what this one publishes: every file must be an
+		// object of the remote, uploaded before the head naming it.
+		var n int64
+		ids, n, err = m.storeGitBlobs(ctx, repo, batch, blobs)
+		res.Bytes = n
+		res.Blobs = len(blobs)
+	} else {
+		ids, err = m.refGitBlobs(repo, entries)
+	}
 	if err != nil {
 		return nil, store.ID{}, nil, err
 	}
 	m.rememberGitBlobs(repo.GitDir, ids)
-	res.Blobs = len(blobs)
 	for _, e := range entries {
 		kind := store.KindFile
 		switch e.Mode {
@@ -217,6 +225,54 @@ func (m *gitNative) importGitWorktree(ctx context.Context, repo *gitrepo.Repo, c
 	}
 	return b, worktree, index, nil
 
+}
+
+// refGitBlobs names every blob of entries by a git object reference
+// (store.GitRef): nothing is read from the repository now; a file's
+// content is read from it, checked against its object name, when first
+// read. Blobs the object-name cache names and the store holds are used as
+// they are.
+func (m *gitNative) refGitBlobs(repo *gitrepo.Repo, entries []gitrepo.TreeEntry) (map[string]store.ID, error) {
+	ids := map[string]store.ID{}
+	var oids []string
+	for _, e := range entries {
+		if e.Mode == gitrepo.ModeFile || e.Mode == gitrepo.ModeExec || e.Mode == gitrepo.ModeSymlink {
+			oids = append(oids, e.OID)
+		}
+	}
+	known := m.knownGitBlobs(oids)
+	var base store.ID
+	for _, e := range entries {
+		kind := store.KindFile
+		switch e.Mode {
+		case gitrepo.ModeExec:
+			kind = store.KindExec
+		case gitrepo.ModeSymlink:
+			kind = store.KindSymlink
+		case gitrepo.ModeFile:
+		default:
+			continue
+		}
+		if _, ok := ids[e.OID]; ok {
+			continue
+		}
+		if id, ok := known[e.OID]; ok {
+			ids[e.OID] = id
+			continue
+		}
+		if base.IsZero() {
+			var err error
+			if base, err = m.st.CreateGitBase(repo.GitDir); err != nil {
+				return nil, err
+			}
+		}
+		id, err := m.st.GitRef(base, e.OID, kind, e.Size)
+		if err != nil {
+			return nil, fmt.Errorf("git object %s at %s: %w", e.OID, e.Path, err)
+		}
+		ids[e.OID] = id
+	}
+	return ids, nil
 }
 
 // checkGitPath refuses what a checkout refuses: a .git component
