@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
@@ -136,3 +137,39 @@ func (s *Store) gitFile(id ID, r BaseRef) (*os.File, error) {
 // with --blobs): what other nodes read must be an object there, never a
 // reference to this machine's files.
 func (s *Store) HasRemote() bool { return s.tier != nil }
+
+// checkGitRefs asks each git base's repository whether it still holds the
+// objects of refs (by base; one `cat-file --batch-check` per repository)
+// and reports those it lacks. A repository that is gone altogether is
+// one problem per reference too.
+func (s *Store) checkGitRefs(refs map[ID]map[ID]BaseRef) ([]Problem, error) {
+	var out []Problem
+	for base, byID := range refs {
+		dir, err := s.BaseDirPath(base)
+		if err != nil {
+			return nil, err
+		}
+		oids := make([]string, 0, len(byID))
+		for _, r := range byID {
+			oids = append(oids, r.Git)
+		}
+		missing := map[string]bool{}
+		repo, err := gitrepo.At(dir)
+		if err == nil {
+			var lacks []string
+			lacks, err = repo.Missing(context.Background(), oids)
+			for _, o := range lacks {
+				missing[o] = true
+			}
+		}
+		for id, r := range byID {
+			switch {
+			case err != nil:
+				out = append(out, Problem{Kind: ProblemMissingGitObject, Object: id.String(), Detail: fmt.Sprintf("blob %s of %s: %v", r.Git, dir, err)})
+			case missing[r.Git]:
+				out = append(out, Problem{Kind: ProblemMissingGitObject, Object: id.String(), Detail: fmt.Sprintf("blob %s is missing from %s", r.Git, dir)})
+			}
+		}
+	}
+	return out, nil
+}

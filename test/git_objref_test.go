@@ -74,6 +74,9 @@ func TestGitObjectRefs(t *testing.T) {
 	if r.code == 0 || !strings.Contains(r.stderr, oid) || !strings.Contains(r.stderr, "missing") {
 		t.Fatalf("cat of a file whose object the repository lost: %s", r)
 	}
+	if r := e.run("fsck"); r.code == 0 || !strings.Contains(r.stdout+r.stderr, "missing-git-object") || !strings.Contains(r.stdout+r.stderr, oid) {
+		t.Fatalf("fsck after the repository lost an object: %s", r)
+	}
 	if got := e.run("cat", "feat", "README").stdout; got != "hello\n" {
 		t.Fatalf("another file of that workspace: %q", got)
 	}

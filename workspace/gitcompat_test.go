@@ -217,6 +217,16 @@ func TestCreateFromGitReadsNoBlob(t *testing.T) {
 	if got, err := m.st.ReadBlob(entry("w1", "d/c").ID); err != nil || string(got) != "gamma\n" {
 		t.Fatalf("read d/c after a failed read: %q %v", got, err)
 	}
+	// fsck names the lost object, once (w1 and w2 share the reference).
+	probs, err := m.Fsck()
+	if err != nil || len(probs) != 1 || !strings.Contains(probs[0], store.ProblemMissingGitObject) || !strings.Contains(probs[0], oid) {
+		t.Fatalf("fsck: %q %v, want the lost object", probs, err)
+	}
+	for _, ws := range []string{"w1", "w2"} {
+		if _, err := m.Remove(ws, false); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // recordFile is the current file of a corestate record (see corestate/doc.go).

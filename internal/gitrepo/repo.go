@@ -453,3 +453,23 @@ func (b *BlobReader) Close() {
 	defer b.mu.Unlock()
 	b.stop()
 }
+
+// Missing returns the objects of oids the repository does not hold (one
+// `git cat-file --batch-check`).
+func (r *Repo) Missing(ctx context.Context, oids []string) ([]string, error) {
+	var in bytes.Buffer
+	for _, o := range oids {
+		in.WriteString(o + "\n")
+	}
+	out, err := r.output(ctx, in.Bytes(), "cat-file", "--batch-check=%(objectname)")
+	if err != nil {
+		return nil, err
+	}
+	var missing []string
+	for line := range strings.Lines(string(out)) {
+		if f := strings.Fields(line); len(f) == 2 && f[1] == "missing" {
+			missing = append(missing, f[0])
+		}
+	}
+	return missing, nil
+}
