@@ -37,7 +37,7 @@ type BaseRef struct {
 
 	// Git, when set, makes this a git object reference instead: the
 	// content is blob Git (40 lowercase hex digits, SHA-1) of the
-	// repository whose git directory Base registers (CreateGitBase), of
+	// repository whose git directory Base registers (GitBase), of
 	// Size bytes. Path, Mtime, Ctime, Ino and Mode are then zero: a git
 	// object is immutable by its name, so there is no fingerprint to
 	// check, and Kind is a file, executable or symlink.

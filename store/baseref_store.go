@@ -69,7 +69,7 @@ type baseRecord struct {
 	Dir     string `json:"dir"`
 	Created int64  `json:"created"` // Unix ms
 	// Git: Dir is a repository's git directory, the base of git object
-	// references (CreateGitBase), not of an in-place workspace.
+	// references (GitBase), not of an in-place workspace.
 	Git bool `json:"git,omitempty"`
 }
 

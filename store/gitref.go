@@ -5,12 +5,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 
 	"github.com/acyclicfs/acyclicfs/internal/gitrepo"
+	"github.com/acyclicfs/acyclicfs/meta"
 )
 
 // Git object references: a base reference whose base is a git repository
@@ -22,31 +24,55 @@ import (
 // Everything else that knows base refs (PutTrees persisting memoized
 // refs, GC keeping refs, their bases and resolutions, check) knows these.
 
-// CreateGitBase registers gitDir, the absolute path of a repository's
-// common git directory, as the base of git object references (GitRef) and
-// returns its base ID. Hold HoldGC until a tree naming a ref of it is
-// reachable.
-func (s *Store) CreateGitBase(gitDir string) (ID, error) {
+// GitBase returns the base of git object references (GitRef) of the
+// repository whose common git directory is gitDir (absolute): the one
+// registered already, so that references to the same blob of the same
+// repository have the same ID across imports, or a new registration.
+// Hold HoldGC until a tree naming a ref of it is reachable (GC sweeps a
+// base no reachable reference needs).
+func (s *Store) GitBase(gitDir string) (ID, error) {
 	var base ID
 	if !filepath.IsAbs(gitDir) {
-		return base, fmt.Errorf("create git base %q: %w: not an absolute path", gitDir, ErrInvalidName)
+		return base, fmt.Errorf("git base %q: %w: not an absolute path", gitDir, ErrInvalidName)
 	}
 	gitDir = filepath.Clean(gitDir)
-	if _, err := rand.Read(base[:]); err != nil {
-		return base, fmt.Errorf("create git base %s: %w", gitDir, err)
-	}
-	rec, err := json.Marshal(baseRecord{Dir: gitDir, Created: s.clock(), Git: true})
+	err := s.update(func(tx *stx) error {
+		found := false
+		err := tx.Scan(prefixBases, meta.ScanOptions{}, func(mk meta.Key, v []byte) error {
+			var rec baseRecord
+			if k := spaceBases.Leaf(mk); len(k) == IDSize && json.Unmarshal(v, &rec) == nil && rec.Git && rec.Dir == gitDir {
+				copy(base[:], k)
+				found = true
+				return errStopScan
+			}
+			return nil
+		})
+		if found {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := rand.Read(base[:]); err != nil {
+			return err
+		}
+		rec, err := json.Marshal(baseRecord{Dir: gitDir, Created: s.clock(), Git: true})
+		if err != nil {
+			return err
+		}
+		return tx.put(prefixBases, base[:], rec)
+	})
 	if err != nil {
-		return base, fmt.Errorf("create git base %s: %w", gitDir, err)
-	}
-	if err := s.update(func(tx *stx) error { return tx.put(prefixBases, base[:], rec) }); err != nil {
-		return base, fmt.Errorf("create git base %s: %w", gitDir, err)
+		return ID{}, fmt.Errorf("git base %s: %w", gitDir, err)
 	}
 	return base, nil
 }
 
+// errStopScan ends GitBase's scan at the first match.
+var errStopScan = errors.New("stop scan")
+
 // GitRef returns the ID of the reference to blob oid (40 lowercase hex
-// digits) of size bytes in git base (CreateGitBase), shown as kind (a
+// digits) of size bytes in git base (GitBase), shown as kind (a
 // file, executable or symlink). The reference is memoized in this process
 // and persisted by the PutTrees that stores a tree naming it.
 func (s *Store) GitRef(base ID, oid string, kind Kind, size int64) (ID, error) {

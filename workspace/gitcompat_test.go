@@ -229,6 +229,46 @@ func TestCreateFromGitReadsNoBlob(t *testing.T) {
 	}
 }
 
+// TestCreateFromGitAfterGC: a repository imported, its workspace removed
+// and collected (its git base swept with its references), then imported
+// again by the same process: the new workspace's files read and fsck is
+// clean (no reference to a swept base is reused).
+func TestCreateFromGitAfterGC(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("no git")
+	}
+	m := openTest(t)
+	repo := filepath.Join(t.TempDir(), "repo")
+	os.MkdirAll(repo, 0o755)
+	os.WriteFile(filepath.Join(repo, "a"), []byte("alpha\n"), 0o644)
+	pubGit(t, repo, "init", "-q", "-b", "main")
+	pubGit(t, repo, "add", "-A")
+	pubGit(t, repo, "commit", "-q", "-m", "one")
+	ctx := context.Background()
+	if _, err := m.CreateFromGit(ctx, "w1", repo, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Remove("w1", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.GC(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.CreateFromGit(ctx, "w2", repo, ""); err != nil {
+		t.Fatal(err)
+	}
+	e, err := m.CatEntry("w2", store.ID{}, "a", SideNone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := m.st.ReadBlob(e.ID); err != nil || string(got) != "alpha\n" {
+		t.Fatalf("read a: %q %v", got, err)
+	}
+	if probs, err := m.Fsck(); err != nil || len(probs) > 0 {
+		t.Fatalf("fsck: %q %v", probs, err)
+	}
+}
+
 // recordFile is the current file of a corestate record (see corestate/doc.go).
 func recordFile(cs *corestate.Store, family, key string) string {
 	return filepath.Join(cs.Root(), family, hex.EncodeToString([]byte(key))+".json")

@@ -230,8 +230,8 @@ func (m *gitNative) importGitWorktree(ctx context.Context, repo *gitrepo.Repo, c
 // refGitBlobs names every blob of entries by a git object reference
 // (store.GitRef): nothing is read from the repository now; a file's
 // content is read from it, checked against its object name, when first
-// read. Blobs the object-name cache names and the store holds are used as
-// they are.
+// read. Blobs the object-name cache names and the store holds as blobs
+// are used as they are.
 func (m *gitNative) refGitBlobs(repo *gitrepo.Repo, entries []gitrepo.TreeEntry) (map[string]store.ID, error) {
 	ids := map[string]store.ID{}
 	var oids []string
@@ -257,12 +257,19 @@ func (m *gitNative) refGitBlobs(repo *gitrepo.Repo, entries []gitrepo.TreeEntry)
 			continue
 		}
 		if id, ok := known[e.OID]; ok {
-			ids[e.OID] = id
-			continue
+			// A stored blob. A reference the cache names is made again
+			// below (same base, same ID) rather than trusted: its base may
+			// have been swept since.
+			if r, isRef, err := m.st.BaseRefOf(id); err != nil {
+				return nil, err
+			} else if !isRef || r.Git == "" {
+				ids[e.OID] = id
+				continue
+			}
 		}
 		if base.IsZero() {
 			var err error
-			if base, err = m.st.CreateGitBase(repo.GitDir); err != nil {
+			if base, err = m.st.GitBase(repo.GitDir); err != nil {
 				return nil, err
 			}
 		}
