@@ -152,8 +152,9 @@ func (m *gitNative) CreateFromGit(ctx context.Context, name, repoPath, rev strin
 	return res, nil
 }
 
-// importGitWorktree reads commit's tree from repo: its blobs into batch,
-// its trees into the store. It returns the builder holding the tree (for
+// importGitWorktree reads commit's tree from repo: its files as git
+// object references (refGitBlobs; on a store whose blobs live on a
+// remote, their blobs into batch), its trees into the store. It returns the builder holding the tree (for
 // the caller to add .git to), the work tree's ID and the index entries of
 // its files, stat data as a mount reports them with fileTime as mtime.
 func (m *gitNative) importGitWorktree(ctx context.Context, repo *gitrepo.Repo, commit string, fileTime int64, batch *store.BlobBatch, res *GitImport) (*treeBuilder, store.ID, []gitrepo.IndexEntry, error) {
