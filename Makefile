@@ -4,7 +4,7 @@ BIN       ?= bin/acyclicfs
 STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $(shell $(GO) env GOPATH)/bin/staticcheck)
 PKGS      := ./...
 
-.PHONY: all build demo test weed check fmt fmt-check vet staticcheck tidy-check unit race race-devfuse bench bench-profile bench-fs bench-deps bench-micro clean
+.PHONY: all build demo test weed check fmt fmt-check vet staticcheck tidy-check unit race race-devfuse bench bench-profile bench-attribution bench-fs bench-deps bench-micro clean
 
 all: build
 
@@ -43,11 +43,13 @@ staticcheck:
 	@test -x $(STATICCHECK) || $(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2
 	$(STATICCHECK) $(PKGS)
 
+# Leaves nothing behind: the backups live in a directory removed on exit.
 tidy-check:
-	@cp go.mod /tmp/acyclicfs-go.mod.bak; cp go.sum /tmp/acyclicfs-go.sum.bak; \
+	@bak=$$(mktemp -d); trap 'rm -rf "$$bak"' EXIT; \
+	cp go.mod go.sum "$$bak"/; \
 	$(GO) mod tidy; \
 	if ! git diff --quiet -- go.mod go.sum; then git diff -- go.mod go.sum; \
-	  cp /tmp/acyclicfs-go.mod.bak go.mod; cp /tmp/acyclicfs-go.sum.bak go.sum; \
+	  cp "$$bak"/go.mod "$$bak"/go.sum .; \
 	  echo "go mod tidy changes go.mod/go.sum"; exit 1; fi
 
 unit:
@@ -92,6 +94,14 @@ bench-profile: bench-deps
 	scripts/with-uring.sh $(GO) run ./test/bench -runs 2 -profile -profile-systems acyclicfs,floor $(BENCH_FS)
 
 bench-fs: bench
+
+# Write attribution on vs off (issue #29): acyclicfs and acyclicfs-noattr
+# (mount --no-attribution) in 6 runs, each first in 3, for untar,
+# create+unlink and git add+commit; prints the report (docs/benchmarks.md
+# "Write attribution: hot-path cost" keeps the numbers). ~16 minutes here.
+bench-attribution:
+	scripts/with-uring.sh $(GO) run ./test/bench -runs 6 -systems native,acyclicfs,acyclicfs-noattr \
+	  -workloads untar,create-unlink,git-commit -no-forks -no-land -no-inplace -no-fsmonitor -out '' -png ''
 
 # What the harness runs besides Go: fuse-overlayfs and git, from Debian's
 # packages when root and missing (otherwise the harness skips what is absent);

@@ -10,14 +10,27 @@ import (
 	"sync"
 	"time"
 
+	"github.com/acyclicfs/acyclicfs/meta"
+	"github.com/acyclicfs/acyclicfs/meta/etcdmeta"
+	"github.com/acyclicfs/acyclicfs/store"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
-// tagClaim is the byte after the store's root that starts a claim key,
-// beside etcdmeta's 'd' (records) and 'g' (guards).
-const tagClaim = 'c'
+// ClaimSpace is the metadata plane's namespace of the claims: a claim is
+// the data key root "d" ClaimSpace.Key(WS) of etcdmeta's layout, so that a
+// head append's transaction reads it through the plane and its Txn
+// compares the claim's mod revision (HeadGuard). The claims are written by
+// this package straight to etcd, bound to the claims session's lease, and
+// never bump the namespace's guard: etcdmeta compares each read of this
+// namespace key by key (etcdmeta.Options.KeyCompared).
+var ClaimSpace = meta.NewSpace("cluster-claims")
+
+// claimRoot is the etcd key prefix of every claim of prefix's store.
+func claimRoot(prefix string) string {
+	return etcdmeta.DataKey(prefix, ClaimSpace.Prefix(nil))
+}
 
 // Claim is the value of a claim key: which node mounts the workspace,
 // where, since when.
@@ -39,25 +52,6 @@ func (e *ClaimedError) Error() string {
 // Unwrap makes errors.Is(err, ErrClaimed) true.
 func (e *ClaimedError) Unwrap() error { return ErrClaimed }
 
-// encodeRoot is etcdmeta's root of a prefix: "%" and NUL escaped as %25
-// and %00, then NUL (docs/scale-out.md "Key layout"), so that claim keys
-// fall under the same root as the store's records and nowhere else.
-func encodeRoot(prefix string) string {
-	var b bytes.Buffer
-	for i := 0; i < len(prefix); i++ {
-		switch c := prefix[i]; c {
-		case '%':
-			b.WriteString("%25")
-		case 0:
-			b.WriteString("%00")
-		default:
-			b.WriteByte(c)
-		}
-	}
-	b.WriteByte(0)
-	return b.String()
-}
-
 // errClosed: a claim asked for after Close (the daemon is exiting).
 var errClosed = errors.New("claims closed: the daemon is exiting")
 
@@ -67,17 +61,19 @@ type Claims struct {
 	c    *clientv3.Client
 	node string
 	ttl  time.Duration
-	root string // encodeRoot(prefix) + "c"
+	root string // claimRoot(prefix): a claim key is root + WS
 	pid  int
 	logf func(format string, args ...any)
 	held func() map[string]string     // the workspaces mounted here, by name: their mountpoints
 	lost func(ws string, other Claim) // told of a workspace another node claimed meanwhile
 
 	// revs is the revision of this node's latest put of each claim it
-	// holds (dropped by Release); lostTo a claim another node made after
-	// it, while this node's claim was gone (claimOn), kept until Release.
+	// holds (dropped by Release), vals its value (what HeadGuard expects
+	// to find); lostTo a claim another node made after it, while this
+	// node's claim was gone (claimOn), kept until Release.
 	rmu    sync.Mutex
 	revs   map[string]int64
+	vals   map[string][]byte
 	lostTo map[string]Claim
 
 	mu     sync.Mutex
@@ -93,21 +89,23 @@ type Claims struct {
 // meanwhile is logged and reported to lost (if not nil), which fences this
 // node's mount of it (daemon/fenced.go). logf is told of both.
 func (n *Node) Claims(pid int, held func() map[string]string, lost func(ws string, other Claim), logf func(format string, args ...any)) *Claims {
-	return &Claims{c: n.c, node: n.cfg.Node, ttl: n.cfg.ClaimTTL(), root: encodeRoot(n.cfg.Prefix) + string(rune(tagClaim)),
+	cl := &Claims{c: n.c, node: n.cfg.Node, ttl: n.cfg.ClaimTTL(), root: claimRoot(n.cfg.Prefix),
 		pid: pid, held: held, lost: lost, logf: logf, closed: make(chan struct{}),
-		revs: map[string]int64{}, lostTo: map[string]Claim{}}
+		revs: map[string]int64{}, vals: map[string][]byte{}, lostTo: map[string]Claim{}}
+	n.claims.Store(cl)
+	return cl
 }
 
 // List returns every claim of the store (every node's), by workspace.
 func (n *Node) List(ctx context.Context) ([]Claim, error) {
-	return listClaims(ctx, n.c, encodeRoot(n.cfg.Prefix)+string(rune(tagClaim)))
+	return listClaims(ctx, n.c, claimRoot(n.cfg.Prefix))
 }
 
 // Holder returns the claim on ws, if any node holds one.
 func (n *Node) Holder(ctx context.Context, ws string) (Claim, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, DialTimeout)
 	defer cancel()
-	resp, err := n.c.Get(ctx, encodeRoot(n.cfg.Prefix)+string(rune(tagClaim))+ws)
+	resp, err := n.c.Get(ctx, claimRoot(n.cfg.Prefix)+ws)
 	if err != nil {
 		return Claim{}, false, fmt.Errorf("claim on %s: %w", ws, err)
 	}
@@ -307,7 +305,7 @@ func (cl *Claims) claimedBetween(ctx context.Context, ws string, after, upto int
 // if its earlier claim went without a Release, that no other node
 // claimed ws in between. If one did, the put is undone and a
 // *ClaimedError returned.
-func (cl *Claims) claimed(ctx context.Context, ws string, rev int64) error {
+func (cl *Claims) claimed(ctx context.Context, ws string, rev int64, val []byte) error {
 	cl.rmu.Lock()
 	prev, had := cl.revs[ws]
 	cl.rmu.Unlock()
@@ -329,6 +327,7 @@ func (cl *Claims) claimed(ctx context.Context, ws string, rev int64) error {
 	}
 	cl.rmu.Lock()
 	cl.revs[ws] = rev
+	cl.vals[ws] = val
 	cl.rmu.Unlock()
 	return nil
 }
@@ -349,7 +348,7 @@ func (cl *Claims) claimOn(ctx context.Context, s *concurrency.Session, ws, mount
 			return fmt.Errorf("claim %s: %w", ws, err)
 		}
 		if resp.Succeeded {
-			return cl.claimed(ctx, ws, resp.Header.Revision)
+			return cl.claimed(ctx, ws, resp.Header.Revision, val)
 		}
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 {
@@ -376,7 +375,7 @@ func (cl *Claims) claimOn(ctx context.Context, s *concurrency.Session, ws, mount
 			return fmt.Errorf("claim %s: %w", ws, err)
 		}
 		if resp.Succeeded {
-			return cl.claimed(ctx, ws, resp.Header.Revision)
+			return cl.claimed(ctx, ws, resp.Header.Revision, val)
 		}
 	}
 	return fmt.Errorf("claim %s: the claim kept changing", ws)
@@ -386,6 +385,7 @@ func (cl *Claims) claimOn(ctx context.Context, s *concurrency.Session, ws, mount
 func (cl *Claims) Release(ctx context.Context, ws string) error {
 	cl.rmu.Lock()
 	delete(cl.revs, ws)
+	delete(cl.vals, ws)
 	delete(cl.lostTo, ws)
 	cl.rmu.Unlock()
 	key := cl.root + ws
@@ -421,4 +421,70 @@ func (cl *Claims) Close() error {
 		return nil
 	}
 	return s.Close()
+}
+
+// Rev returns the revision of this node's put of ws's claim, 0 if it
+// holds none: a mount record keeps it (workspace.MountRecord.ClaimRev),
+// so that a recovery can look through the claim's history since
+// (MovedSince).
+func (cl *Claims) Rev(ws string) int64 {
+	cl.rmu.Lock()
+	defer cl.rmu.Unlock()
+	return cl.revs[ws]
+}
+
+// HeadGuard is the node's store.Options.HeadGuard: called inside every
+// transaction that moves ws's head, it reads ws's claim through the plane,
+// so that the etcd Txn that appends compares the claim key's mod revision
+// (etcdmeta's read set). The claim going between the read and the commit
+// (its lease expired: etcd deleted it) fails the compare, and the rerun
+// finds it gone.
+//
+// A workspace this node claims (its Claims put the claim) must still hold
+// exactly that claim, else the append fails with store.ErrFenced; one it
+// lost to another node (Claim answered ErrClaimed) fails the same way.
+// Any other append (a land into a workspace this node does not mount,
+// whether another node mounts it or nobody does) is not this guard's.
+func (n *Node) HeadGuard(tx meta.Tx, ws string) error {
+	cl := n.claims.Load()
+	if cl == nil || ws == "" || len(ws) > meta.MaxPartSize {
+		return nil
+	}
+	cl.rmu.Lock()
+	want, mine := cl.vals[ws]
+	other, lost := cl.lostTo[ws]
+	cl.rmu.Unlock()
+	if lost {
+		return fmt.Errorf("workspace %s: node %s claimed it while this node's claim was gone: %w", ws, other.Node, store.ErrFenced)
+	}
+	if !mine {
+		return nil
+	}
+	v, ok, err := tx.Get(ClaimSpace.Key([]byte(ws)))
+	if err != nil {
+		return fmt.Errorf("claim on %s: %w", ws, err)
+	}
+	if !ok {
+		return fmt.Errorf("workspace %s: this node's claim is gone (its lease expired): %w", ws, store.ErrFenced)
+	}
+	if !bytes.Equal(v, want) {
+		var held Claim
+		_ = json.Unmarshal(v, &held)
+		return fmt.Errorf("workspace %s: the claim is no longer this node's (now node %s's): %w", ws, held.Node, store.ErrFenced)
+	}
+	return nil
+}
+
+// MovedSince reports another node's claim of ws made after revision rev
+// and before this node's current claim of it (released since or not), as
+// the claim's history tells: a recovery's check that the workspace did
+// not move on while this node was dead (rev from the dead daemon's mount
+// record). History compacted away counts as such a claim. A rev of 0, or
+// no claim of ws held here, reports none.
+func (cl *Claims) MovedSince(ctx context.Context, ws string, rev int64) (Claim, bool, error) {
+	upto := cl.Rev(ws)
+	if rev <= 0 || upto <= rev+1 {
+		return Claim{}, false, nil
+	}
+	return cl.claimedBetween(ctx, ws, rev, upto)
 }

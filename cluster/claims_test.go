@@ -111,7 +111,7 @@ func TestClaimExpires(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root := encodeRoot("/claims-test") + "c"
+	root := claimRoot("/claims-test")
 	put, err := cl.Put(ctx, root+"ws", `{"workspace":"ws","node":"a","mountpoint":"/mnt/a"}`, clientv3.WithLease(lease.ID))
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +154,7 @@ func TestReclaimAfterLoss(t *testing.T) {
 	if err := ca.Claim(ctx, "ws", "/mnt/a"); err != nil {
 		t.Fatal(err)
 	}
-	key := encodeRoot("/claims-test") + "c" + "ws"
+	key := claimRoot("/claims-test") + "ws"
 	cur, err := a.Client().Get(ctx, key)
 	if err != nil || len(cur.Kvs) != 1 {
 		t.Fatalf("claim key: %v %v", cur, err)
@@ -202,7 +202,7 @@ func TestClaimLostToAnotherNode(t *testing.T) {
 	if err := ca.Claim(ctx, "ws", "/mnt/a"); err != nil {
 		t.Fatal(err)
 	}
-	key := encodeRoot("/claims-test") + "c" + "ws"
+	key := claimRoot("/claims-test") + "ws"
 	cur, err := a.Client().Get(ctx, key)
 	if err != nil || len(cur.Kvs) != 1 {
 		t.Fatalf("claim key: %v %v", cur, err)

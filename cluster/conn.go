@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -41,6 +42,9 @@ type Node struct {
 	lock *lockfile.Lock
 	meta meta.Store
 	blob blobs.Store // the shared blob plane (Config.Blobs), nil without one
+	// claims are the node's claims (the latest Claims made), which
+	// HeadGuard consults; nil until then.
+	claims atomic.Pointer[Claims]
 }
 
 // Open opens dir as a node if it has a cluster.json: it takes the node
@@ -75,7 +79,8 @@ func Open(ctx context.Context, dir string) (*Node, error) {
 	// (docs/scale-out.md "Failure model").
 	// Every metadata transaction is bounded (RequestTimeout): a command
 	// that loses etcd's quorum midway fails naming etcd, not hangs.
-	plane := etcdmeta.NewWithOptions(c, cfg.Prefix, etcdmeta.Options{SessionTTL: cfg.ClaimTTL(), RequestTimeout: RequestTimeout})
+	plane := etcdmeta.NewWithOptions(c, cfg.Prefix, etcdmeta.Options{SessionTTL: cfg.ClaimTTL(), RequestTimeout: RequestTimeout,
+		KeyCompared: []meta.Space{ClaimSpace}})
 	return &Node{cfg: cfg, dir: dir, c: c, lock: lock, meta: plane, blob: remote}, nil
 }
 

@@ -19,7 +19,8 @@
 // # Claims
 //
 // A claim is an etcd key, next to the metadata plane's keys under the
-// store's prefix (root "c" workspace, see docs/scale-out.md), bound to the
+// store's prefix (a record of the plane's namespace "cluster-claims", see
+// docs/scale-out.md), bound to the
 // lease of the claiming daemon's session. The daemon keeps the lease alive;
 // the claim goes with the unmount (Release), with the daemon's exit (the
 // session's lease is revoked) and, for a node that died or stopped, when
@@ -30,4 +31,10 @@
 // put: another node's claim in between (released since or not) makes it
 // fail with ErrClaimed, so that the node publishes nothing to a
 // workspace that moved on without it (docs/scale-out.md "Failure model").
+//
+// A claim is also compared inside every head append of the node
+// (Node.HeadGuard, the store's Options.HeadGuard): the append's etcd Txn
+// reads the claim of each workspace this node claims, so a claim lost
+// between the check before a publication and its commit fails the
+// append with store.ErrFenced instead of letting it through.
 package cluster

@@ -141,7 +141,10 @@ func (p *plane) loadRaw(family, key string, maxBytes int64) (json.RawMessage, ui
 	return e.Value, e.Revision, true, nil
 }
 
-func (p *plane) compareAndSwap(family, key string, expectRev uint64, value json.RawMessage) error {
+// onRecord runs fn in one plane transaction on the record family/key:
+// its key and current envelope (nil when absent). On an optimistic plane
+// (etcd) fn may run more than once, each time on the then-current record.
+func (p *plane) onRecord(family, key string, fn func(tx meta.Tx, k meta.Key, cur *envelope) error) error {
 	k, err := p.key(family, key)
 	if err != nil {
 		return err
@@ -153,6 +156,12 @@ func (p *plane) compareAndSwap(family, key string, expectRev uint64, value json.
 		if err != nil {
 			return err
 		}
+		return fn(tx, k, cur)
+	})
+}
+
+func (p *plane) compareAndSwap(family, key string, expectRev uint64, value json.RawMessage) error {
+	return p.onRecord(family, key, func(tx meta.Tx, k meta.Key, cur *envelope) error {
 		if got := revisionOf(cur); got != expectRev {
 			return &ConflictError{Family: family, Key: key, Expected: expectRev, Actual: got}
 		}
@@ -161,17 +170,7 @@ func (p *plane) compareAndSwap(family, key string, expectRev uint64, value json.
 }
 
 func (p *plane) compareAndDelete(family, key string, expectRev uint64) error {
-	k, err := p.key(family, key)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := p.ctx()
-	defer cancel()
-	return p.m.Update(ctx, func(tx meta.Tx) error {
-		cur, err := getEnvelope(tx, k, 0)
-		if err != nil {
-			return err
-		}
+	return p.onRecord(family, key, func(tx meta.Tx, k meta.Key, cur *envelope) error {
 		if got := revisionOf(cur); got != expectRev {
 			return &ConflictError{Family: family, Key: key, Expected: expectRev, Actual: got}
 		}
@@ -182,42 +181,20 @@ func (p *plane) compareAndDelete(family, key string, expectRev uint64) error {
 	})
 }
 
-// update is Store.Update in one plane transaction. On an optimistic plane
-// (etcd) fn may run more than once, each time on the then-current value.
+// update is Store.Update in one plane transaction; fn may run more than
+// once (onRecord).
 func (p *plane) update(family, key string, fn func(cur []byte) (next []byte, del bool, err error)) error {
-	k, err := p.key(family, key)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := p.ctx()
-	defer cancel()
-	return p.m.Update(ctx, func(tx meta.Tx) error {
-		cur, err := getEnvelope(tx, k, 0)
-		if err != nil {
-			return err
-		}
-		var curValue []byte
-		if cur != nil {
-			curValue = append([]byte(nil), cur.Value...)
-		}
-		next, del, err := fn(curValue)
-		if err != nil {
-			return err
-		}
+	return p.onRecord(family, key, func(tx meta.Tx, k meta.Key, cur *envelope) error {
+		next, del, err := applyUpdate(cur, fn)
 		switch {
+		case err != nil:
+			return err
 		case del:
-			if cur == nil {
-				return nil
-			}
 			return tx.Delete(k)
-		case next == nil:
-			return nil
+		case next != nil:
+			return putEnvelope(tx, k, *next)
 		}
-		value, err := compactJSON(next)
-		if err != nil {
-			return errors.New("corestate: update function returned invalid JSON")
-		}
-		return putEnvelope(tx, k, envelope{Revision: revisionOf(cur) + 1, Value: value})
+		return nil
 	})
 }
 

@@ -312,28 +312,16 @@ func (s *Store) Update(family, key string, fn func(cur []byte) (next []byte, del
 		if err != nil {
 			return err
 		}
-		var curValue []byte
-		if cur != nil {
-			curValue = append([]byte(nil), cur.Value...)
-		}
-		next, del, err := fn(curValue)
-		if err != nil {
-			return err
-		}
+		next, del, err := applyUpdate(cur, fn)
 		switch {
+		case err != nil:
+			return err
 		case del:
-			if cur == nil {
-				return nil
-			}
 			return s.removeRecord(p)
-		case next == nil:
-			return nil
+		case next != nil:
+			return s.writeJournaled(p, *next)
 		}
-		value, err := compactJSON(next)
-		if err != nil {
-			return errors.New("corestate: update function returned invalid JSON")
-		}
-		return s.writeJournaled(p, envelope{Revision: revisionOf(cur) + 1, Value: value})
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("corestate: update %s/%q: %w", family, key, err)
@@ -393,4 +381,29 @@ func keyFromName(name string) (string, bool) {
 		return "", false
 	}
 	return string(b), true
+}
+
+// applyUpdate runs an Update's fn on the current record cur (nil if
+// absent) and says what to do: del to remove the record (never for an
+// absent one), next to write it (the next revision), neither to leave it.
+// Both backends (files and a plane) update through it.
+func applyUpdate(cur *envelope, fn func(cur []byte) (next []byte, del bool, err error)) (next *envelope, del bool, err error) {
+	var curValue []byte
+	if cur != nil {
+		curValue = append([]byte(nil), cur.Value...)
+	}
+	raw, del, err := fn(curValue)
+	switch {
+	case err != nil:
+		return nil, false, err
+	case del:
+		return nil, cur != nil, nil
+	case raw == nil:
+		return nil, false, nil
+	}
+	value, err := compactJSON(raw)
+	if err != nil {
+		return nil, false, errors.New("corestate: update function returned invalid JSON")
+	}
+	return &envelope{Revision: revisionOf(cur) + 1, Value: value}, false, nil
 }

@@ -170,11 +170,17 @@ func (s *Mount) takeWriters() {
 	}
 }
 
-// recordCapture stores the attribution of the published capture gen.
-// Called with s.lock held; a failure is logged, never fails the close.
+// recordCapture stores the attribution of the published capture gen;
+// with attribution off (noAttr) none: the window's session entries still
+// name gen. Called with s.lock held; a failure is logged, never fails the
+// close.
 func (s *Mount) recordCapture(gen store.ID) {
 	pending := s.attr.pending
 	s.attr.pending = nil
+	if s.noAttr {
+		s.attr.gen = gen
+		return
+	}
 	// Blame looks paths up by binary search: merged retries appended.
 	slices.SortFunc(pending, func(a, b fusefs.PathWriters) int { return strings.Compare(a.Path, b.Path) })
 	paths := make([]workspace.PathAttribution, 0, len(pending))

@@ -26,7 +26,10 @@
 //     still served when it was lost. A mount whose workspace another
 //     node claimed meanwhile is fenced (fenced.go): read-only, publishing
 //     nothing, its unpublished changes kept as the fork WS.fenced-NODE-N;
-//     a recovery claims the workspace first and does the same.
+//     a recovery claims the workspace first and does the same, also when
+//     the claim's history since its mount record's ClaimRev shows another
+//     node's claim made and released meanwhile. Every head append checks
+//     the claim again inside its etcd Txn (cluster.Node.HeadGuard).
 //   - The control protocol's server side (protocol.go): POST /run runs a
 //     forwarded command line through Config.Exec, POST /fsmonitor answers
 //     git's fsmonitor hook, GET /ping.

@@ -31,12 +31,12 @@ import (
 //     following the workspace: no lease, window or reconcile of WS is
 //     touched by this mount again; `unmount` detaches it.
 //
-// The claim check is a read before the publish, not a compare inside it:
-// what keeps a node that pauses between the two from publishing is its
-// lease gates, bound to the same session's TTL (the permit-carrying
-// publish of a final close is fenced by the gate's revision). The
-// permit-less publishes (a recovery, a capture before a rebase) rest on
-// the check alone; docs/scale-out.md says so.
+// The claim check is a read before the publish; the head append itself
+// compares the claim inside its etcd Txn (cluster.Node.HeadGuard), so a
+// node that pauses past its TTL between the two publishes nothing: the
+// append is store.ErrFenced, and the next capture's check fences the
+// mount. A recovery also looks through the claim's history since the
+// revision its mount record kept (cluster.Claims.MovedSince).
 
 // errFencedOut: the mount's node lost the workspace's claim to another
 // node; its changes went to a fork (Mount.fencedAs) and nothing was
@@ -60,6 +60,15 @@ func (d *Daemon) claimLost(ws, mp string) (cluster.Claim, bool, error) {
 	default:
 		return cluster.Claim{}, false, fmt.Errorf("check the claim on %s before publishing: %w", ws, err)
 	}
+}
+
+// claimRev is the revision of this node's claim of ws, for its mount
+// record (0 on a local store).
+func (d *Daemon) claimRev(ws string) int64 {
+	if d.claims == nil {
+		return 0
+	}
+	return d.claims.Rev(ws)
 }
 
 // fencedName is the first free name WS.fenced-NODE-N (N from 1).

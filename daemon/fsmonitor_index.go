@@ -99,50 +99,74 @@ func retargetUntrackedCache(root string) error {
 	return nil
 }
 
+// indexExt is one extension of a git index: its signature and data.
+type indexExt struct {
+	sig  string
+	data []byte
+}
+
+// indexExtensions parses index down to its extensions: the body (without
+// the trailing hash), where the entries end, the extensions in order and
+// the position of UNTR among them (-1 if absent). With verify the
+// trailing SHA-1 is checked too. A split index is refused: its cache may
+// live in the shared one.
+func indexExtensions(index []byte, verify bool) (body []byte, end int, exts []indexExt, untr int, err error) {
+	const hashLen = sha1.Size
+	if len(index) < 12+hashLen || string(index[:4]) != "DIRC" {
+		return nil, 0, nil, -1, fmt.Errorf("%w: no index header", ErrIndexFormat)
+	}
+	body = index[:len(index)-hashLen]
+	if verify {
+		if sum := sha1.Sum(body); !bytes.Equal(sum[:], index[len(body):]) {
+			return nil, 0, nil, -1, fmt.Errorf("%w: checksum (or not SHA-1)", ErrIndexFormat)
+		}
+	}
+	version := binary.BigEndian.Uint32(index[4:8])
+	count := binary.BigEndian.Uint32(index[8:12])
+	if end, err = indexEntriesEnd(body, version, count); err != nil {
+		return nil, 0, nil, -1, err
+	}
+	untr = -1
+	for off := end; off < len(body); {
+		if len(body)-off < 8 {
+			return nil, 0, nil, -1, fmt.Errorf("%w: extension header at %d", ErrIndexFormat, off)
+		}
+		sig := string(body[off : off+4])
+		n := int64(binary.BigEndian.Uint32(body[off+4 : off+8]))
+		if n > int64(len(body)-off-8) {
+			return nil, 0, nil, -1, fmt.Errorf("%w: extension %q size %d", ErrIndexFormat, sig, n)
+		}
+		switch sig {
+		case "link":
+			return nil, 0, nil, -1, fmt.Errorf("%w: split index", ErrIndexFormat)
+		case "UNTR":
+			if untr >= 0 {
+				return nil, 0, nil, -1, fmt.Errorf("%w: two UNTR extensions", ErrIndexFormat)
+			}
+			untr = len(exts)
+		}
+		exts = append(exts, indexExt{sig, body[off+8 : off+8+int(n)]})
+		off += 8 + int(n)
+	}
+	return body, end, exts, untr, nil
+}
+
+// hasUntrackedCache reports whether index carries an untracked cache that
+// withUntrackedIdent could retarget. It reads only the headers (no
+// checksum, no copy): it decides a warm-up, not a write.
+func hasUntrackedCache(index []byte) bool {
+	_, _, _, untr, err := indexExtensions(index, false)
+	return err == nil && untr >= 0
+}
+
 // withUntrackedIdent returns index with its UNTR extension's ident set to
 // ident, and whether that changed it. An index without UNTR is returned
 // unchanged.
 func withUntrackedIdent(index []byte, ident string) ([]byte, bool, error) {
 	const hashLen = sha1.Size
-	if len(index) < 12+hashLen || string(index[:4]) != "DIRC" {
-		return nil, false, fmt.Errorf("%w: no index header", ErrIndexFormat)
-	}
-	body := index[:len(index)-hashLen]
-	if sum := sha1.Sum(body); !bytes.Equal(sum[:], index[len(body):]) {
-		return nil, false, fmt.Errorf("%w: checksum (or not SHA-1)", ErrIndexFormat)
-	}
-	version := binary.BigEndian.Uint32(index[4:8])
-	count := binary.BigEndian.Uint32(index[8:12])
-	end, err := indexEntriesEnd(body, version, count)
+	body, end, exts, untr, err := indexExtensions(index, true)
 	if err != nil {
 		return nil, false, err
-	}
-	type ext struct {
-		sig  string
-		data []byte
-	}
-	var exts []ext
-	untr := -1
-	for off := end; off < len(body); {
-		if len(body)-off < 8 {
-			return nil, false, fmt.Errorf("%w: extension header at %d", ErrIndexFormat, off)
-		}
-		sig := string(body[off : off+4])
-		n := int64(binary.BigEndian.Uint32(body[off+4 : off+8]))
-		if n > int64(len(body)-off-8) {
-			return nil, false, fmt.Errorf("%w: extension %q size %d", ErrIndexFormat, sig, n)
-		}
-		switch sig {
-		case "link": // a split index: the cache may live in the shared one
-			return nil, false, fmt.Errorf("%w: split index", ErrIndexFormat)
-		case "UNTR":
-			if untr >= 0 {
-				return nil, false, fmt.Errorf("%w: two UNTR extensions", ErrIndexFormat)
-			}
-			untr = len(exts)
-		}
-		exts = append(exts, ext{sig, body[off+8 : off+8+int(n)]})
-		off += 8 + int(n)
 	}
 	if untr < 0 {
 		return index, false, nil

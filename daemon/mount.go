@@ -37,7 +37,9 @@ type Mount struct {
 	stateDir string
 	ttl      time.Duration
 	by       sessions.By
-	mnt      *fusefs.Mount
+	// noAttr: attribution is off (MountOptions.NoAttribution).
+	noAttr bool
+	mnt    *fusefs.Mount
 	// view is mnt as the final close uses it (a fake in unit tests).
 	view view
 	// dev is the mount's device ("major:minor", as mountinfo shows it),
@@ -187,6 +189,11 @@ type MountOptions struct {
 	// NoFSMonitor: do not point a repository at the mount's root at the
 	// fsmonitor hook, and remove the lines an earlier mount added.
 	NoFSMonitor bool
+	// NoAttribution turns write attribution off for this mount (mount
+	// --no-attribution): the overlay records no writers, a final close
+	// stores no attribution record, and the session log's entries of the
+	// mount's leases name no paths.
+	NoAttribution bool
 }
 
 // The values of MountOptions.Transport (mount --transport).
@@ -313,7 +320,7 @@ func (d *Daemon) MountWorkspace(ws, mp string, opt MountOptions) (*Mount, []stri
 	if err := fusefs.ResetState(stateDir); err != nil {
 		return nil, notes, err
 	}
-	s := &Mount{d: d, ws: ws, mp: mp, stateDir: stateDir, ttl: opt.LeaseTTL, by: opt.LeaseBy,
+	s := &Mount{d: d, ws: ws, mp: mp, stateDir: stateDir, ttl: opt.LeaseTTL, by: opt.LeaseBy, noAttr: opt.NoAttribution,
 		lock: make(chan struct{}, 1), leases: map[sessions.Owner]*heldLease{}, pinned: w.Head, gone: make(chan struct{})}
 	if err := d.applyContextState(s); err != nil {
 		return nil, notes, err
@@ -337,7 +344,7 @@ func (d *Daemon) MountWorkspace(ws, mp string, opt MountOptions) (*Mount, []stri
 		s.baseDir, s.detach = bd, m.Store().AttachBase(inPlace.Base, bd)
 	}
 	if err := m.PutMountRecord(workspace.MountRecord{Workspace: ws, Mountpoint: mp, StateDir: stateDir,
-		Pinned: w.Head.String(), DaemonPID: os.Getpid(), Since: time.Now().UnixMilli(), InPlace: isInPlace}); err != nil {
+		Pinned: w.Head.String(), DaemonPID: os.Getpid(), Since: time.Now().UnixMilli(), InPlace: isInPlace, ClaimRev: d.claimRev(ws)}); err != nil {
 		tr.Close()
 		s.closeBase()
 		return nil, notes, err
@@ -345,11 +352,11 @@ func (d *Daemon) MountWorkspace(ws, mp string, opt MountOptions) (*Mount, []stri
 	// git status in a work tree the fsmonitor hook serves looks nothing up.
 	warm, walkers := opt.WarmEntries, 0
 	if !isInPlace && !s.readOnly.Load() && !opt.NoFSMonitor && hasGitDir(m.Store(), root) {
-		warm, walkers = fsmonitorWarm(opt)
+		warm, walkers = fsmonitorWarm(opt, indexHasUntrackedCache(m.Store(), root))
 	}
 	mnt, err := fusefs.MountAt(mp, fusefs.Config{Objects: storeObjects{m.Store()}, Root: root, Links: links, StateDir: stateDir, WarmWalkers: walkers,
 		Admitter: tr, DescribeWriter: s.describeWriter, AllowOther: opt.AllowOther, BaseInodes: m.DerivesFromInPlace(ws), Debug: opt.Debug, FsName: "acyclicfs:" + ws, Passthrough: true, EnableXattrs: opt.Xattrs,
-		WarmEntries: warm, Uring: opt.Transport == TransportUring, PreferUring: opt.Transport == TransportAuto,
+		NoAttribution: opt.NoAttribution, WarmEntries: warm, Uring: opt.Transport == TransportUring, PreferUring: opt.Transport == TransportAuto,
 		ReadOnly: s.readOnly.Load()})
 	if err != nil {
 		tr.Close()
@@ -391,6 +398,34 @@ func hasGitDir(st *store.Store, root store.ID) bool {
 	}
 	e, ok := t.Lookup(".git")
 	return ok && e.Kind == store.KindDir
+}
+
+// indexHasUntrackedCache reports whether the work tree at root has a git
+// index with an untracked cache (UNTR) that git can use: one this code
+// could retarget to the mountpoint (fsmonitor_index.go). Unreadable or
+// unknown: false (the warm-up runs).
+func indexHasUntrackedCache(st *store.Store, root store.ID) bool {
+	t, err := st.GetTree(root)
+	if err != nil {
+		return false
+	}
+	g, ok := t.Lookup(".git")
+	if !ok || g.Kind != store.KindDir {
+		return false
+	}
+	gt, err := st.GetTree(g.ID)
+	if err != nil {
+		return false
+	}
+	e, ok := gt.Lookup("index")
+	if !ok || !e.Kind.IsRegular() {
+		return false
+	}
+	index, err := st.ReadBlob(e.ID)
+	if err != nil {
+		return false
+	}
+	return hasUntrackedCache(index)
 }
 
 // checkMountpoint requires an existing directory; a dead FUSE mount left
@@ -494,6 +529,18 @@ func (d *Daemon) recoverMount(rec workspace.MountRecord, keepClaim bool) (_ []st
 				d.logger.Printf("%s: %v", rec.Workspace, rerr)
 			}
 		}()
+	}
+	if d.claims != nil && !claimLost {
+		// The claim is this node's now; was it another node's since the
+		// dead daemon's (made and released while this node was dead)?
+		// Then the workspace moved on without the overlay: fork it.
+		o, moved, err := d.claims.MovedSince(context.Background(), rec.Workspace, rec.ClaimRev)
+		if err != nil {
+			return notes, err
+		}
+		if moved {
+			other, claimLost = o, true
+		}
 	}
 	orphans := d.orphanLeases(rec.Workspace) // before the window is claimed
 	var head store.ID
@@ -910,7 +957,7 @@ func (s *Mount) switchToHead() error {
 	}
 	s.pinned = w.Head
 	return s.d.m.PutMountRecord(workspace.MountRecord{Workspace: s.ws, Mountpoint: s.mp, StateDir: s.stateDir,
-		Pinned: w.Head.String(), DaemonPID: os.Getpid(), Since: time.Now().UnixMilli()})
+		Pinned: w.Head.String(), DaemonPID: os.Getpid(), Since: time.Now().UnixMilli(), ClaimRev: s.d.claimRev(s.ws)})
 }
 
 // parentAdvanced: idle → rebase now and refresh the view; active → the

@@ -11,9 +11,10 @@ import (
 
 // Write attribution: which processes changed which paths since the last
 // capture. The hot path pays, per change of an inode (not per read,
-// lookup or data write), one ask of the exec watcher (ExecWatcher, a
-// pread of /proc/PID/comm: fusefs/sessions) and one compare (and, for a
-// new writer, a field write): the inode remembers its latest writer
+// lookup or data write), one compare (and, for a new writer, a field
+// write), and at a process's first change of an inode since the last
+// capture one ask of the exec watcher (ExecWatcher, a pread of
+// /proc/PID/comm: fusefs/sessions; caller): the inode remembers its latest writer
 // (inode.writer: pid and exec generation); an earlier, different writer
 // is kept aside in overlay.moreWriters, which only a second writer of
 // one inode touches. TakeWriters walks the dirty part of the table
@@ -44,15 +45,51 @@ type WriterRef struct {
 // ExecWatcher is what an Admitter may also be: it tells which program a
 // pid runs, as a generation counting the execs it noticed, so that a
 // process that execs is attributed with the program that made each
-// change. ExecGen is called once per change of an inode.
+// change. ExecGen is called at most once per request that changes
+// something, and not when the inode changed already names the pid.
 type ExecWatcher interface {
 	ExecGen(pid uint32) uint32
 }
 
-// callerWriter is the writer of the request in ctx; PID 0 when unknown.
-// Only for a request that changes something: it asks the exec watcher.
-func (o *overlay) callerWriter(ctx context.Context) WriterRef {
-	return o.writerOf(callerPID(ctx))
+// caller is the process of one request that changes something, as a
+// writer: its exec generation is asked of the exec watcher at most once
+// per request, and only when a change records it — not when the inode
+// changed already names this pid (the exec check is made at a process's
+// first change of an inode since the last capture), nor for the removal
+// of a name made since then.
+type caller struct {
+	o     *overlay
+	pid   uint32 // 0: unknown, or attribution off
+	w     WriterRef
+	asked bool
+}
+
+// callerOf is the caller of the request in ctx.
+func (o *overlay) callerOf(ctx context.Context) caller {
+	return o.pidCaller(callerPID(ctx))
+}
+
+// pidCaller is pid as a caller; pid 0 when attribution is off.
+func (o *overlay) pidCaller(pid uint32) caller {
+	if o.noAttr {
+		pid = 0
+	}
+	return caller{o: o, pid: pid}
+}
+
+// writerFor is c as the writer of a change of in (nil: of no inode).
+// Caller holds mu.
+func (c *caller) writerFor(in *inode) WriterRef {
+	switch {
+	case c.pid == 0:
+		return WriterRef{}
+	case c.asked:
+		return c.w
+	case in != nil && in.writer.PID == c.pid:
+		return in.writer
+	}
+	c.w, c.asked = c.o.writerOf(c.pid), true
+	return c.w
 }
 
 // writerOf is pid as a writer now.
@@ -71,11 +108,12 @@ func callerPID(ctx context.Context) uint32 {
 	return 0
 }
 
-// noteWriter records w as in's latest writer. Caller holds mu.
-func (o *overlay) noteWriter(in *inode, w WriterRef) {
-	if w.PID == 0 {
+// noteWriter records c as in's latest writer. Caller holds mu.
+func (o *overlay) noteWriter(in *inode, c *caller) {
+	if c.pid == 0 {
 		return
 	}
+	w := c.writerFor(in)
 	if o.taken != nil {
 		if t, ok := o.taken[in]; ok {
 			// A change after TakeWriters: WritersRecorded must not clear w.
@@ -108,12 +146,13 @@ type removedName struct {
 	first, last int64
 }
 
-// noteRemoved records that pid removes d/name, which names c; call it
+// noteRemoved records that cl removes d/name, which names c; call it
 // before the name changes. Caller holds mu.
-func (o *overlay) noteRemoved(d *inode, name string, c *inode, w WriterRef) {
-	if w.PID == 0 || c.linkSeq > o.capSeq {
+func (o *overlay) noteRemoved(d *inode, name string, c *inode, cl *caller) {
+	if cl.pid == 0 || c.linkSeq > o.capSeq {
 		return // a name given since the last capture: its removal undoes it
 	}
+	w := cl.writerFor(nil)
 	dp, ok := o.dirPath(d)
 	if !ok {
 		return

@@ -67,9 +67,13 @@ type Config struct {
 	// writer per log (wal_attribution.go), so that a recovery after a
 	// crash can attribute its changes; nil: writers are logged by pid.
 	DescribeWriter func(WriterRef) WriterInfo
-	AllowOther     bool
-	Debug          bool
-	FsName         string
+	// NoAttribution turns write attribution off (mount --no-attribution):
+	// the mount records no writers (no exec check, no writer in the
+	// overlay log) and TakeWriters reports nothing.
+	NoAttribution bool
+	AllowOther    bool
+	Debug         bool
+	FsName        string
 	// AttrTimeout and EntryTimeout apply to clean entries (the view is
 	// pinned, so they can be long; default 1h). Dirty entries use
 	// DirtyTimeout (default: AttrTimeout). Every change of a dirty entry
@@ -228,7 +232,8 @@ func mountAt(mountpoint string, cfg Config) (*Mount, error) {
 		notifyC: make(chan struct{}, 1), doneC: make(chan struct{})}
 	m.readOnly.Store(cfg.ReadOnly)
 	ov.retainLimit = max(cfg.RetainUpperBytes, 0)
-	if ew, ok := cfg.Admitter.(ExecWatcher); ok {
+	ov.noAttr = cfg.NoAttribution
+	if ew, ok := cfg.Admitter.(ExecWatcher); ok && !cfg.NoAttribution {
 		ov.execs = ew
 	}
 	ov.describe = cfg.DescribeWriter

@@ -134,7 +134,8 @@ func (n *node) addNew(ctx context.Context, name string, mode uint32, out *fuse.E
 		}
 		ov.addLink(n.in, name, c)
 		ov.touch(c)
-		ov.noteWriter(c, ov.callerWriter(ctx))
+		cl := ov.callerOf(ctx)
+		ov.noteWriter(c, &cl)
 		a = snapAttr(c)
 		return nil
 	})
@@ -213,7 +214,8 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 		}
 		c.tmpfile = true
 		ov.touch(c)
-		ov.noteWriter(c, ov.callerWriter(ctx))
+		cl := ov.callerOf(ctx)
+		ov.noteWriter(c, &cl)
 		a = snapAttr(c)
 		return nil
 	})
@@ -301,7 +303,8 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 		ov.addLink(n.in, name, t)
 		t.ctime = time.Now().UnixNano()
 		ov.touch(t)
-		ov.noteWriter(t, ov.callerWriter(ctx))
+		cl := ov.callerOf(ctx)
+		ov.noteWriter(t, &cl)
 		a = snapAttr(t)
 		return nil
 	})
@@ -328,10 +331,10 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 		if c.isDir() {
 			return syscall.EISDIR
 		}
-		pid := ov.callerWriter(ctx)
-		ov.noteRemoved(n.in, name, c, pid)
+		cl := ov.callerOf(ctx)
+		ov.noteRemoved(n.in, name, c, &cl)
 		ov.removeLink(n.in, name, c)
-		ov.noteWriter(n.in, pid)
+		ov.noteWriter(n.in, &cl)
 		return nil
 	}))
 }
@@ -360,10 +363,10 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 		if len(gc) > 0 {
 			return syscall.ENOTEMPTY
 		}
-		pid := ov.callerWriter(ctx)
-		ov.noteRemoved(n.in, name, c, pid)
+		cl := ov.callerOf(ctx)
+		ov.noteRemoved(n.in, name, c, &cl)
 		ov.removeLink(n.in, name, c)
-		ov.noteWriter(n.in, pid)
+		ov.noteWriter(n.in, &cl)
 		return nil
 	}))
 }
@@ -414,9 +417,9 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 			ov.moveLink(sd, name, dd, newName, src)
 			ov.moveLink(dd, newName, sd, name, dst)
 			sc[name], dc[newName] = dst, src
-			pid := ov.callerWriter(ctx)
-			ov.noteWriter(src, pid)
-			ov.noteWriter(dst, pid)
+			cl := ov.callerOf(ctx)
+			ov.noteWriter(src, &cl)
+			ov.noteWriter(dst, &cl)
 			return nil
 		}
 		if dst != nil && flags&unix.RENAME_NOREPLACE != 0 {
@@ -444,16 +447,16 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 				return syscall.EISDIR
 			}
 		}
-		pid := ov.callerWriter(ctx)
-		ov.noteRemoved(sd, name, src, pid)
+		cl := ov.callerOf(ctx)
+		ov.noteRemoved(sd, name, src, &cl)
 		if dst != nil {
 			ov.removeLink(dd, newName, dst)
 		}
 		delete(sc, name)
 		ov.moveLink(sd, name, dd, newName, src)
 		dc[newName] = src
-		ov.noteWriter(src, pid)
-		ov.noteWriter(sd, pid) // the old name went away
+		ov.noteWriter(src, &cl)
+		ov.noteWriter(sd, &cl) // the old name went away
 		return nil
 	}))
 }

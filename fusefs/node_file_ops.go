@@ -167,7 +167,8 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if changed {
 		ino.ctime = now
 		ov.touch(ino)
-		ov.noteWriter(ino, ov.callerWriter(ctx))
+		cl := ov.callerOf(ctx)
+		ov.noteWriter(ino, &cl)
 	}
 	a := snapAttr(ino)
 	ov.mu.Unlock()
@@ -290,7 +291,8 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	n.in.xattrs[attr] = bytes.Clone(data)
 	n.in.ctime = time.Now().UnixNano()
 	ov.touch(n.in)
-	ov.noteWriter(n.in, ov.callerWriter(ctx))
+	cl := ov.callerOf(ctx)
+	ov.noteWriter(n.in, &cl)
 	return 0
 }
 
@@ -311,7 +313,8 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	delete(n.in.xattrs, attr)
 	n.in.ctime = time.Now().UnixNano()
 	ov.touch(n.in)
-	ov.noteWriter(n.in, ov.callerWriter(ctx))
+	cl := ov.callerOf(ctx)
+	ov.noteWriter(n.in, &cl)
 	return 0
 }
 
@@ -392,7 +395,8 @@ func (m *Mount) open(in *inode, flags, pid uint32) (fs.FileHandle, uint32, sysca
 		if write || trunc {
 			h.writable = true
 			in.wopens++
-			ov.noteWriter(in, ov.writerOf(pid))
+			cl := ov.pidCaller(pid)
+			ov.noteWriter(in, &cl)
 			ov.fsmOpened(in)
 		}
 	} else {

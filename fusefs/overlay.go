@@ -241,6 +241,10 @@ type overlay struct {
 	// (Config.DescribeWriter). Both set before the mount serves.
 	execs    ExecWatcher
 	describe func(WriterRef) WriterInfo
+	// noAttr: attribution is off (Config.NoAttribution); every change's
+	// writer is unknown (PID 0), so none is recorded. Set before the
+	// mount serves.
+	noAttr bool
 	// walDesc holds the writers a replayed snapshot or log described
 	// (wal_attribution.go). Guarded by mu.
 	walDesc map[WriterRef]WriterInfo

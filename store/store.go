@@ -101,6 +101,14 @@ type Options struct {
 	// that no other writer has files in flight there. LockTimeout does
 	// not apply.
 	Meta meta.Store
+	// HeadGuard, if set, is called inside every transaction that moves a
+	// workspace's head (CompareAndAppend, CompareAndAppendMany,
+	// PublishGeneration), once per workspace appended to, before the
+	// append, like CheckPermitTx: an error aborts the transaction and is
+	// returned wrapped. A node on etcd reads its claim of ws there, so
+	// that the Txn that appends compares it (cluster.Node.HeadGuard); a
+	// local store has none.
+	HeadGuard func(tx meta.Tx, ws string) error
 	// Remote, if set, is the blob plane every object is kept on (object
 	// storage, a shared directory: see docs/scale-out.md); objects/ is
 	// then a cache of it (blobs.Tier). A write returns, and a batch
@@ -141,7 +149,9 @@ type Store struct {
 	db       *bolt.DB   // meta.db; nil on an injected plane
 	clock    func() int64
 	readOnly bool
-	noSync   bool
+	// headGuard is Options.HeadGuard (nil: none).
+	headGuard func(tx meta.Tx, ws string) error
+	noSync    bool
 
 	// gcMu protects gcHolds and gcRunning; gcCond (on gcMu) signals
 	// changes to them. See HoldGC.
@@ -173,7 +183,7 @@ func Open(dir string, opt Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
-	s := &Store{dir: abs, clock: opt.Clock, readOnly: opt.ReadOnly, noSync: opt.NoSync, watchers: opt.Watchers}
+	s := &Store{dir: abs, clock: opt.Clock, readOnly: opt.ReadOnly, noSync: opt.NoSync, watchers: opt.Watchers, headGuard: opt.HeadGuard}
 	s.gcCond = sync.NewCond(&s.gcMu)
 	s.objs = blobs.OpenDir(s.objectsDir(), blobs.Options{Tmp: s.tmpDir(), ReadOnly: opt.ReadOnly, NoSync: opt.NoSync, Fail: fail})
 	if s.clock == nil {

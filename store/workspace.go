@@ -327,6 +327,11 @@ func (s *Store) appendTx(tx meta.Tx, appends []Append, permit *Permit, out []Wor
 		}
 	}
 	for i, a := range appends {
+		if s.headGuard != nil {
+			if err := s.headGuard(tx, a.Workspace); err != nil {
+				return err
+			}
+		}
 		w, err := getWorkspaceTx(tx, a.Workspace)
 		if err != nil {
 			return err

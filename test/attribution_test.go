@@ -36,6 +36,8 @@ type blameJSON struct {
 	Workspace  string       `json:"workspace"`
 	Time       int64        `json:"time"`
 	Writers    []writerJSON `json:"writers"`
+	// NotRecorded: a capture of a mount with --no-attribution.
+	NotRecorded bool `json:"not_recorded"`
 }
 
 type sessionJSON struct {
@@ -547,4 +549,88 @@ func TestAttributionSurvivesKill(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A mount with --no-attribution records no writers: its captures get no
+// attribution record, so blame names them "not recorded", and its
+// sessions' entries are logged without paths. A later mount with
+// attribution on records again.
+func TestAttributionOff(t *testing.T) {
+	e := newMountEnv(t)
+	src := filepath.Join(e.dir, "src")
+	writeTree(t, src, map[string]string{"keep": "k\n", "old": "o\n"})
+	e.ok("create", "w", "--from", src)
+	mp := e.mountAt("w", "--no-attribution")
+	pid := runTool(t, mp, "sh", "-c", "echo one > a; rm old")
+	e.waitIdle("w")
+
+	ss := e.sessions("w")
+	if len(ss) != 1 || ss[0].Kind != "session" || ss[0].Owner != fmt.Sprintf("sid:%d", pid) || ss[0].PathCount != 0 ||
+		len(ss[0].Paths) != 0 || ss[0].Generation == "" || strings.Trim(ss[0].Generation, "0") == "" || ss[0].Outcome != "current" {
+		t.Fatalf("sessions with attribution off: %+v, want one session entry with its generation and no paths", ss)
+	}
+	gen := ss[0].Generation
+	for _, p := range []string{"a", "old", "."} {
+		bl := e.blame("w", p)
+		if len(bl) != 1 || !bl[0].NotRecorded || len(bl[0].Writers) != 0 || bl[0].Generation != gen || bl[0].Workspace != "w" {
+			t.Errorf("blame %s with attribution off: %+v, want generation %s not recorded", p, bl, gen)
+		}
+	}
+	if bl := e.blame("w", "keep"); len(bl) != 0 {
+		t.Errorf("blame keep (never written): %+v, want none", bl)
+	}
+	if text := e.out("blame", "w", "a"); !strings.HasPrefix(text, gen[:12]+"\t") || !strings.HasSuffix(text, "\tnot recorded\n") {
+		t.Errorf("blame w a printed %q, want GEN<TAB>TIME<TAB>not recorded", text)
+	}
+	e.unmount(mp)
+
+	// Attribution on again: the new capture names its writer, the old
+	// one stays not recorded, newest first.
+	mp = e.mountAt("w")
+	pid2 := runTool(t, mp, "sh", "-c", "echo two >> a")
+	e.waitIdle("w")
+	bl := e.blame("w", "a")
+	if len(bl) != 2 || bl[0].NotRecorded || len(bl[0].Writers) != 1 || bl[0].Writers[0].Session != fmt.Sprintf("sid:%d", pid2) ||
+		!bl[1].NotRecorded || bl[1].Generation != gen {
+		t.Errorf("blame a after a mount with attribution on: %+v, want its writer, then %s not recorded", bl, gen)
+	}
+	e.unmount(mp)
+
+	// Off across a daemon kill -9: the overlay log holds no writers, so
+	// the recovery stores no attribution either; the dead daemon's lease
+	// gets its entry, without paths.
+	mp = e.mountAt("w", "--no-attribution", "--lease-ttl", "300ms")
+	e.ok("lease", "begin", mp, "--owner", "agent", "--ttl", "300ms")
+	runTool(t, mp, "sh", "-c", "echo c > c")
+	dpid := e.daemonPID()
+	if err := syscall.Kill(dpid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitGone(dpid, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(400 * time.Millisecond) // let the dead daemon's 300ms leases expire (a clock deadline, no event)
+	if r := e.run("mount", "w", mp, "--no-attribution"); r.code != 0 {
+		t.Fatalf("remount after kill -9: %s", r)
+	}
+	// The lease and the tool session it ran, both still held when it died.
+	var recGen string
+	n := 0
+	for _, s := range e.sessions("w") {
+		if s.Outcome != "recovered" {
+			continue
+		}
+		n++
+		if s.PathCount != 0 || len(s.Paths) != 0 || strings.Trim(s.Generation, "0") == "" || recGen != "" && s.Generation != recGen {
+			t.Errorf("recovered entry %+v: want the recovered capture and no paths", s)
+		}
+		recGen = s.Generation
+	}
+	if n == 0 {
+		t.Fatalf("no recovered session entry: %+v", e.sessions("w"))
+	}
+	if bl := e.blame("w", "c"); len(bl) != 1 || !bl[0].NotRecorded || bl[0].Generation != recGen {
+		t.Errorf("blame c after a recovery with attribution off: %+v, want %s not recorded", bl, recGen)
+	}
+	e.unmount(mp)
 }

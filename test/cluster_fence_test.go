@@ -267,3 +267,59 @@ func TestRecoveryTakesClaim(t *testing.T) {
 	a.fsck()
 	b.fsck()
 }
+
+// TestRecoveryForksAfterAClaimMadeAndReleased: node A mounts ws and a tool
+// writes; A's daemon is killed. Node B mounts ws once A's claim expired,
+// writes, and unmounts: ws moved on and nobody holds its claim any more.
+// A's recovery (its `unmount`, run without a daemon) claims ws, finds in
+// the claim's history since the revision its mount record kept that B
+// claimed ws meanwhile, and keeps the dead mount's write as the fork
+// ws.fenced-node-a-1 instead of publishing it; ws's history is B's alone.
+//
+// Without the claim revision in the mount record A's recovery, finding no
+// claim, publishes a.txt onto B's head and the log check fails.
+func TestRecoveryForksAfterAClaimMadeAndReleased(t *testing.T) {
+	c := etcdtest.Start(t)
+	shared := filepath.Join(t.TempDir(), "blobs")
+	a := clusterNode(t, c, "recover2", "node-a", "--claim-ttl", "2s", "--blobs", shared)
+	b := clusterNode(t, c, "recover2", "node-b", "--claim-ttl", "2s", "--blobs", shared)
+	src := filepath.Join(a.dir, "src")
+	writeTree(t, src, map[string]string{"base.txt": "base\n"})
+	a.ok("create", "ws", "--from", src)
+
+	mp := a.mountAt("ws", "--lease-ttl", "2s")
+	hold := a.fifo("hold-ws")
+	a.startExec(mp, "echo 'from A' > a.txt && sync a.txt && read x < "+hold.path)
+	hold.opened(30 * time.Second)
+	pid := a.daemonPID()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitGone(pid, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	mpB := b.mountWhenFree("ws")
+	b.execOK(mpB, "test ! -e a.txt && echo 'from B' > b.txt")
+	b.unmount(mpB)
+	afterB := b.logGens("ws")
+	if node, _ := b.clusterStatus().holder("ws"); node != "" {
+		t.Fatalf("after B's unmount ws is held by %q, want nobody", node)
+	}
+
+	r := a.run("unmount", mp)
+	if r.code != 0 || !strings.Contains(r.stderr, "node-b") || !strings.Contains(r.stderr, "as workspace ws.fenced-node-a-1") {
+		t.Fatalf("A's recovery of its dead mount of ws after B claimed and released it: %s", r)
+	}
+	if got := b.logGens("ws"); strings.Join(got, "\n") != strings.Join(afterB, "\n") {
+		t.Fatalf("A's recovery published to ws after B's claim:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(afterB, "\n"))
+	}
+	if r := b.run("cat", "ws.fenced-node-a-1", "a.txt"); r.code != 0 || r.stdout != "from A\n" {
+		t.Fatalf("the fork of A's dead mount: %s", r)
+	}
+	if node, _ := a.clusterStatus().holder("ws"); node != "" {
+		t.Fatalf("A's recovery left a claim on ws by %q", node)
+	}
+	a.fsck()
+	b.fsck()
+}

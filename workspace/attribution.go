@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -219,6 +220,11 @@ type BlameEntry struct {
 	Workspace  string   `json:"workspace"`
 	Time       int64    `json:"time"` // Unix ms
 	Writers    []Writer `json:"writers"`
+	// NotRecorded: the generation is the capture of a mount with
+	// attribution off (mount --no-attribution) that changed the path;
+	// who changed it was not recorded (Writers is empty, Time is the end
+	// of its session-log entry).
+	NotRecorded bool `json:"not_recorded,omitempty"`
 }
 
 // Blame lists the generations of ws that changed path, newest first,
@@ -245,13 +251,81 @@ func (m *Manager) Blame(ws, path string, ancestors bool) ([]BlameEntry, error) {
 		return nil, err
 	}
 	out := []BlameEntry{}
+	have := map[store.ID]bool{}
 	for _, a := range as {
+		have[a.Generation] = true
 		i, ok := slices.BinarySearchFunc(a.Paths, p, func(pa PathAttribution, p string) int { return strings.Compare(pa.Path, p) })
 		if ok {
 			out = append(out, BlameEntry{Generation: a.Generation, Workspace: a.Workspace, Time: a.Time, Writers: a.Paths[i].Writers})
 		}
 	}
+	unrec, err := m.unrecordedBlame(ws, p, ancestors, have)
+	if err != nil {
+		return nil, err
+	}
+	if len(unrec) > 0 {
+		out = append(out, unrec...)
+		slices.SortStableFunc(out, func(a, b BlameEntry) int { return cmp.Compare(b.Time, a.Time) })
+	}
 	return out, nil
+}
+
+// unrecordedBlame lists the captures that changed path p and have no
+// attribution record though the session log names them: a mount's with
+// attribution off. ws's own (with ancestors: every entry in the history
+// of its head) except the generations in have.
+func (m *Manager) unrecordedBlame(ws, p string, ancestors bool, have map[store.ID]bool) ([]BlameEntry, error) {
+	es, err := m.Sessions(ws, 0, ancestors)
+	if err != nil {
+		return nil, err
+	}
+	var out []BlameEntry
+	for _, e := range es {
+		if e.Generation.IsZero() || have[e.Generation] {
+			continue
+		}
+		have[e.Generation] = true
+		if _, ok, err := m.Attribution(e.Generation); err != nil {
+			return nil, err
+		} else if ok {
+			continue
+		}
+		changed, err := m.genChanged(e.Generation, p)
+		if err != nil {
+			return nil, err
+		}
+		if changed {
+			out = append(out, BlameEntry{Generation: e.Generation, Workspace: e.Workspace, Time: e.End, Writers: []Writer{}, NotRecorded: true})
+		}
+	}
+	return out, nil
+}
+
+// genChanged reports whether generation gen changed path p (or, p being
+// a directory, something under it) against its first parent.
+func (m *Manager) genChanged(gen store.ID, p string) (bool, error) {
+	g, err := m.st.GetGeneration(gen)
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil // collected
+	}
+	if err != nil {
+		return false, fmt.Errorf("generation %s: %w", gen.Short(), err)
+	}
+	var parent store.ID
+	if len(g.Parents) > 0 {
+		parent = g.Parents[0]
+	}
+	changes, err := m.Diff(parent, gen)
+	if err != nil {
+		return false, fmt.Errorf("changes of %s: %w", gen.Short(), err)
+	}
+	for _, c := range changes {
+		whole := c.Old == nil || c.New == nil // a name added or removed with what is under it
+		if p == "." || c.Path == p || strings.HasPrefix(c.Path, p+"/") || (whole && strings.HasPrefix(p, c.Path+"/")) {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // cleanPath is a workspace-relative path as attribution records name it.

@@ -94,6 +94,7 @@ func Open(dir string, opt Options) (*Manager, error) {
 	var node *cluster.Node
 	var remote blobs.Store
 	var cacheBytes int64
+	var headGuard func(meta.Tx, string) error
 	if opt.Meta == nil {
 		if node, err = cluster.Open(context.Background(), abs); err != nil {
 			return nil, fmt.Errorf("open store %s: %w", abs, err)
@@ -101,6 +102,7 @@ func Open(dir string, opt Options) (*Manager, error) {
 		if node != nil {
 			opt.Meta = node.Meta()
 			remote, cacheBytes = node.Remote(), node.Config().CacheBytes
+			headGuard = node.HeadGuard // its claims, compared in each head append's Txn
 		}
 	}
 	closeNode := func() {
@@ -109,7 +111,7 @@ func Open(dir string, opt Options) (*Manager, error) {
 		}
 	}
 	st, err := store.Open(abs, store.Options{Clock: opt.Clock, NoSync: opt.NoSync, Warn: opt.Warn, Watchers: baseWatchers{}, Meta: opt.Meta,
-		Remote: remote, CacheBytes: cacheBytes})
+		Remote: remote, CacheBytes: cacheBytes, HeadGuard: headGuard})
 	if err != nil {
 		closeNode()
 		return nil, err // "open store DIR: …" already

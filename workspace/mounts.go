@@ -19,6 +19,11 @@ type MountRecord struct {
 	DaemonPID int    `json:"daemon_pid"`
 	Since     int64  `json:"since"`
 	InPlace   bool   `json:"in_place,omitempty"`
+	// ClaimRev is, on etcd, the revision of the node's claim of the
+	// workspace when the record was written (0: a local store, or a
+	// record from before claims were recorded). A recovery looks through
+	// the claim's history since it for another node's claim.
+	ClaimRev int64 `json:"claim_rev,omitempty"`
 }
 
 // MountRecord returns the mount record of ws, if any.

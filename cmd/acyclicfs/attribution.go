@@ -68,6 +68,10 @@ func (a *app) cmdBlame() *cobra.Command {
 			}
 			return a.emit(entries, func(w io.Writer) {
 				for _, e := range entries {
+					if e.NotRecorded {
+						fmt.Fprintf(w, "%s\t%s\tnot recorded\n", e.Generation.Short(), fmtTime(e.Time))
+						continue
+					}
 					for _, wr := range e.Writers {
 						fmt.Fprintf(w, "%s\t%s\t%s\tpid %d\t%s\n", e.Generation.Short(), fmtTime(wr.Last), wr.Session, wr.PID, quoteArgv(wr.Argv))
 					}

@@ -131,6 +131,7 @@ func (a *app) cmdContextMount() *cobra.Command {
 	f.BoolVar(&opt.NoFSMonitor, "no-fsmonitor", false, "do not set git's fsmonitor hook in repositories at the roots' mount roots (and remove it where an earlier mount set it)")
 	transportFlag(f, &opt)
 	warmFlag(f, &opt)
+	attributionFlag(f, &opt)
 	return c
 }
 

@@ -109,7 +109,14 @@ func (a *app) cmdMount() *cobra.Command {
 	warmFlag(f, &opt)
 	f.BoolVar(&opt.NoFSMonitor, "no-fsmonitor", false,
 		"do not set git's fsmonitor hook in a repository at the mount's root (and remove it where an earlier mount set it)")
+	attributionFlag(f, &opt)
 	return c
+}
+
+// attributionFlag defines --no-attribution.
+func attributionFlag(f *pflag.FlagSet, opt *mountFlags) {
+	f.BoolVar(&opt.NoAttribution, "no-attribution", false,
+		"record no writers: captures get no attribution record (blame says \"not recorded\"), session entries name no paths")
 }
 
 // mountFlags are mount's and context mount's flags: the daemon's mount
@@ -198,6 +205,9 @@ func (a *app) mountForeground(ws, mp string, opt mountFlags) error {
 	}
 	if opt.NoFSMonitor {
 		args = append(args, "--no-fsmonitor")
+	}
+	if opt.NoAttribution {
+		args = append(args, "--no-attribution")
 	}
 	resp, err := c.run(context.Background(), daemon.RunRequest{Args: args, Cwd: a.cwd})
 	if err != nil {

@@ -89,8 +89,10 @@ func Start(t testing.TB) *Server {
 	if err := os.WriteFile(cfg, []byte(ident), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Mkdir(filepath.Join(s.dir, "data"), 0o700); err != nil {
-		t.Fatal(err)
+	for _, d := range []string{"data", "log"} {
+		if err := os.Mkdir(filepath.Join(s.dir, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
 	}
 	t.Cleanup(func() {
 		s.Stop()
@@ -119,7 +121,8 @@ func freePort(t testing.TB) int {
 
 func (s *Server) args() []string {
 	p := func(i int) string { return strconv.Itoa(s.ports[i]) }
-	return []string{"server",
+	// glog's files go to the test's directory, not $TMPDIR.
+	return []string{"-logdir=" + filepath.Join(s.dir, "log"), "server",
 		"-ip=127.0.0.1", "-ip.bind=127.0.0.1",
 		"-dir=" + filepath.Join(s.dir, "data"),
 		"-master.port=" + p(0), "-master.port.grpc=" + p(1),

@@ -70,6 +70,9 @@ type Store struct {
 	ttl  int64  // session lease TTL, seconds
 	// timeout is Options.RequestTimeout.
 	timeout time.Duration
+	// keyCompared is Options.KeyCompared, each namespace as namespaceOf
+	// spells it (ending in NUL).
+	keyCompared map[string]bool
 
 	mu     sync.Mutex       // protects lease and stopKA
 	lease  clientv3.LeaseID // this process's session; 0: none yet or lost
@@ -89,6 +92,13 @@ type Options struct {
 	// command given context.Background() waits for ever; with it, it
 	// fails with ErrNoAnswer.
 	RequestTimeout time.Duration
+	// KeyCompared lists namespaces whose records are
+	// written outside Update, straight to etcd (the cluster's claims,
+	// bound to their own lease): their writes never bump the namespace's
+	// guard, so a commit compares every read of them key by key, even
+	// when the read set is too large and other reads are covered by their
+	// guards.
+	KeyCompared []meta.Space
 }
 
 // ErrNoAnswer: etcd did not answer a View or Update within
@@ -153,7 +163,11 @@ func NewWithOptions(client *clientv3.Client, prefix string, o Options) meta.Stor
 	if o.SessionTTL <= 0 {
 		ttl = int64(DefaultSessionTTL / time.Second)
 	}
-	return &Store{c: client, root: encodeRoot(prefix), ttl: max(ttl, 1), timeout: o.RequestTimeout}
+	kc := map[string]bool{}
+	for _, sp := range o.KeyCompared {
+		kc[string(namespaceOf(sp.Prefix(nil)))] = true
+	}
+	return &Store{c: client, root: encodeRoot(prefix), ttl: max(ttl, 1), timeout: o.RequestTimeout, keyCompared: kc}
 }
 
 func (s *Store) dataKey(k string) string  { return s.root + string(rune(tagData)) + k }
@@ -539,19 +553,22 @@ func (t *tx) compares() ([]clientv3.Cmp, int) {
 	keys := len(t.reads)+len(guards) <= MaxTxnOps
 	if !keys {
 		for k := range t.reads {
-			guards[string(namespaceOf([]byte(k)))] = true
+			if ns := string(namespaceOf([]byte(k))); !t.s.keyCompared[ns] {
+				guards[ns] = true
+			}
 		}
 	}
 	var (
 		cmps []clientv3.Cmp
 		size int
 	)
-	if keys {
-		for k, rev := range t.reads {
-			ek := t.s.dataKey(k)
-			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(ek), "=", rev))
-			size += len(ek) + opOverhead
+	for k, rev := range t.reads {
+		if !keys && !t.s.keyCompared[string(namespaceOf([]byte(k)))] {
+			continue
 		}
+		ek := t.s.dataKey(k)
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(ek), "=", rev))
+		size += len(ek) + opOverhead
 	}
 	for ns := range guards {
 		gk := t.s.guardKey(ns)

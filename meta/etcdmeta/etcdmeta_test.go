@@ -31,6 +31,7 @@ func TestCluster(t *testing.T) {
 		{"TwoClientsLoseNoUpdate", testTwoClientsLoseNoUpdate},
 		{"ViewIsOneRevision", testViewIsOneRevision},
 		{"WatchResumesAfterCompaction", testWatchResumesAfterCompaction},
+		{"KeyComparedOutsideGuards", testKeyComparedOutsideGuards},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, c) })
 	}
@@ -475,4 +476,59 @@ func TestWatchSurvivesMemberRestart(t *testing.T) {
 	c.Restart(1)
 	waitRev(during, "commit made while the watch's member was down")
 	waitRev(put("after"), "after the restart")
+}
+
+// testKeyComparedOutsideGuards: a record written straight to etcd (as the
+// cluster's claims are) bumps no guard. In a transaction whose reads are
+// too many for one Txn, each read is covered by its namespace's guard,
+// which would miss that record's deletion between read and commit; in a
+// KeyCompared namespace the read is compared key by key anyway, so the
+// closure runs again and sees the record gone. Without the option the
+// deletion goes unseen (the commit passes on the first run).
+func testKeyComparedOutsideGuards(t *testing.T, c *etcdtest.Cluster) {
+	cl := c.Client()
+	ctx := context.Background()
+	ext := meta.NewSpace("ext")
+	for _, keyCompared := range []bool{true, false} {
+		prefix := fmt.Sprintf("keycompared-%v", keyCompared)
+		var o etcdmeta.Options
+		if keyCompared {
+			o.KeyCompared = []meta.Space{ext}
+		}
+		plane := etcdmeta.NewWithOptions(cl, prefix, o)
+		raw := prefix + "\x00d" + string(ext.Key([]byte("x")))
+		if _, err := cl.Put(ctx, raw, "held"); err != nil {
+			t.Fatal(err)
+		}
+		many := meta.NewSpace("many")
+		runs, sawGone := 0, false
+		err := plane.Update(ctx, func(tx meta.Tx) error {
+			runs++
+			for i := range etcdmeta.MaxTxnOps + 10 {
+				if _, _, err := tx.Get(many.Key(fmt.Appendf(nil, "%d", i))); err != nil {
+					return err
+				}
+			}
+			_, ok, err := tx.Get(ext.Key([]byte("x")))
+			if err != nil {
+				return err
+			}
+			sawGone = !ok
+			if runs == 1 {
+				if _, err := cl.Delete(ctx, raw); err != nil {
+					return err
+				}
+			}
+			return tx.Put(many.Key([]byte("w")), []byte("v"))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if keyCompared && (runs != 2 || !sawGone) {
+			t.Errorf("KeyCompared: %d runs, last saw the record gone: %v; want 2 runs, gone", runs, sawGone)
+		}
+		if !keyCompared && runs != 1 {
+			t.Errorf("without KeyCompared: %d runs, want 1 (the guard covers the read)", runs)
+		}
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+
+	"github.com/acyclicfs/acyclicfs/meta"
 )
 
 // Layout under a store's root (see docs/scale-out.md):
@@ -43,6 +45,13 @@ func encodeRoot(prefix string) string {
 	}
 	b.WriteByte(0)
 	return b.String()
+}
+
+// DataKey is the etcd key under which the store of prefix (New) keeps
+// record k: for writers outside the plane (a claim put with the node's
+// own etcd lease) and for ranges over a namespace (k a Space's prefix).
+func DataKey(prefix string, k meta.Key) string {
+	return encodeRoot(prefix) + string(tagData) + string(k)
 }
 
 // splitKey is the inverse of the layout: it returns the prefix, the tag

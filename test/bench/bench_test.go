@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -230,5 +231,43 @@ func TestFloorColumns(t *testing.T) {
 	r.cfg, r.env.cfg, r.profile = cfg2, cfg2, nil
 	if md := r.markdown(); strings.Contains(md, "| acyclicfs / floor |") || strings.Contains(md, "## acyclicfs against the floor") || strings.Contains(md, "## Parallel tools") {
 		t.Errorf("floor columns without the floor:\n%s", md)
+	}
+}
+
+// TestAttributionColumns: acyclicfs-noattr is measured only when named,
+// and the report pairs it with acyclicfs by run (on / off as a percent
+// difference) with lease overhead, daemon CPU and load.
+func TestAttributionColumns(t *testing.T) {
+	if cfg, err := parseFlags(nil); err != nil || contains(cfg.systems, sysAcyNoAttr) {
+		t.Errorf("default systems %v (%v): want no %s", cfg.systems, err, sysAcyNoAttr)
+	}
+	cfg, err := parseFlags([]string{"-runs", "2", "-systems", "acyclicfs,acyclicfs-noattr", "-workloads", "untar", "-png", ""})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{sysNative, sysAcyclicfs, sysAcyNoAttr}; !slices.Equal(cfg.systems, want) {
+		t.Errorf("systems %v, want %v", cfg.systems, want)
+	}
+	ms := time.Millisecond
+	r := &results{cfg: cfg, env: &benchEnv{cfg: cfg, work: t.TempDir()}, failed: map[string]map[string]string{},
+		samples: map[string]map[string][]sample{"untar": {
+			sysNative:    {{work: 300 * ms}, {work: 500 * ms}},
+			sysAcyclicfs: {{work: 1020 * ms, overhead: 100 * ms, cpu: 700 * ms, load: 2}, {work: 2200 * ms, overhead: 300 * ms, cpu: 900 * ms, load: 4}},
+			sysAcyNoAttr: {{work: 1000 * ms, overhead: 100 * ms, cpu: 600 * ms, load: 3}, {work: 2000 * ms, overhead: 200 * ms, cpu: 800 * ms, load: 5}},
+		}}}
+	md := r.markdown()
+	// Per-run ratios 1.02 and 1.10: median 1.06.
+	want := "| untar Go src (~11.5k files) | 1.61 s (1.02 s–2.20 s) | 1.50 s (1.00 s–2.00 s) | +6.0 % (+2.0 – +10.0) | 200.0 ms (100.0 ms–300.0 ms) | 150.0 ms (100.0 ms–200.0 ms) | 800.0 ms (700.0 ms–900.0 ms) | 700.0 ms (600.0 ms–800.0 ms) | 3.5 (2.0–5.0) |"
+	if !strings.Contains(md, "## Write attribution on vs off") || !strings.Contains(md, want) {
+		t.Errorf("report lacks the attribution section or %q:\n%s", want, md)
+	}
+	for r := range 4 {
+		order := pairOrder(rotate(cfg.systems, r), r)
+		if on, off := slices.Index(order, sysAcyclicfs), slices.Index(order, sysAcyNoAttr); (on < off) != (r%2 == 0) {
+			t.Errorf("run %d order %v: acyclicfs goes first in even runs only", r, order)
+		}
+	}
+	if _, err := parseFlags([]string{"-systems", "acyclicfs-nope"}); err == nil {
+		t.Error("an unknown system was accepted")
 	}
 }

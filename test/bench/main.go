@@ -105,7 +105,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&cfg.runs, "runs", 5, "runs per system and workload")
 	fs.IntVar(&cfg.peerRuns, "peer-runs", 0, "runs of the systems acyclicfs is compared with besides native (loopback, fuse-overlayfs, passthrough_hp); 0: as many as -runs")
 	fs.BoolVar(&cfg.quick, "quick", false, "1 run, 128 MiB sequential file, fork sizes 1000,10000")
-	fs.StringVar(&systems, "systems", strings.Join(allSystems, ","), "comma-separated systems to measure")
+	fs.StringVar(&systems, "systems", strings.Join(allSystems, ","), "comma-separated systems to measure (also "+sysAcyNoAttr+": acyclicfs mounted with --no-attribution, reported against acyclicfs)")
 	fs.StringVar(&workloads, "workloads", strings.Join(workloadNames(), ","), "comma-separated workloads to run")
 	fs.IntVar(&cfg.seqMiB, "seq-mib", 1024, "size of the sequential write/read file in MiB")
 	fs.StringVar(&forkSizes, "fork-sizes", "1000,100000", "tree sizes (files) for the acyclicfs-only fork and capture measurements")
@@ -174,8 +174,8 @@ func parseFlags(args []string) (*config, error) {
 	}
 	cfg.systems = splitList(systems)
 	for _, s := range cfg.systems {
-		if !contains(allSystems, s) {
-			return nil, fmt.Errorf("unknown system %q (have %s)", s, strings.Join(allSystems, ", "))
+		if !contains(knownSystems, s) {
+			return nil, fmt.Errorf("unknown system %q (have %s)", s, strings.Join(knownSystems, ", "))
 		}
 	}
 	if len(cfg.systems) == 0 || cfg.systems[0] != sysNative {
@@ -409,23 +409,8 @@ const censusKeptNote = "*Carried over from an earlier report: this run did not c
 // path (up to the next section), marked as carried over, or "" if it has
 // none.
 func keptCensus(path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	s := string(b)
-	if i := strings.Index(s, analysisMarker); i >= 0 {
-		s = s[:i]
-	}
-	i := strings.Index(s, censusHeading)
-	if i < 0 {
-		return ""
-	}
-	sec := s[i:]
-	if j := strings.Index(sec[len(censusHeading):], "\n## "); j >= 0 {
-		sec = sec[:len(censusHeading)+j]
-	}
-	if !strings.Contains(sec, censusKeptNote) {
+	sec := keptSection(path, censusHeading)
+	if sec != "" && !strings.Contains(sec, censusKeptNote) {
 		if k := strings.Index(sec[1:], "\n\n"); k >= 0 {
 			sec = sec[:k+3] + censusKeptNote + sec[k+3:]
 		}

@@ -232,6 +232,9 @@ func (r *results) markdown() string {
 	if vsFloor {
 		r.floorMarkdown(&b)
 	}
+	if hasAcy && contains(cfg.systems, sysAcyNoAttr) {
+		r.attributionMarkdown(&b)
+	}
 	r.scalingMarkdown(&b)
 	if len(r.forks) > 0 {
 		r.forkMarkdown(&b)
@@ -628,4 +631,39 @@ func (e *benchEnv) fsDescription() string {
 		return fmt.Sprintf("%s (%s, %s)", e.work, out[2], out[3])
 	}
 	return e.work
+}
+
+// attributionMarkdown compares acyclicfs with attribution on (acyclicfs)
+// and off (acyclicfs-noattr, mount --no-attribution), paired by run: the
+// two alternate in every run.
+func (r *results) attributionMarkdown(b *strings.Builder) {
+	b.WriteString("\n## Write attribution on vs off\n\n")
+	fmt.Fprintf(b, "`%s` is `%s` with every mount made with `--no-attribution`; the two alternate in every run (the order rotates per run). Times are the workload's (median, min–max); on / off is the median and range of per-run ratios; lease overhead is the `exec`'s lease end (capture, publish, attribution record); daemon CPU is the daemon's user+system CPU over the whole `exec` (workload and lease end); load is the 1-minute load average when each of the two started (the machine is shared).\n\n", sysAcyNoAttr, sysAcyclicfs)
+	hdr := []string{"workload", "on", "off", "on / off − 1", "lease overhead on", "lease overhead off", "daemon CPU on", "daemon CPU off", "load (1 min)"}
+	writeRow(b, hdr)
+	writeSep(b, len(hdr))
+	for _, wn := range r.cfg.workloads {
+		on, off := r.samples[wn][sysAcyclicfs], r.samples[wn][sysAcyNoAttr]
+		var loads []float64
+		for _, s := range append(slices.Clone(on), off...) {
+			loads = append(loads, s.load)
+		}
+		ld := summarize(loads)
+		writeRow(b, []string{findWorkload(wn).title,
+			fmtStat(durStat(works(on))), fmtStat(durStat(works(off))), fmtPct(r.ratioTo(wn, sysAcyclicfs, sysAcyNoAttr)),
+			fmtStat(durStat(overheads(on))), fmtStat(durStat(overheads(off))),
+			fmtStat(durStat(cpus(on))), fmtStat(durStat(cpus(off))),
+			fmt.Sprintf("%.1f (%.1f–%.1f)", ld.med, ld.min, ld.max)})
+	}
+}
+
+// fmtPct is a ratio's median and range as percent differences.
+func fmtPct(st stat) string {
+	if st.n == 0 {
+		return "—"
+	}
+	if st.n == 1 {
+		return fmt.Sprintf("%+.1f %%", 100*(st.med-1))
+	}
+	return fmt.Sprintf("%+.1f %% (%+.1f – %+.1f)", 100*(st.med-1), 100*(st.min-1), 100*(st.max-1))
 }

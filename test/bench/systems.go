@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -26,6 +27,19 @@ const (
 )
 
 var allSystems = []string{sysNative, sysLoopback, sysOverlay, sysPassHP, sysFloor, sysAcyclicfs}
+
+// sysAcyNoAttr is acyclicfs mounted with --no-attribution: named in
+// -systems (not measured by default) beside acyclicfs, it alternates with
+// it in every run, and the report pairs the two (attribution on vs off).
+const sysAcyNoAttr = "acyclicfs-noattr"
+
+// knownSystems are the systems -systems may name.
+var knownSystems = append(slices.Clone(allSystems), sysAcyNoAttr)
+
+// usesAcyclicfs: systems measures an acyclicfs mount.
+func usesAcyclicfs(systems []string) bool {
+	return contains(systems, sysAcyclicfs) || contains(systems, sysAcyNoAttr)
+}
 
 // benchEnv is everything prepared once per harness run.
 type benchEnv struct {
@@ -68,7 +82,7 @@ func prepare(ctx context.Context, cfg *config, work string, cl *cleaner) (*bench
 	goroot := strings.TrimSpace(out.stdout)
 
 	e.acy = cfg.acyclicfs
-	if e.acy == "" && contains(cfg.systems, sysAcyclicfs) {
+	if e.acy == "" && usesAcyclicfs(cfg.systems) {
 		e.acy = filepath.Join(work, "bin", "acyclicfs")
 		logf("building %s", e.acy)
 		// Static, as `make build` makes it (every exec and fork pays the start).
@@ -130,7 +144,7 @@ ln -s %[1]s/pkg %[3]s/pkg`, shq(goroot), shq(e.tarball), shq(gr))
 		return nil, fmt.Errorf("lower tree: %w", err)
 	}
 
-	if contains(cfg.systems, sysAcyclicfs) {
+	if usesAcyclicfs(cfg.systems) {
 		e.store = filepath.Join(work, "store")
 		cl.add(func() { e.shutdownAcyclicfs() })
 		if _, err := e.acyCmd(ctx, "init"); err != nil {
@@ -205,7 +219,9 @@ func (e *benchEnv) open(ctx context.Context, sys string, n int, debug bool) (ins
 	case sysFloor:
 		return e.openFloor(ctx, tag, debug)
 	case sysAcyclicfs:
-		return e.openAcyclicfs(ctx, tag, debug)
+		return e.openAcyclicfs(ctx, tag, debug, e.pairFlags()...)
+	case sysAcyNoAttr:
+		return e.openAcyclicfs(ctx, tag, debug, append(e.pairFlags(), "--no-attribution")...)
 	}
 	return nil, fmt.Errorf("unknown system %q", sys)
 }
@@ -456,7 +472,19 @@ type acyInst struct {
 	debug bool
 }
 
-func (e *benchEnv) openAcyclicfs(ctx context.Context, tag string, debug bool) (instance, error) {
+// pairFlags are mount flags of both acyclicfs systems when attribution
+// on and off are compared: --wait-warm, so that neither runs its first
+// workload beside the two mounts' metadata warm-ups (the first of the
+// pair to run would pay for both).
+func (e *benchEnv) pairFlags() []string {
+	if contains(e.cfg.systems, sysAcyNoAttr) && contains(e.cfg.systems, sysAcyclicfs) {
+		return []string{"--wait-warm"}
+	}
+	return nil
+}
+
+// openAcyclicfs forks base and mounts the fork with mount's extra flags.
+func (e *benchEnv) openAcyclicfs(ctx context.Context, tag string, debug bool, extra ...string) (instance, error) {
 	name := strings.ReplaceAll(tag, "acyclicfs-", "w")
 	if _, err := e.acyCmd(ctx, "fork", "base", name); err != nil {
 		return nil, err
@@ -465,7 +493,7 @@ func (e *benchEnv) openAcyclicfs(ctx context.Context, tag string, debug bool) (i
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"mount", name, mp}
+	args := append([]string{"mount", name, mp}, extra...)
 	if debug {
 		args = append(args, "--debug")
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 )
 
@@ -213,6 +214,7 @@ type sample struct {
 	work     time.Duration
 	overhead time.Duration // acyclicfs: exec's time beyond the workload
 	cpu      time.Duration // serving daemon's CPU during the invocation (FUSE systems we start)
+	load     float64       // the machine's 1-minute load average when the workload started
 }
 
 // runMatrix runs every selected workload on every selected system, runs
@@ -228,7 +230,7 @@ func runMatrix(ctx context.Context, e *benchEnv, res *results) error {
 		res.failed[w] = map[string]string{}
 	}
 	for r := 0; r < e.cfg.runs; r++ {
-		order := rotate(e.cfg.runSystems(r), r)
+		order := pairOrder(rotate(e.cfg.runSystems(r), r), r)
 		logf("run %d/%d: systems in order %v", r+1, e.cfg.runs, order)
 		insts := map[string]instance{}
 		for _, s := range order {
@@ -251,7 +253,7 @@ func runMatrix(ctx context.Context, e *benchEnv, res *results) error {
 				}
 				p := e.params(insts[s], s, r)
 				pid := daemonPID(e, insts[s])
-				cpu0 := procCPU(pid)
+				cpu0, load := procCPU(pid), loadAvg()
 				work, over, err := insts[s].run(ctx, script(w.warm, p), w.timed(p))
 				if err != nil && isPeer(s) {
 					// A peer's failure is its result; acyclicfs's and
@@ -265,7 +267,7 @@ func runMatrix(ctx context.Context, e *benchEnv, res *results) error {
 				}
 				cpu := procCPU(pid) - cpu0
 				logf("  %-14s %-15s %10v  (+%v, daemon CPU %v)", w.name, s, work.Round(time.Millisecond), over.Round(time.Millisecond), cpu)
-				res.samples[w.name][s] = append(res.samples[w.name][s], sample{work: work, overhead: over, cpu: cpu})
+				res.samples[w.name][s] = append(res.samples[w.name][s], sample{work: work, overhead: over, cpu: cpu, load: load})
 			}
 			if w.after != nil {
 				for _, s := range order {
@@ -343,4 +345,33 @@ func rotate(list []string, n int) []string {
 		out = append(out, list[(i+n)%len(list)])
 	}
 	return out
+}
+
+// loadAvg is the 1-minute load average (/proc/loadavg); 0 if unknown.
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	var l float64
+	if _, err := fmt.Sscanf(string(b), "%f", &l); err != nil {
+		return 0
+	}
+	return l
+}
+
+// pairOrder puts acyclicfs before acyclicfs-noattr in even runs and after
+// it in odd ones (the rotation alone would not alternate them), so that
+// neither pays more often for going first.
+func pairOrder(order []string, run int) []string {
+	i, j := slices.Index(order, sysAcyclicfs), slices.Index(order, sysAcyNoAttr)
+	if i < 0 || j < 0 {
+		return order
+	}
+	first, second := sysAcyclicfs, sysAcyNoAttr
+	if run%2 == 1 {
+		first, second = second, first
+	}
+	order[min(i, j)], order[max(i, j)] = first, second
+	return order
 }
