@@ -199,3 +199,34 @@ func (s *Store) checkGitRefs(refs map[ID]map[ID]BaseRef) ([]Problem, error) {
 	}
 	return out, nil
 }
+
+// UnresolvedGitRefs returns those of ids that are git object references
+// with no resolution yet (Resolve, ResolveMany), with their references,
+// in one read transaction: what a background resolution still has to
+// read from the repositories. Other IDs (stored blobs, in-place base
+// references, resolved references) are left out.
+func (s *Store) UnresolvedGitRefs(ids []ID) (map[ID]BaseRef, error) {
+	out := map[ID]BaseRef{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	err := s.view(func(tx *stx) error {
+		for _, id := range ids {
+			if _, ok := out[id]; ok {
+				continue
+			}
+			st, found, err := s.lookupRefTx(tx, id)
+			if err != nil {
+				return err
+			}
+			if found && !st.resolved && st.ref.Git != "" {
+				out[id] = st.ref
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("unresolved git refs: %w", err)
+	}
+	return out, nil
+}

@@ -2,9 +2,13 @@ package workspace
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
+	"maps"
 	"os"
 	"path"
 	"runtime"
@@ -411,6 +415,20 @@ func (m *gitNative) storeGitBlobs(ctx context.Context, repo *gitrepo.Repo, batch
 			todo = append(todo, b)
 		}
 	}
+	read, n, err := m.readGitBlobs(ctx, repo, batch, todo, catStreams, 4, false)
+	maps.Copy(ids, read)
+	return ids, n, err
+}
+
+// readGitBlobs reads every blob of todo from repo into batch (small ones
+// hashed first and written only when the store lacks them) with streams
+// cat-file streams over contiguous runs of the list (pack locality) and
+// up to writers writer goroutines, so that file creation in the store
+// overlaps the streams. With verify, each blob's content is checked
+// against its object name (SHA-1), as a read of a git object reference
+// checks it. It returns their store IDs and the bytes read.
+func (m *gitNative) readGitBlobs(ctx context.Context, repo *gitrepo.Repo, batch *store.BlobBatch, todo []string, streams, writers int, verify bool) (map[string]store.ID, int64, error) {
+	ids := make(map[string]store.ID, len(todo))
 	var (
 		mu    sync.Mutex // guards ids
 		total atomic.Int64
@@ -420,19 +438,28 @@ func (m *gitNative) storeGitBlobs(ctx context.Context, repo *gitrepo.Repo, batch
 		ids[oid] = id
 		mu.Unlock()
 	}
-	writers, wctx := errgroup.WithContext(ctx)
-	writers.SetLimit(4)
-	var streams errgroup.Group
-	per := (len(todo) + catStreams - 1) / max(catStreams, 1)
+	wg, wctx := errgroup.WithContext(ctx)
+	wg.SetLimit(max(writers, 1))
+	var sg errgroup.Group
+	per := (len(todo) + streams - 1) / max(streams, 1)
 	for lo := 0; lo < len(todo); lo += per {
 		part := todo[lo:min(lo+per, len(todo))]
-		streams.Go(func() error {
+		sg.Go(func() error {
 			return repo.CatBlobs(wctx, part, func(i int, r io.Reader, size int64) error {
 				total.Add(size)
+				var sum hash.Hash
+				if verify {
+					sum = sha1.New()
+					fmt.Fprintf(sum, "blob %d\x00", size)
+					r = io.TeeReader(r, sum)
+				}
 				if size > inlineBlob {
 					id, _, err := batch.WriteBlob(r)
 					if err != nil {
 						return fmt.Errorf("store blob %s: %w", part[i], err)
+					}
+					if err := checkGitSum(sum, part[i]); err != nil {
+						return err
 					}
 					put(part[i], id)
 					return nil
@@ -441,7 +468,10 @@ func (m *gitNative) storeGitBlobs(ctx context.Context, repo *gitrepo.Repo, batch
 				if _, err := io.ReadFull(r, buf); err != nil {
 					return fmt.Errorf("read blob %s: %w", part[i], err)
 				}
-				writers.Go(func() error {
+				if err := checkGitSum(sum, part[i]); err != nil {
+					return err
+				}
+				wg.Go(func() error {
 					h := store.NewBlobHasher()
 					h.Write(buf)
 					id := h.Sum()
@@ -457,12 +487,24 @@ func (m *gitNative) storeGitBlobs(ctx context.Context, repo *gitrepo.Repo, batch
 			})
 		})
 	}
-	err := streams.Wait()
-	if werr := writers.Wait(); err == nil {
+	err := sg.Wait()
+	if werr := wg.Wait(); err == nil {
 		err = werr
 	}
 	if errors.Is(err, syscall.ENOSPC) {
 		err = fmt.Errorf("store is full: %w", err)
 	}
 	return ids, total.Load(), err
+}
+
+// checkGitSum compares the SHA-1 of a blob's header and content (nil: not
+// checked) with its object name.
+func checkGitSum(sum hash.Hash, oid string) error {
+	if sum == nil {
+		return nil
+	}
+	if got := hex.EncodeToString(sum.Sum(nil)); got != oid {
+		return fmt.Errorf("%w: git object %s: content hashes to %s", store.ErrCorrupt, oid, got)
+	}
+	return nil
 }
