@@ -257,4 +257,3 @@ func TestGitResolveUnmount(t *testing.T) {
 	e.unmount(mp)
 	e.fsck()
 }
-
