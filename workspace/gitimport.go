@@ -36,6 +36,9 @@ type GitImport struct {
 	Files  int    // files, symlinks and submodules in the tree
 	Blobs  int    // distinct blobs read from the repository
 	Bytes  int64  // bytes of those blobs
+	// Resolved counts the git object references GitImportOptions.Resolve
+	// stored.
+	Resolved int
 }
 
 // ErrBadGitTree is returned for a commit whose tree a workspace cannot
@@ -43,7 +46,7 @@ type GitImport struct {
 var ErrBadGitTree = errors.New("tree cannot be checked out")
 
 // CreateFromGit is Manager.CreateFromGit.
-func (m *gitNative) CreateFromGit(ctx context.Context, name, repoPath, rev string) (GitImport, error) {
+func (m *gitNative) CreateFromGit(ctx context.Context, name, repoPath, rev string, opt GitImportOptions) (GitImport, error) {
 	var res GitImport
 	if err := ValidateName(name); err != nil {
 		return res, err
@@ -134,6 +137,13 @@ func (m *gitNative) CreateFromGit(ctx context.Context, name, repoPath, rev strin
 	}
 	if err := batch.Commit(); err != nil {
 		return res, fmt.Errorf("store blobs: %w", err)
+	}
+	if opt.Resolve {
+		p, err := m.resolveGitRefs(ctx, worktree, GitResolveOptions{})
+		if err != nil {
+			return res, err
+		}
+		res.Resolved, res.Blobs, res.Bytes = p.Resolved, res.Blobs+p.Resolved, res.Bytes+p.Bytes
 	}
 
 	op := newOperationID()

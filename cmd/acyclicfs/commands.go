@@ -340,22 +340,9 @@ func (a *app) createFromGit(cmd *cobra.Command, name, spec string, resolve bool)
 	if err != nil {
 		return err
 	}
-	res, err := m.CreateFromGit(cmd.Context(), name, a.abs(repo), rev)
+	res, err := m.CreateFromGit(cmd.Context(), name, a.abs(repo), rev, workspace.GitImportOptions{Resolve: resolve})
 	if err != nil {
 		return fmt.Errorf("create %s: %w", name, err)
-	}
-	var resolved int
-	if resolve {
-		root, err := m.RootOf(res.Gen)
-		if err != nil {
-			return fmt.Errorf("create %s: %w", name, err)
-		}
-		p, err := m.ResolveGitRefs(cmd.Context(), root, workspace.GitResolveOptions{})
-		if err != nil {
-			return fmt.Errorf("create %s: created, but resolving its files stopped after %d of %d (the daemon resolves the rest after a mount): %w", name, p.Resolved, p.Total, err)
-		}
-		resolved = p.Resolved
-		res.Blobs, res.Bytes = res.Blobs+p.Resolved, res.Bytes+p.Bytes
 	}
 	branch := strings.TrimPrefix(res.Branch, "refs/heads/")
 	if branch == "" {
@@ -363,7 +350,7 @@ func (a *app) createFromGit(cmd *cobra.Command, name, spec string, resolve bool)
 	} else {
 		a.info("imported %d files (%d blobs, %d bytes) of %s at %.12s, bound to branch %s", res.Files, res.Blobs, res.Bytes, res.GitDir, res.Commit, branch)
 	}
-	return a.emit(gitImportJSON{name, res.Gen, res.GitDir, branch, res.Commit, res.Files, res.Blobs, res.Bytes, resolved},
+	return a.emit(gitImportJSON{name, res.Gen, res.GitDir, branch, res.Commit, res.Files, res.Blobs, res.Bytes, res.Resolved},
 		func(w io.Writer) { fmt.Fprintln(w, res.Gen) })
 }
 
