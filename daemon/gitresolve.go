@@ -17,9 +17,10 @@ import (
 // references; until resolved, each read takes the content from the
 // repository through the daemon (no passthrough on a stored file). When
 // the daemon mounts a workspace whose tree has unresolved ones, it
-// resolves them in the background (workspace.ResolveGitRefs): one
-// cat-file stream, chunk by chunk, each chunk's blobs synced once and
-// its resolutions recorded in one transaction. Reads meanwhile work
+// resolves them in the background (workspace.ResolveGitRefs), once the
+// metadata warm-up has ended: one cat-file stream at nice 19, chunk by
+// chunk, each chunk's blobs synced once and its resolutions recorded in
+// one transaction. Reads meanwhile work
 // from the repository as before; a file opened after its chunk is
 // recorded is served from the stored blob (passthrough). The
 // resolution waits while the daemon reconciles (holdBackground), stops
@@ -77,9 +78,15 @@ func (s *Mount) startGitResolve(root store.ID) {
 	go func() {
 		defer close(r.done)
 		defer cancel()
+		// After the metadata warm-up: it is what the first tool in the
+		// mount (git status) waits for.
+		if w, ok := s.view.(interface{ WaitWarm() }); ok {
+			w.WaitWarm()
+		}
 		p, err := s.d.m.ResolveGitRefs(ctx, root, workspace.GitResolveOptions{
-			Streams: 1, // one core for git's inflate, the other for the tools in the mount
-			Wait:    r.wait,
+			Streams:    1, // one core for git's inflate, the other for the tools in the mount
+			Background: true,
+			Wait:       r.wait,
 			Progress: func(p workspace.GitResolveProgress) {
 				r.total.Store(int64(p.Total))
 				r.resolved.Store(int64(p.Resolved))

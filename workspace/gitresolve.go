@@ -41,6 +41,9 @@ type GitResolveOptions struct {
 	// CPU, as the eager import). The daemon's background resolution
 	// uses one, leaving the other cores to the tools in the mount.
 	Streams int
+	// Background runs git at the lowest CPU priority (nice 19): the
+	// daemon's resolution yields to the tools in the mount.
+	Background bool
 	// Wait, when set, is called before each chunk and returns when the
 	// chunk may start (the daemon holds its background work while it
 	// reconciles), or an error (the context's) to stop.
@@ -174,6 +177,7 @@ func (m *gitNative) resolveGitRefs(ctx context.Context, root store.ID, opt GitRe
 			if repo, err = gitrepo.At(dir); err != nil {
 				return p, fmt.Errorf("resolve git refs: %w: %w", store.ErrBaseChanged, err)
 			}
+			repo.Background = opt.Background
 			repos[base] = repo
 		}
 		n, lost, err := m.resolveGitChunk(ctx, repo, todo[lo:hi], streams)

@@ -49,6 +49,10 @@ type Repo struct {
 	// directory (the one holding objects/ and refs/).
 	GitDir string
 	bin    string
+	// Background: git runs at the lowest CPU priority (nice 19), so that
+	// work nobody waits for (a background resolution) yields to the
+	// tools the user runs.
+	Background bool
 }
 
 // Open finds the repository at or above path (a work tree, a bare
@@ -116,6 +120,13 @@ func env(gitDir string) []string {
 func (r *Repo) command(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, r.bin, args...)
 	cmd.Env = env(r.GitDir)
+	if r.Background {
+		if nice, err := exec.LookPath("nice"); err == nil {
+			// nice execs git: the pid, and so the context's kill, is git's.
+			cmd = exec.CommandContext(ctx, nice, append([]string{"-n", "19", r.bin}, args...)...)
+			cmd.Env = env(r.GitDir)
+		}
+	}
 	return cmd
 }
 
