@@ -36,6 +36,7 @@ type gitResolver struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the resolution has ended (nil: never started)
 
+	counted         atomic.Bool // the references were counted (the resolution began)
 	total, resolved atomic.Int64
 	bytes           atomic.Int64
 	started         time.Time
@@ -91,6 +92,7 @@ func (s *Mount) startGitResolve(root store.ID) {
 				r.total.Store(int64(p.Total))
 				r.resolved.Store(int64(p.Resolved))
 				r.bytes.Store(p.Bytes)
+				r.counted.Store(true)
 			},
 		})
 		switch {
@@ -182,8 +184,8 @@ func (s *Mount) gitRefStatus() *GitRefStatus {
 	default:
 		st.Running = true
 	}
-	if !st.Running && st.Total == 0 && r.failed.Load() == nil {
-		return nil // nothing was unresolved
+	if r.failed.Load() == nil && (!r.counted.Load() || st.Total == 0) {
+		return nil // not counted yet (the warm-up runs), or nothing was unresolved
 	}
 	if ms := r.finished.Load(); ms != 0 {
 		st.Finished = time.UnixMilli(ms)
