@@ -82,7 +82,13 @@ func (s *Mount) startGitResolve(root store.ID) {
 		// After the metadata warm-up: it is what the first tool in the
 		// mount (git status) waits for.
 		if w, ok := s.view.(interface{ WaitWarm() }); ok {
-			w.WaitWarm()
+			warmed := make(chan struct{})
+			go func() { w.WaitWarm(); close(warmed) }() // returns at the warm-up's end or the unmount
+			select {
+			case <-warmed:
+			case <-ctx.Done():
+				return
+			}
 		}
 		p, err := s.d.m.ResolveGitRefs(ctx, root, workspace.GitResolveOptions{
 			Streams:    1, // one core for git's inflate, the other for the tools in the mount
