@@ -271,6 +271,7 @@ func Run(storeDir string, ready io.WriteCloser, cfg Config) error {
 	// Whatever could not be unmounted cleanly is detached: a mountpoint
 	// left without its server would hang every tool that touches it.
 	for _, s := range d.All() {
+		s.stopGitResolve() // before the store closes
 		if s.mnt != nil {
 			abortFuse(s.mp)
 			_ = unix.Unmount(s.mp, unix.MNT_DETACH)

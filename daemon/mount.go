@@ -91,6 +91,9 @@ type Mount struct {
 	// gone is closed (once, by goneOnce) when the mount is unmounted.
 	gone     chan struct{}
 	goneOnce sync.Once
+	// resolve is the background resolution of git object references
+	// (gitresolve.go).
+	resolve gitResolver
 
 	// parentSeen is the last parent head parentAdvanced took on, and
 	// followDone is closed when its handling is over (follow.go); both
@@ -374,6 +377,7 @@ func (d *Daemon) MountWorkspace(ws, mp string, opt MountOptions) (*Mount, []stri
 	d.mu.Unlock()
 	ok = true
 	s.followParent()
+	s.startGitResolve(root)
 	if err := d.applyContextState(s); err != nil { // a freeze that raced this mount
 		d.logger.Printf("%s: context state: %v", ws, err)
 	}
@@ -757,7 +761,7 @@ func (s *Mount) Outcome(o workspace.Outcome) workspace.Result {
 // ticket), rebase onto the pending parent, switch the view, complete.
 // Called with s.lock held.
 func (s *Mount) reconcileLast(lease window.Lease) (_ workspace.Result, err error) {
-	defer s.view.HoldWarm()() // the warm-up waits: it would compete for the CPU and the overlay
+	defer s.holdBackground()() // the warm-up waits: it would compete for the CPU and the overlay
 	defer s.doing("final close")()
 	if s.failed == nil {
 		s.captureState.Store(nil) // a retry's success was shown until now
@@ -991,7 +995,7 @@ func (s *Mount) parentAdvanced(parentHead store.ID) {
 	if s.closing {
 		return
 	}
-	defer s.view.HoldWarm()()
+	defer s.holdBackground()()
 	defer s.doing("rebase onto its parent")()
 	if err := s.captureAndPublish(nil); err != nil {
 		s.d.logger.Printf("%s: capture before rebase: %v", s.ws, err)
@@ -1021,7 +1025,7 @@ func (s *Mount) refresh() {
 	if err != nil || w.Head == s.pinned {
 		return
 	}
-	defer s.view.HoldWarm()()
+	defer s.holdBackground()()
 	defer s.doing("refresh onto the moved head")()
 	if err := s.captureAndPublish(nil); err != nil {
 		s.d.logger.Printf("%s: capture before refresh: %v", s.ws, err)
@@ -1055,6 +1059,7 @@ func (s *Mount) Unmount(lazy bool) (res workspace.Result, err error) {
 		}
 	}
 	defer s.doing("unmount")()
+	defer s.holdBackground()()
 	s.acquire(0)
 	s.last = workspace.Result{}
 	s.closing = true // new sessions are refused from here on
@@ -1121,6 +1126,7 @@ func (s *Mount) Unmount(lazy bool) (res workspace.Result, err error) {
 		return res, err // fusefs names the mountpoint
 	}
 	unmounted = true
+	s.stopGitResolve() // what it recorded stays resolved; the next mount goes on
 	s.closeBase()
 	s.tracker.Close()
 	s.goneOnce.Do(func() { close(s.gone) })
@@ -1198,7 +1204,7 @@ func (s storeObjects) NewBatch() fusefs.Batch { return s.NewBlobBatch() }
 // BaseIno is the real inode number and ctime behind a base reference.
 func (s storeObjects) BaseIno(id store.ID) (uint64, int64, bool) {
 	r, ok, err := s.BaseRefOf(id)
-	if err != nil || !ok {
+	if err != nil || !ok || r.Git != "" { // a git object reference has no file behind it
 		return 0, 0, false
 	}
 	return r.Ino, r.Ctime, true

@@ -48,6 +48,9 @@ type MountStatus struct {
 	// Fenced: another node claimed the workspace while this node had lost
 	// its claim; the mount is read-only and publishes nothing (fenced.go).
 	Fenced *FencedStatus
+	// GitRefs is the background resolution of the tree's git object
+	// references (gitresolve.go; nil: it had none).
+	GitRefs *GitRefStatus
 }
 
 // Status is a snapshot of the mount for status. It waits for the mount's
@@ -59,6 +62,7 @@ func (s *Mount) Status(lockWait time.Duration) MountStatus {
 		st.Owners[o.Owner] = o
 	}
 	st.Warmed, st.Warming = s.mnt.Warmed()
+	st.GitRefs = s.gitRefStatus()
 	st.Transport, st.UringRequests = s.mnt.Transport(), s.mnt.UringRequests()
 	if st.Activity != nil {
 		st.Capturing, st.FilesHashed, st.BytesHashed = s.mnt.CaptureProgress()

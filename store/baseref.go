@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"strings"
 
@@ -33,7 +34,18 @@ type BaseRef struct {
 	Ctime int64  // ns since the epoch
 	Ino   uint64 // inode number
 	Mode  uint32 // permission bits (07777)
+
+	// Git, when set, makes this a git object reference instead: the
+	// content is blob Git (40 lowercase hex digits, SHA-1) of the
+	// repository whose git directory Base registers (GitBase), of
+	// Size bytes. Path, Mtime, Ctime, Ino and Mode are then zero: a git
+	// object is immutable by its name, so there is no fingerprint to
+	// check, and Kind is a file, executable or symlink.
+	Git string
 }
+
+// gitRefFormat is the format byte of a git object reference's encoding.
+const gitRefFormat = 2
 
 // BaseRefID returns the address of an encoded base reference.
 func BaseRefID(encoded []byte) ID { return hashWithDomain(domainBaseRef, encoded) }
@@ -54,6 +66,17 @@ func (r BaseRef) Encode() ([]byte, error) {
 }
 
 func (r BaseRef) appendEncoding(buf []byte) []byte {
+	if r.Git != "" {
+		// A git object reference: format byte, base, kind, the 20 bytes of
+		// the object name, uvarint(size).
+		buf = append(buf, gitRefFormat)
+		buf = append(buf, r.Base[:]...)
+		buf = append(buf, byte(r.Kind))
+		var oid [20]byte
+		_, _ = hex.Decode(oid[:], []byte(r.Git)) // validate checked it; an invalid ref's ID names nothing stored
+		buf = append(buf, oid[:]...)
+		return binary.AppendUvarint(buf, uint64(r.Size))
+	}
 	buf = append(buf, baseRefFormat)
 	buf = append(buf, r.Base[:]...)
 	buf = append(buf, byte(r.Kind))
@@ -68,6 +91,9 @@ func (r BaseRef) appendEncoding(buf []byte) []byte {
 }
 
 func (r BaseRef) validate() error {
+	if r.Git != "" {
+		return r.validateGit()
+	}
 	switch {
 	case r.Base.IsZero():
 		return fmt.Errorf("%w: base ref without base", ErrCorrupt)
@@ -85,6 +111,59 @@ func (r BaseRef) validate() error {
 		return fmt.Errorf("%w: base ref kind %s with mode %o", ErrCorrupt, r.Kind, r.Mode)
 	}
 	return nil
+}
+
+func (r BaseRef) validateGit() error {
+	switch {
+	case r.Base.IsZero():
+		return fmt.Errorf("%w: git ref without base", ErrCorrupt)
+	case r.Kind != KindFile && r.Kind != KindExec && r.Kind != KindSymlink:
+		return fmt.Errorf("%w: git ref kind %d", ErrCorrupt, r.Kind)
+	case !validGitOID(r.Git):
+		return fmt.Errorf("%w: git ref object name %q", ErrCorrupt, r.Git)
+	case r.Size < 0 || r.Size > 1<<62:
+		return fmt.Errorf("%w: git ref size %d", ErrCorrupt, r.Size)
+	case r.Path != "" || r.Mtime != 0 || r.Ctime != 0 || r.Ino != 0 || r.Mode != 0:
+		return fmt.Errorf("%w: git ref with a fingerprint", ErrCorrupt)
+	}
+	return nil
+}
+
+// validGitOID accepts a SHA-1 object name in lowercase hex.
+func validGitOID(s string) bool {
+	if len(s) != 40 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// decodeGitRef parses a git object reference's encoding (gitRefFormat).
+func decodeGitRef(b []byte) (BaseRef, error) {
+	var r BaseRef
+	if len(b) < 2+IDSize+20+1 {
+		return r, fmt.Errorf("%w: git ref: truncated", ErrCorrupt)
+	}
+	copy(r.Base[:], b[1:1+IDSize])
+	r.Kind = Kind(b[1+IDSize])
+	r.Git = hex.EncodeToString(b[2+IDSize : 2+IDSize+20])
+	size, k := binary.Uvarint(b[2+IDSize+20:])
+	if k <= 0 || size > 1<<62 {
+		return r, fmt.Errorf("%w: git ref: bad size", ErrCorrupt)
+	}
+	r.Size = int64(size)
+	re, err := r.Encode()
+	if err != nil {
+		return BaseRef{}, err
+	}
+	if !bytes.Equal(re, b) {
+		return BaseRef{}, fmt.Errorf("%w: git ref: non-canonical encoding", ErrCorrupt)
+	}
+	return r, nil
 }
 
 // validRefPath accepts "" and slash-joined valid tree names.
@@ -108,6 +187,9 @@ func validRefPath(p string) bool {
 func DecodeBaseRef(b []byte) (BaseRef, error) {
 	var r BaseRef
 	orig := b
+	if len(b) > 0 && b[0] == gitRefFormat {
+		return decodeGitRef(b)
+	}
 	if len(b) < 2+IDSize || b[0] != baseRefFormat {
 		return r, fmt.Errorf("%w: base ref: bad format byte or truncated", ErrCorrupt)
 	}

@@ -81,6 +81,9 @@ type unresolvedRef struct {
 
 // stat checks the fingerprint and returns the size.
 func (u *unresolvedRef) stat() (blobs.Info, error) {
+	if u.ref.Git != "" { // immutable by its name: the size is the ref's
+		return blobs.Info{ID: bid(u.id), Size: u.ref.Size}, nil
+	}
 	st, err := u.s.statRef(u.id, u.ref)
 	if err != nil {
 		return blobs.Info{}, err
@@ -91,6 +94,9 @@ func (u *unresolvedRef) stat() (blobs.Info, error) {
 // open streams the content; the Read that reaches its end checks the
 // fingerprint again.
 func (u *unresolvedRef) open() (io.ReadCloser, error) {
+	if u.ref.Git != "" {
+		return u.s.gitOpen(u.id, u.ref)
+	}
 	if u.ref.Kind == KindSymlink {
 		b, err := u.s.readRefLink(u.id, u.ref)
 		if err != nil {
@@ -106,11 +112,19 @@ func (u *unresolvedRef) open() (io.ReadCloser, error) {
 }
 
 // read returns the whole content (a symlink's target).
-func (u *unresolvedRef) read() ([]byte, error) { return u.s.readRef(u.id, u.ref) }
+func (u *unresolvedRef) read() ([]byte, error) {
+	if u.ref.Git != "" {
+		return u.s.readGitRef(u.id, u.ref)
+	}
+	return u.s.readRef(u.id, u.ref)
+}
 
 // openFile opens the file in the base directory (a symlink: an in-memory
 // file holding its target).
 func (u *unresolvedRef) openFile() (*os.File, error) {
+	if u.ref.Git != "" {
+		return u.s.gitFile(u.id, u.ref)
+	}
 	if u.ref.Kind == KindSymlink {
 		b, err := u.s.readRefLink(u.id, u.ref)
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/acyclicfs/acyclicfs/internal/dirfd"
+	"github.com/acyclicfs/acyclicfs/internal/gitrepo"
 	"golang.org/x/sys/unix"
 )
 
@@ -38,6 +39,8 @@ type baseMemo struct {
 	// read holds the distinct paths whose content was opened (test hook),
 	// at most maxReadPaths of them.
 	read map[string]struct{}
+	// gitReaders are the blob readers of git bases (gitref.go).
+	gitReaders map[ID]*gitrepo.BlobReader
 }
 
 // expansionWatch is the change watcher that watched an expansion's
@@ -65,6 +68,9 @@ type attachment struct {
 type baseRecord struct {
 	Dir     string `json:"dir"`
 	Created int64  `json:"created"` // Unix ms
+	// Git: Dir is a repository's git directory, the base of git object
+	// references (GitBase), not of an in-place workspace.
+	Git bool `json:"git,omitempty"`
 }
 
 func (m *baseMemo) ref(id ID) (BaseRef, bool) {

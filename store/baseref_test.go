@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -757,6 +758,50 @@ func genBaseRef(rt *rapid.T) store.BaseRef {
 	}
 }
 
+// TestGitRefRoundTrip: a git object reference encodes canonically and
+// decodes to itself; it never shares an ID with a fingerprint reference
+// of the same base, and one with a fingerprint, a directory kind or a bad
+// object name does not encode.
+func TestGitRefRoundTrip(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		var base store.ID
+		copy(base[:], rapid.SliceOfN(rapid.Byte(), store.IDSize, store.IDSize).Draw(rt, "base"))
+		if base.IsZero() {
+			base[0] = 1
+		}
+		oid := rapid.StringMatching(`[0-9a-f]{40}`).Draw(rt, "oid")
+		r := store.BaseRef{Base: base, Kind: rapid.SampledFrom([]store.Kind{store.KindFile, store.KindExec, store.KindSymlink}).Draw(rt, "kind"),
+			Size: rapid.Int64Range(0, 1<<62).Draw(rt, "size"), Git: oid}
+		enc, err := r.Encode()
+		if err != nil {
+			rt.Fatal(err)
+		}
+		got, err := store.DecodeBaseRef(enc)
+		if err != nil || got != r {
+			rt.Fatalf("decode: %+v %v, want %+v", got, err, r)
+		}
+		fp := store.BaseRef{Base: base, Kind: r.Kind, Size: r.Size}
+		if r.Kind == store.KindExec {
+			fp.Mode = 0o755
+		}
+		if fp.ID() == r.ID() {
+			rt.Fatal("a git ref and a fingerprint ref share an ID")
+		}
+		for _, bad := range []store.BaseRef{
+			{Base: base, Kind: r.Kind, Size: r.Size, Git: oid, Path: "a"},
+			{Base: base, Kind: r.Kind, Size: r.Size, Git: oid, Ino: 1},
+			{Base: base, Kind: store.KindDir, Git: oid},
+			{Base: base, Kind: r.Kind, Size: r.Size, Git: strings.ToUpper(oid) + "G"},
+			{Base: base, Kind: r.Kind, Size: r.Size, Git: oid[:39]},
+			{Kind: r.Kind, Size: r.Size, Git: oid},
+		} {
+			if _, err := bad.Encode(); !errors.Is(err, store.ErrCorrupt) {
+				rt.Fatalf("%+v encodes: %v", bad, err)
+			}
+		}
+	})
+}
+
 func FuzzDecodeBaseRef(f *testing.F) {
 	base := store.BlobID([]byte("base"))
 	for _, r := range []store.BaseRef{
@@ -764,6 +809,8 @@ func FuzzDecodeBaseRef(f *testing.F) {
 		{Base: base, Path: "a/b c/d\n", Kind: store.KindFile, Size: 5, Mtime: -1, Ctime: 1 << 60, Ino: 1 << 63, Mode: 0o644},
 		{Base: base, Path: "x", Kind: store.KindExec, Size: 1 << 62, Mode: 0o4755},
 		{Base: base, Path: "l", Kind: store.KindSymlink, Size: 3, Mode: 0o777},
+		{Base: base, Kind: store.KindFile, Size: 6, Git: "4c479deb235f8ab3c0e9cf8ff1d8e8c2c2c9b5c6"},
+		{Base: base, Kind: store.KindSymlink, Size: 1 << 40, Git: "0000000000000000000000000000000000000000"},
 	} {
 		enc, err := r.Encode()
 		if err != nil {

@@ -33,9 +33,10 @@ const (
 	ProblemBadHeadLog        = "bad-head-log"
 	ProblemBadIndex          = "bad-index"
 	ProblemBadFormat         = "bad-format"
-	ProblemCorruptBaseRef    = "corrupt-baseref" // a base ref, resolution or base record that does not decode
-	ProblemBadLinks          = "bad-links"       // a generation's link group that does not name one file's content
-	ProblemMissingBase       = "missing-base"    // an unresolved reachable base ref whose base record is gone
+	ProblemCorruptBaseRef    = "corrupt-baseref"    // a base ref, resolution or base record that does not decode
+	ProblemBadLinks          = "bad-links"          // a generation's link group that does not name one file's content
+	ProblemMissingBase       = "missing-base"       // an unresolved reachable base ref whose base record is gone
+	ProblemMissingGitObject  = "missing-git-object" // an unresolved reachable git object ref whose repository lacks the object
 )
 
 // Problem is one integrity finding of Check.
@@ -58,6 +59,8 @@ type reach struct {
 	blobFrom           map[ID]ID
 	problems           []Problem
 	hasRefs            bool // the baserefs bucket is not empty
+	// gitRefs are the reachable unresolved git object refs, by base.
+	gitRefs map[ID]map[ID]BaseRef
 }
 
 func newReach(tx *stx) *reach {
@@ -98,6 +101,14 @@ func (r *reach) markRef(tx *stx, id ID) bool {
 	case v == nil:
 		if !hasRecord(tx, prefixBases, ref.Base[:]) {
 			r.problem(ProblemMissingBase, id.String(), "base %s of unresolved ref %q not recorded", ref.Base, ref.Path)
+		} else if ref.Git != "" {
+			if r.gitRefs == nil {
+				r.gitRefs = map[ID]map[ID]BaseRef{}
+			}
+			if r.gitRefs[ref.Base] == nil {
+				r.gitRefs[ref.Base] = map[ID]BaseRef{}
+			}
+			r.gitRefs[ref.Base][id] = ref
 		}
 	case len(v) != IDSize:
 		r.problem(ProblemCorruptBaseRef, id.String(), "resolution of %d bytes", len(v))
@@ -297,6 +308,11 @@ func (s *Store) Check() ([]Problem, error) {
 			}
 		}
 	}
+	gp, err := s.checkGitRefs(r.gitRefs)
+	if err != nil {
+		return nil, fmt.Errorf("check: %w", err)
+	}
+	problems = append(problems, gp...)
 	sortProblems(problems)
 	return problems, nil
 }

@@ -646,6 +646,7 @@ func (s *Store) Close() error {
 	if s.db == nil {
 		return nil
 	}
+	s.closeGitReaders()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("close store %s: %w", s.dir, err)
 	}

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// Ctrl-C cancels a long command cleanly: create --from-git, interrupted
+// Ctrl-C cancels a long command cleanly: create --from-git --resolve, interrupted
 // while it reads the repository's blobs, exits 1 saying so, leaves no
 // workspace behind and a clean store, and the same create succeeds
 // afterwards. Run by the CLI itself and forwarded to a daemon (the
@@ -80,7 +80,9 @@ func TestInterruptCreateFromGit(t *testing.T) {
 				}
 			}
 
-			cmd := exec.Command(bin, "--store", e.store, "create", "big", "--from-git", repo)
+			// --resolve: the import reads every blob before it creates
+			// the workspace (without it, it reads none).
+			cmd := exec.Command(bin, "--store", e.store, "create", "big", "--from-git", repo, "--resolve")
 			cmd.Env = env
 			var out, errb bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &errb
@@ -114,7 +116,7 @@ func TestInterruptCreateFromGit(t *testing.T) {
 			}
 			e.fsck()
 			// Nothing half-written stands in the way of doing it again.
-			e.ok("create", "big", "--from-git", repo)
+			e.ok("create", "big", "--from-git", repo, "--resolve")
 			if got := e.ok("cat", "big", "README"); got != "hello" {
 				t.Fatalf("README = %q", got)
 			}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/acyclicfs/acyclicfs/corestate"
@@ -156,11 +157,12 @@ func TestRemoveDeletesGitBinding(t *testing.T) {
 	}
 }
 
-// A second workspace of a repository reads no blob from it: the
-// object-name cache names them and the store holds them. A blob the store
-// lost (gc, a damaged store) is read again, whatever the cache says; a
-// new commit's blobs are read alone.
-func TestCreateFromGitReadsKnownBlobsOnce(t *testing.T) {
+// TestCreateFromGitReadsNoBlob: an import reads no blob from the
+// repository (files are git object references); a file's content is read
+// from the repository when first read, checked against its object name; a
+// second import of the same commit names the same IDs; a blob the
+// repository lost fails its read clearly (ErrBaseChanged) and nothing else.
+func TestCreateFromGitReadsNoBlob(t *testing.T) {
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skip("no git")
 	}
@@ -175,30 +177,95 @@ func TestCreateFromGitReadsKnownBlobsOnce(t *testing.T) {
 	pubGit(t, repo, "commit", "-q", "-m", "one")
 	ctx := context.Background()
 	first, err := m.CreateFromGit(ctx, "w1", repo, "")
-	if err != nil || first.Blobs != 3 || first.Bytes != int64(len("alpha\nbeta\ngamma\n")) {
+	if err != nil || first.Blobs != 0 || first.Bytes != 0 || first.Files != 3 {
 		t.Fatalf("first import: %+v, %v", first, err)
 	}
-	second, err := m.CreateFromGit(ctx, "w2", repo, "")
-	if err != nil || second.Bytes != 0 {
-		t.Fatalf("second import read %d bytes (%+v, %v), want none", second.Bytes, second, err)
+	if n := m.st.BaseReads(); n != 0 {
+		t.Fatalf("import read %d blobs, want none", n)
 	}
-	os.WriteFile(filepath.Join(repo, "d", "c"), []byte("gamma, changed\n"), 0o644)
-	pubGit(t, repo, "commit", "-q", "-am", "two")
-	third, err := m.CreateFromGit(ctx, "w3", repo, "")
-	if err != nil || third.Bytes != int64(len("gamma, changed\n")) {
-		t.Fatalf("third import read %d bytes (%+v, %v), want the new blob's", third.Bytes, third, err)
+	entry := func(ws, p string) store.Entry {
+		t.Helper()
+		e, err := m.CatEntry(ws, store.ID{}, p, SideNone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
 	}
-	// The store loses a blob the cache names: it is read again.
-	id := store.BlobID([]byte("alpha\n"))
-	if err := os.Remove(m.st.BlobPath(id)); err != nil {
+	a := entry("w1", "a")
+	if got, err := m.st.ReadBlob(a.ID); err != nil || string(got) != "alpha\n" || a.Size != int64(len("alpha\n")) {
+		t.Fatalf("read a: %q %v (size %d)", got, err, a.Size)
+	}
+	if n := m.st.BaseReads(); n != 1 {
+		t.Fatalf("reading one file read %d blobs from the repository, want 1", n)
+	}
+	if _, err := m.CreateFromGit(ctx, "w2", repo, ""); err != nil {
 		t.Fatal(err)
 	}
-	fourth, err := m.CreateFromGit(ctx, "w4", repo, "")
-	if err != nil || fourth.Bytes != int64(len("alpha\n")) {
-		t.Fatalf("fourth import read %d bytes (%+v, %v), want the lost blob's", fourth.Bytes, fourth, err)
+	for _, p := range []string{"a", "d/b", "d/c"} {
+		if e1, e2 := entry("w1", p), entry("w2", p); e1.ID != e2.ID {
+			t.Fatalf("%s: second import names %s, first %s", p, e2.ID.Short(), e1.ID.Short())
+		}
 	}
-	if have, err := m.st.HasBlob(id); err != nil || !have {
-		t.Fatalf("the lost blob is not back: %v %v", have, err)
+	// The repository loses d/b's blob (a gc after its branch went away).
+	oid := strings.TrimSpace(pubGit(t, repo, "rev-parse", "HEAD:d/b"))
+	if err := os.Remove(filepath.Join(repo, ".git", "objects", oid[:2], oid[2:])); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.st.ReadBlob(entry("w1", "d/b").ID); !errors.Is(err, store.ErrBaseChanged) || !strings.Contains(err.Error(), oid) {
+		t.Fatalf("read of a lost object: %v, want ErrBaseChanged naming %s", err, oid)
+	}
+	if got, err := m.st.ReadBlob(entry("w1", "d/c").ID); err != nil || string(got) != "gamma\n" {
+		t.Fatalf("read d/c after a failed read: %q %v", got, err)
+	}
+	// fsck names the lost object, once (w1 and w2 share the reference).
+	probs, err := m.Fsck()
+	if err != nil || len(probs) != 1 || !strings.Contains(probs[0], store.ProblemMissingGitObject) || !strings.Contains(probs[0], oid) {
+		t.Fatalf("fsck: %q %v, want the lost object", probs, err)
+	}
+	for _, ws := range []string{"w1", "w2"} {
+		if _, err := m.Remove(ws, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestCreateFromGitAfterGC: a repository imported, its workspace removed
+// and collected (its git base swept with its references), then imported
+// again by the same process: the new workspace's files read and fsck is
+// clean (no reference to a swept base is reused).
+func TestCreateFromGitAfterGC(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("no git")
+	}
+	m := openTest(t)
+	repo := filepath.Join(t.TempDir(), "repo")
+	os.MkdirAll(repo, 0o755)
+	os.WriteFile(filepath.Join(repo, "a"), []byte("alpha\n"), 0o644)
+	pubGit(t, repo, "init", "-q", "-b", "main")
+	pubGit(t, repo, "add", "-A")
+	pubGit(t, repo, "commit", "-q", "-m", "one")
+	ctx := context.Background()
+	if _, err := m.CreateFromGit(ctx, "w1", repo, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Remove("w1", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.GC(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.CreateFromGit(ctx, "w2", repo, ""); err != nil {
+		t.Fatal(err)
+	}
+	e, err := m.CatEntry("w2", store.ID{}, "a", SideNone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := m.st.ReadBlob(e.ID); err != nil || string(got) != "alpha\n" {
+		t.Fatalf("read a: %q %v", got, err)
+	}
+	if probs, err := m.Fsck(); err != nil || len(probs) > 0 {
+		t.Fatalf("fsck: %q %v", probs, err)
 	}
 }
 

@@ -2,9 +2,13 @@ package workspace
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
+	"maps"
 	"os"
 	"path"
 	"runtime"
@@ -32,6 +36,9 @@ type GitImport struct {
 	Files  int    // files, symlinks and submodules in the tree
 	Blobs  int    // distinct blobs read from the repository
 	Bytes  int64  // bytes of those blobs
+	// Resolved counts the git object references GitImportOptions.Resolve
+	// stored.
+	Resolved int
 }
 
 // ErrBadGitTree is returned for a commit whose tree a workspace cannot
@@ -39,7 +46,7 @@ type GitImport struct {
 var ErrBadGitTree = errors.New("tree cannot be checked out")
 
 // CreateFromGit is Manager.CreateFromGit.
-func (m *gitNative) CreateFromGit(ctx context.Context, name, repoPath, rev string) (GitImport, error) {
+func (m *gitNative) CreateFromGit(ctx context.Context, name, repoPath, rev string, opt GitImportOptions) (GitImport, error) {
 	var res GitImport
 	if err := ValidateName(name); err != nil {
 		return res, err
@@ -135,6 +142,13 @@ func (m *gitNative) CreateFromGit(ctx context.Context, name, repoPath, rev strin
 	if err := batch.Commit(); err != nil {
 		return res, fmt.Errorf("store blobs: %w", err)
 	}
+	if opt.Resolve {
+		p, err := m.resolveGitRefs(ctx, worktree, GitResolveOptions{})
+		if err != nil {
+			return res, err
+		}
+		res.Resolved, res.Blobs, res.Bytes = p.Resolved, res.Blobs+p.Resolved, res.Bytes+p.Bytes
+	}
 
 	op := newOperationID()
 	gen, err := m.st.PutGeneration(&store.Generation{Root: root, Workspace: name, Kind: store.GenCreate, Operation: op, Time: m.now()})
@@ -156,8 +170,9 @@ func (m *gitNative) CreateFromGit(ctx context.Context, name, repoPath, rev strin
 	return res, nil
 }
 
-// importGitWorktree reads commit's tree from repo: its blobs into batch,
-// its trees into the store. It returns the builder holding the tree (for
+// importGitWorktree reads commit's tree from repo: its files as git
+// object references (refGitBlobs; on a store whose blobs live on a
+// remote, their blobs into batch), its trees into the store. It returns the builder holding the tree (for
 // the caller to add .git to), the work tree's ID and the index entries of
 // its files, stat data as a mount reports them with fileTime as mtime, and
 // the git tree object of every directory below the root, by path.
@@ -198,13 +213,21 @@ func (m *gitNative) importGitWorktree(ctx context.Context, repo *gitrepo.Repo, c
 		res.Files++
 	}
 
-	ids, n, err := m.storeGitBlobs(ctx, repo, batch, blobs)
-	res.Bytes = n
+	var ids map[string]store.ID
+	if m.st.HasRemote() {
+		// Other nodes read what this one publishes: every file must be an
+		// object of the remote, uploaded before the head naming it.
+		var n int64
+		ids, n, err = m.storeGitBlobs(ctx, repo, batch, blobs)
+		res.Bytes = n
+		res.Blobs = len(blobs)
+	} else {
+		ids, err = m.refGitBlobs(repo, entries)
+	}
 	if err != nil {
 		return nil, store.ID{}, nil, nil, err
 	}
 	m.rememberGitBlobs(repo.GitDir, ids)
-	res.Blobs = len(blobs)
 	for _, e := range entries {
 		kind := store.KindFile
 		switch e.Mode {
@@ -224,6 +247,61 @@ func (m *gitNative) importGitWorktree(ctx context.Context, repo *gitrepo.Repo, c
 	}
 	return b, worktree, index, trees, nil
 
+}
+
+// refGitBlobs names every blob of entries by a git object reference
+// (store.GitRef): nothing is read from the repository now; a file's
+// content is read from it, checked against its object name, when first
+// read. Blobs the object-name cache names and the store holds as blobs
+// are used as they are.
+func (m *gitNative) refGitBlobs(repo *gitrepo.Repo, entries []gitrepo.TreeEntry) (map[string]store.ID, error) {
+	ids := map[string]store.ID{}
+	var oids []string
+	for _, e := range entries {
+		if e.Mode == gitrepo.ModeFile || e.Mode == gitrepo.ModeExec || e.Mode == gitrepo.ModeSymlink {
+			oids = append(oids, e.OID)
+		}
+	}
+	known := m.knownGitBlobs(oids)
+	var base store.ID
+	for _, e := range entries {
+		kind := store.KindFile
+		switch e.Mode {
+		case gitrepo.ModeExec:
+			kind = store.KindExec
+		case gitrepo.ModeSymlink:
+			kind = store.KindSymlink
+		case gitrepo.ModeFile:
+		default:
+			continue
+		}
+		if _, ok := ids[e.OID]; ok {
+			continue
+		}
+		if id, ok := known[e.OID]; ok {
+			// A stored blob. A reference the cache names is made again
+			// below (same base, same ID) rather than trusted: its base may
+			// have been swept since.
+			if r, isRef, err := m.st.BaseRefOf(id); err != nil {
+				return nil, err
+			} else if !isRef || r.Git == "" {
+				ids[e.OID] = id
+				continue
+			}
+		}
+		if base.IsZero() {
+			var err error
+			if base, err = m.st.GitBase(repo.GitDir); err != nil {
+				return nil, err
+			}
+		}
+		id, err := m.st.GitRef(base, e.OID, kind, e.Size)
+		if err != nil {
+			return nil, fmt.Errorf("git object %s at %s: %w", e.OID, e.Path, err)
+		}
+		ids[e.OID] = id
+	}
+	return ids, nil
 }
 
 // checkGitPath refuses what a checkout refuses: a .git component
@@ -354,6 +432,20 @@ func (m *gitNative) storeGitBlobs(ctx context.Context, repo *gitrepo.Repo, batch
 			todo = append(todo, b)
 		}
 	}
+	read, n, err := m.readGitBlobs(ctx, repo, batch, todo, catStreams, 4, false)
+	maps.Copy(ids, read)
+	return ids, n, err
+}
+
+// readGitBlobs reads every blob of todo from repo into batch (small ones
+// hashed first and written only when the store lacks them) with streams
+// cat-file streams over contiguous runs of the list (pack locality) and
+// up to writers writer goroutines, so that file creation in the store
+// overlaps the streams. With verify, each blob's content is checked
+// against its object name (SHA-1), as a read of a git object reference
+// checks it. It returns their store IDs and the bytes read.
+func (m *gitNative) readGitBlobs(ctx context.Context, repo *gitrepo.Repo, batch *store.BlobBatch, todo []string, streams, writers int, verify bool) (map[string]store.ID, int64, error) {
+	ids := make(map[string]store.ID, len(todo))
 	var (
 		mu    sync.Mutex // guards ids
 		total atomic.Int64
@@ -363,19 +455,28 @@ func (m *gitNative) storeGitBlobs(ctx context.Context, repo *gitrepo.Repo, batch
 		ids[oid] = id
 		mu.Unlock()
 	}
-	writers, wctx := errgroup.WithContext(ctx)
-	writers.SetLimit(4)
-	var streams errgroup.Group
-	per := (len(todo) + catStreams - 1) / max(catStreams, 1)
+	wg, wctx := errgroup.WithContext(ctx)
+	wg.SetLimit(max(writers, 1))
+	var sg errgroup.Group
+	per := (len(todo) + streams - 1) / max(streams, 1)
 	for lo := 0; lo < len(todo); lo += per {
 		part := todo[lo:min(lo+per, len(todo))]
-		streams.Go(func() error {
+		sg.Go(func() error {
 			return repo.CatBlobs(wctx, part, func(i int, r io.Reader, size int64) error {
 				total.Add(size)
+				var sum hash.Hash
+				if verify {
+					sum = sha1.New()
+					fmt.Fprintf(sum, "blob %d\x00", size)
+					r = io.TeeReader(r, sum)
+				}
 				if size > inlineBlob {
 					id, _, err := batch.WriteBlob(r)
 					if err != nil {
 						return fmt.Errorf("store blob %s: %w", part[i], err)
+					}
+					if err := checkGitSum(sum, part[i]); err != nil {
+						return err
 					}
 					put(part[i], id)
 					return nil
@@ -384,7 +485,10 @@ func (m *gitNative) storeGitBlobs(ctx context.Context, repo *gitrepo.Repo, batch
 				if _, err := io.ReadFull(r, buf); err != nil {
 					return fmt.Errorf("read blob %s: %w", part[i], err)
 				}
-				writers.Go(func() error {
+				if err := checkGitSum(sum, part[i]); err != nil {
+					return err
+				}
+				wg.Go(func() error {
 					h := store.NewBlobHasher()
 					h.Write(buf)
 					id := h.Sum()
@@ -400,12 +504,24 @@ func (m *gitNative) storeGitBlobs(ctx context.Context, repo *gitrepo.Repo, batch
 			})
 		})
 	}
-	err := streams.Wait()
-	if werr := writers.Wait(); err == nil {
+	err := sg.Wait()
+	if werr := wg.Wait(); err == nil {
 		err = werr
 	}
 	if errors.Is(err, syscall.ENOSPC) {
 		err = fmt.Errorf("store is full: %w", err)
 	}
 	return ids, total.Load(), err
+}
+
+// checkGitSum compares the SHA-1 of a blob's header and content (nil: not
+// checked) with its object name.
+func checkGitSum(sum hash.Hash, oid string) error {
+	if sum == nil {
+		return nil
+	}
+	if got := hex.EncodeToString(sum.Sum(nil)); got != oid {
+		return fmt.Errorf("%w: git object %s: content hashes to %s", store.ErrCorrupt, oid, got)
+	}
+	return nil
 }

@@ -41,8 +41,24 @@ func (m *Manager) DeleteGitBinding(ws string, expectRev uint64) error {
 // a clean fsmonitor token of the tree, so that with fsmonitor git stats
 // nothing at all. The workspace is bound to the repository and branch
 // (GitBinding). The repository is only read.
-func (m *Manager) CreateFromGit(ctx context.Context, name, repoPath, rev string) (GitImport, error) {
-	return m.gn.CreateFromGit(ctx, name, repoPath, rev)
+//
+// The files are git object references (resolved later, in the daemon's
+// background: ResolveGitRefs); with opt.Resolve every one is stored
+// before the workspace is created, so that an import stopped meanwhile
+// (Ctrl-C) creates nothing.
+func (m *Manager) CreateFromGit(ctx context.Context, name, repoPath, rev string, opt ...GitImportOptions) (GitImport, error) {
+	var o GitImportOptions
+	if len(opt) > 0 {
+		o = opt[0]
+	}
+	return m.gn.CreateFromGit(ctx, name, repoPath, rev, o)
+}
+
+// GitImportOptions tune CreateFromGit.
+type GitImportOptions struct {
+	// Resolve stores every file's content before the workspace is made
+	// (`create --from-git --resolve`); Resolved then counts them.
+	Resolve bool
 }
 
 // GitBind binds ws to REPO's branch: Base is the branch's current commit,

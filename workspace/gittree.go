@@ -271,8 +271,14 @@ func (tb *pubTrees) blob(id store.ID) (string, error) {
 		tb.want(pendingObj{oid: s.oid, blob: id}, false)
 		return s.oid, nil
 	}
-	oid, err := tb.hashBlob(id)
-	if err != nil {
+	// A git object reference (create --from-git) carries its name; REPO
+	// is asked for it like for any freshly computed name.
+	oid := ""
+	if r, ok, err := tb.m.st.BaseRefOf(id); err != nil {
+		return "", err
+	} else if ok && r.Git != "" && tb.format == "sha1" { // git object refs are SHA-1 names
+		oid = r.Git
+	} else if oid, err = tb.hashBlob(id); err != nil {
 		return "", err
 	}
 	tb.remember(k, oidSlot{oid: oid})

@@ -245,8 +245,9 @@ type importJSON struct {
 
 func (a *app) cmdCreate() *cobra.Command {
 	var from, inPlace, fromGit string
+	var resolve bool
 	c := &cobra.Command{
-		Use:   "create NAME [--from DIR | --in-place DIR | --from-git REPO[@REF]]",
+		Use:   "create NAME [--from DIR | --in-place DIR | --from-git REPO[@REF] [--resolve]]",
 		Short: "Create a root workspace, empty, importing DIR, over DIR in place, or from a git branch",
 		Args:  exactArgs(1, "NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -258,8 +259,11 @@ func (a *app) cmdCreate() *cobra.Command {
 			if n := btoi(from != "") + btoi(inPlace != "") + btoi(fromGit != ""); n > 1 {
 				return usageError{fmt.Errorf("create: --from, --in-place and --from-git exclude each other")}
 			}
+			if resolve && fromGit == "" {
+				return usageError{fmt.Errorf("create: --resolve goes with --from-git")}
+			}
 			if fromGit != "" {
-				return a.createFromGit(cmd, args[0], fromGit)
+				return a.createFromGit(cmd, args[0], fromGit, resolve)
 			}
 			if inPlace != "" {
 				if from != "" {
@@ -294,6 +298,7 @@ func (a *app) cmdCreate() *cobra.Command {
 	c.Flags().StringVar(&from, "from", "", "import this directory's tree")
 	c.Flags().StringVar(&inPlace, "in-place", "", "workspace over a real directory, read lazily")
 	c.Flags().StringVar(&fromGit, "from-git", "", "start from REF's tree (default HEAD) of the git repository REPO, bound to its branch")
+	c.Flags().BoolVar(&resolve, "resolve", false, "with --from-git: store every file's content before returning instead of in the background after the mount")
 	return c
 }
 
@@ -314,12 +319,14 @@ type gitImportJSON struct {
 	Files     int      `json:"files"`
 	Blobs     int      `json:"blobs"`
 	Bytes     int64    `json:"bytes"`
+	// Resolved: the git object references --resolve stored.
+	Resolved int `json:"resolved"`
 }
 
 // createFromGit is `create NAME --from-git REPO[@REF]`. REPO is taken
 // whole when it is a directory (a path may hold '@'); otherwise the text
 // after the last '@' is the revision.
-func (a *app) createFromGit(cmd *cobra.Command, name, spec string) error {
+func (a *app) createFromGit(cmd *cobra.Command, name, spec string, resolve bool) error {
 	repo, rev := spec, ""
 	if fi, err := os.Stat(a.abs(spec)); err != nil || !fi.IsDir() {
 		if i := strings.LastIndexByte(spec, '@'); i > 0 {
@@ -333,7 +340,7 @@ func (a *app) createFromGit(cmd *cobra.Command, name, spec string) error {
 	if err != nil {
 		return err
 	}
-	res, err := m.CreateFromGit(cmd.Context(), name, a.abs(repo), rev)
+	res, err := m.CreateFromGit(cmd.Context(), name, a.abs(repo), rev, workspace.GitImportOptions{Resolve: resolve})
 	if err != nil {
 		return fmt.Errorf("create %s: %w", name, err)
 	}
@@ -343,7 +350,7 @@ func (a *app) createFromGit(cmd *cobra.Command, name, spec string) error {
 	} else {
 		a.info("imported %d files (%d blobs, %d bytes) of %s at %.12s, bound to branch %s", res.Files, res.Blobs, res.Bytes, res.GitDir, res.Commit, branch)
 	}
-	return a.emit(gitImportJSON{name, res.Gen, res.GitDir, branch, res.Commit, res.Files, res.Blobs, res.Bytes},
+	return a.emit(gitImportJSON{name, res.Gen, res.GitDir, branch, res.Commit, res.Files, res.Blobs, res.Bytes, res.Resolved},
 		func(w io.Writer) { fmt.Fprintln(w, res.Gen) })
 }
 

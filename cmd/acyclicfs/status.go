@@ -76,6 +76,27 @@ type statusRow struct {
 	// lost its claim; this mount is read-only and publishes nothing, and
 	// its unpublished changes are the workspace Fenced.Fork.
 	Fenced *daemon.FencedStatus `json:"fenced,omitempty"`
+	// GitRefs is a mounted git workspace's background resolution of its
+	// git object references (files still read from the repository until
+	// stored); absent when the tree had none unresolved at mount.
+	GitRefs *statusGitRefs `json:"git_refs,omitempty"`
+}
+
+// statusGitRefs is the background resolution of a mount's git object
+// references: Total found unresolved at mount, Resolved of them so far,
+// Remaining = Total-Resolved, Bytes read from the repository; Finished
+// (RFC 3339) once all are; Error when it stopped short.
+type statusGitRefs struct {
+	Total     int64  `json:"total"`
+	Resolved  int64  `json:"resolved"`
+	Remaining int64  `json:"remaining"`
+	Bytes     int64  `json:"bytes"`
+	Running   bool   `json:"running"`
+	Started   string `json:"started"`
+	Finished  string `json:"finished,omitempty"`
+	// DurationMS: from Started to Finished.
+	DurationMS int64  `json:"duration_ms,omitempty"`
+	Error      string `json:"error,omitempty"`
 }
 
 // statusRunning is work a mount is doing.
@@ -218,6 +239,14 @@ func (a *app) statusOf(ctx context.Context, m *workspace.Manager, w store.Worksp
 		row.Transport, row.UringRequests = ms.Transport, ms.UringRequests
 		row.Capture = ms.Capture
 		row.Fenced = ms.Fenced
+		if g := ms.GitRefs; g != nil {
+			row.GitRefs = &statusGitRefs{Total: g.Total, Resolved: g.Resolved, Remaining: g.Total - g.Resolved, Bytes: g.Bytes,
+				Running: g.Running, Started: g.Started.UTC().Format(time.RFC3339Nano), Error: g.Error}
+			if !g.Finished.IsZero() {
+				row.GitRefs.Finished = g.Finished.UTC().Format(time.RFC3339Nano)
+				row.GitRefs.DurationMS = g.Finished.Sub(g.Started).Milliseconds()
+			}
+		}
 		if act := ms.Activity; act != nil {
 			row.Running = &statusRunning{What: act.What, Since: act.Since.UTC().Format(time.RFC3339),
 				ElapsedMS: time.Since(act.Since).Milliseconds(), Capturing: ms.Capturing,
@@ -293,6 +322,18 @@ func printStatus(out io.Writer, rep statusReport) {
 				warm = fmt.Sprintf(", warm-up done (%d %s listed)", r.Warmed, names)
 			}
 			fmt.Fprintf(out, "mount %s %s over %s%s\n", r.Workspace, r.Mountpoint, r.Transport, warm)
+		}
+		if g := r.GitRefs; g != nil {
+			switch {
+			case g.Error != "":
+				fmt.Fprintf(out, "git-refs %s: %d of %d files stored, %d still read from the repository: stopped: %s\n", r.Workspace, g.Resolved, g.Total, g.Remaining, g.Error)
+			case g.Running:
+				fmt.Fprintf(out, "git-refs %s: storing files in the background: %d of %d stored (%s), %d still read from the repository\n", r.Workspace, g.Resolved, g.Total, daemon.HumanBytes(g.Bytes), g.Remaining)
+			case g.Finished != "":
+				fmt.Fprintf(out, "git-refs %s: all %d files stored (%s) at %s, in %v\n", r.Workspace, g.Total, daemon.HumanBytes(g.Bytes), g.Finished, time.Duration(g.DurationMS)*time.Millisecond)
+			default:
+				fmt.Fprintf(out, "git-refs %s: %d of %d files stored, %d still read from the repository (stopped; the next mount goes on)\n", r.Workspace, g.Resolved, g.Total, g.Remaining)
+			}
 		}
 		if r.Running != nil {
 			progress := ""

@@ -14,6 +14,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +24,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Sentinel errors.
@@ -35,6 +38,9 @@ var (
 	ErrUnsupported = errors.New("unsupported repository")
 	// ErrNoGit: no git binary on PATH.
 	ErrNoGit = errors.New("git is not installed")
+	// ErrMissingObject: the repository does not hold the object (gc'd
+	// after its branch was deleted, say).
+	ErrMissingObject = errors.New("object missing from the repository")
 )
 
 // Repo is an opened repository.
@@ -43,6 +49,10 @@ type Repo struct {
 	// directory (the one holding objects/ and refs/).
 	GitDir string
 	bin    string
+	// Background: git runs at the lowest CPU priority (nice 19), so that
+	// work nobody waits for (a background resolution) yields to the
+	// tools the user runs.
+	Background bool
 }
 
 // Open finds the repository at or above path (a work tree, a bare
@@ -78,6 +88,16 @@ func Open(ctx context.Context, path string) (*Repo, error) {
 	return r, nil
 }
 
+// At returns the repository whose git directory is gitDir, as Open
+// found it before, without running git.
+func At(gitDir string) (*Repo, error) {
+	bin, err := exec.LookPath("git")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNoGit, err)
+	}
+	return &Repo{GitDir: gitDir, bin: bin}, nil
+}
+
 // env is the environment of every git run: the caller's GIT_*
 // variables and configuration do not leak in (no replace refs, no
 // fsmonitor, no lazy fetch of a partial clone's missing objects).
@@ -100,6 +120,13 @@ func env(gitDir string) []string {
 func (r *Repo) command(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, r.bin, args...)
 	cmd.Env = env(r.GitDir)
+	if r.Background {
+		if nice, err := exec.LookPath("nice"); err == nil {
+			// nice execs git: the pid, and so the context's kill, is git's.
+			cmd = exec.CommandContext(ctx, nice, append([]string{"-n", "19", r.bin}, args...)...)
+			cmd.Env = env(r.GitDir)
+		}
+	}
 	return cmd
 }
 
@@ -274,7 +301,7 @@ func (r *Repo) CatBlobs(ctx context.Context, oids []string, fn func(i int, r io.
 			}
 			f := strings.Fields(hdr)
 			if len(f) == 2 && f[1] == "missing" {
-				return fmt.Errorf("%w: object %s is missing from %s", ErrNoRef, o, r.GitDir)
+				return fmt.Errorf("%w: %w: object %s is missing from %s", ErrNoRef, ErrMissingObject, o, r.GitDir)
 			}
 			if len(f) != 3 || f[0] != o || f[1] != "blob" {
 				return fmt.Errorf("git cat-file: unexpected header %q for %s", hdr, o)
@@ -349,4 +376,118 @@ func PackedRefs(refs []Ref) []byte {
 		}
 	}
 	return b.Bytes()
+}
+
+// BlobReader reads blobs one at a time through one long-lived
+// `git cat-file --batch`, started on the first Read and again after a
+// failure. It is safe for concurrent use (reads are serialized).
+type BlobReader struct {
+	repo *Repo
+	mu   sync.Mutex // guards the fields below
+	cmd  *exec.Cmd
+	in   io.WriteCloser
+	out  *bufio.Reader
+}
+
+// NewBlobReader returns a reader of r's blobs; Close ends its process.
+func (r *Repo) NewBlobReader() *BlobReader { return &BlobReader{repo: r} }
+
+// Read returns blob oid's content, checked against its name and size as
+// ReadBlob does: an error wrapping ErrMissingObject if the repository
+// lacks it.
+func (b *BlobReader) Read(oid string, size int64) ([]byte, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cmd == nil {
+		cmd := b.repo.command(context.Background(), "cat-file", "--batch")
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			return nil, err
+		}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return nil, err
+		}
+		if err := cmd.Start(); err != nil {
+			return nil, fmt.Errorf("git cat-file: %w", err)
+		}
+		b.cmd, b.in, b.out = cmd, in, bufio.NewReaderSize(out, 64<<10)
+	}
+	data, err := b.read(oid, size)
+	if err != nil && !errors.Is(err, ErrMissingObject) {
+		b.stop() // the stream may be out of step: start afresh next time
+	}
+	return data, err
+}
+
+func (b *BlobReader) read(oid string, size int64) ([]byte, error) {
+	if _, err := io.WriteString(b.in, oid+"\n"); err != nil {
+		return nil, fmt.Errorf("git cat-file: %w", err)
+	}
+	hdr, err := b.out.ReadString('\n')
+	if err != nil {
+		return nil, fmt.Errorf("git cat-file: reading %s: %w", oid, err)
+	}
+	f := strings.Fields(hdr)
+	if len(f) == 2 && f[1] == "missing" {
+		return nil, fmt.Errorf("%w: blob %s in %s", ErrMissingObject, oid, b.repo.GitDir)
+	}
+	if len(f) != 3 || f[0] != oid || f[1] != "blob" {
+		return nil, fmt.Errorf("git cat-file: unexpected header %q for %s", hdr, oid)
+	}
+	if f[2] != strconv.FormatInt(size, 10) {
+		return nil, fmt.Errorf("git object %s in %s: %s bytes, want %d", oid, b.repo.GitDir, f[2], size)
+	}
+	data := make([]byte, size+1)
+	if _, err := io.ReadFull(b.out, data); err != nil {
+		return nil, fmt.Errorf("git cat-file: %s: %w", oid, err)
+	}
+	if data[size] != '\n' {
+		return nil, fmt.Errorf("git cat-file: no newline after %s", oid)
+	}
+	data = data[:size]
+	h := sha1.New()
+	fmt.Fprintf(h, "blob %d\x00", size)
+	h.Write(data)
+	if got := hex.EncodeToString(h.Sum(nil)); got != oid {
+		return nil, fmt.Errorf("git object %s in %s: content hashes to %s", oid, b.repo.GitDir, got)
+	}
+	return data, nil
+}
+
+func (b *BlobReader) stop() {
+	if b.cmd == nil {
+		return
+	}
+	b.in.Close()
+	_ = b.cmd.Process.Kill()
+	_ = b.cmd.Wait()
+	b.cmd, b.in, b.out = nil, nil, nil
+}
+
+// Close ends the reader's process; a later Read starts another.
+func (b *BlobReader) Close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.stop()
+}
+
+// Missing returns the objects of oids the repository does not hold (one
+// `git cat-file --batch-check`).
+func (r *Repo) Missing(ctx context.Context, oids []string) ([]string, error) {
+	var in bytes.Buffer
+	for _, o := range oids {
+		in.WriteString(o + "\n")
+	}
+	out, err := r.output(ctx, in.Bytes(), "cat-file", "--batch-check=%(objectname)")
+	if err != nil {
+		return nil, err
+	}
+	var missing []string
+	for line := range strings.Lines(string(out)) {
+		if f := strings.Fields(line); len(f) == 2 && f[1] == "missing" {
+			missing = append(missing, f[0])
+		}
+	}
+	return missing, nil
 }

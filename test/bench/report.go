@@ -31,6 +31,8 @@ type results struct {
 	land   *landResult
 	// gitImport is create --from-git against git worktree add.
 	gitImport *gitImportResult
+	// gitResolve is the lazy import's background resolution.
+	gitResolve *gitResolveResult
 	// fsmonitor: git status with and without the mount's hook.
 	fsmonitor *fsmonitorGit
 	// sandbox: fork + mount + first git status of a git workspace.
@@ -243,6 +245,9 @@ func (r *results) markdown() string {
 	}
 	if r.gitImport != nil {
 		r.gitImportMarkdown(&b)
+	}
+	if r.gitResolve != nil {
+		r.gitResolveMarkdown(&b)
 	}
 	if r.land != nil {
 		r.landMarkdown(&b)
