@@ -62,10 +62,13 @@ func (e *benchEnv) sandboxRuns(ctx context.Context, sr *sandboxResult) error {
 	sr.files = strings.Count(out.stdout, "\n")
 	defer os.RemoveAll(repo)
 
-	// The parent an agent forks: imported from the branch, then mounted
-	// once with a git status in it (untimed), so that its index carries
-	// the untracked cache and the fsmonitor token a parent in use has.
-	if _, err := e.acyCmd(ctx, "create", "sbx", "--from-git", repo); err != nil {
+	// The parent an agent forks: imported from the branch with every file
+	// stored (--resolve: a parent in use has had its git object
+	// references resolved by its mounts, and a fork's mount then has none
+	// to resolve), then mounted once with a git status in it (untimed), so
+	// that its index carries the untracked cache and the fsmonitor token a
+	// parent in use has.
+	if _, err := e.acyCmd(ctx, "create", "sbx", "--from-git", repo, "--resolve"); err != nil {
 		return err
 	}
 	outFile := filepath.Join(e.work, "sbx-status.out")
@@ -180,7 +183,7 @@ func sumDur(a, b []time.Duration) []time.Duration {
 func (r *results) sandboxMarkdown(b *strings.Builder) {
 	sr := r.sandbox
 	b.WriteString("\n## acyclicfs only: time to a ready agent sandbox\n\n")
-	fmt.Fprintf(b, "The Go source tree committed to git (%d files), imported with `create --from-git`, then mounted once and `git status` run in it (untimed: the parent's index then carries the untracked cache and the fsmonitor token a parent in use has). Per run: `acyclicfs fork` of it, `acyclicfs mount` of the fork at a new mountpoint, `acyclicfs exec MP -- git status --porcelain` (its wall time: the lease's bind and end included; *git's own* is the status alone, timed inside the lease), each end to end with its process start, and their sum. Beside it, the same ready state natively: `git worktree add --detach` of the same commit, and `cp -a` of the repository (work tree and `.git`), each followed by its first `git status --porcelain`. %d run(s), median (min–max).\n\n", sr.files, len(sr.total))
+	fmt.Fprintf(b, "The Go source tree committed to git (%d files), imported with `create --from-git --resolve` (every file stored, as a parent in use has them once its mounts resolved them; docs/git.md), then mounted once and `git status` run in it (untimed: the parent's index then carries the untracked cache and the fsmonitor token a parent in use has). Per run: `acyclicfs fork` of it, `acyclicfs mount` of the fork at a new mountpoint, `acyclicfs exec MP -- git status --porcelain` (its wall time: the lease's bind and end included; *git's own* is the status alone, timed inside the lease), each end to end with its process start, and their sum. Beside it, the same ready state natively: `git worktree add --detach` of the same commit, and `cp -a` of the repository (work tree and `.git`), each followed by its first `git status --porcelain`. %d run(s), median (min–max).\n\n", sr.files, len(sr.total))
 	hdr := []string{"", "fork, or the copy", "mount", "first git status (exec for acyclicfs)", "git's own", "total", "goal", "met"}
 	writeRow(b, hdr)
 	writeSep(b, len(hdr))
