@@ -291,7 +291,7 @@ func (r *results) markdown() string {
 
 func (r *results) forkMarkdown(b *strings.Builder) {
 	b.WriteString("\n## acyclicfs only: fork and end-of-lease capture vs tree size\n\n")
-	b.WriteString("Synthetic trees of small distinct files, 100 per directory. *fork* is the `acyclicfs fork` CLI call end to end (process start included). *capture* is the lease overhead of `acyclicfs exec MP -- <append to 10 files>` (lease bind + lease end: capture and publish); *capture + rebase* is the same with a sibling landing into the parent during the lease, so the lease end also rebases onto the new parent head. *unmount* follows each.\n\n")
+	b.WriteString("Synthetic trees of small distinct files, 100 per directory. *fork* is the `acyclicfs fork` CLI call end to end (process start included). *capture* is the lease overhead of `acyclicfs exec MP -- <append to 10 files>` (lease bind + lease end: capture and publish); *capture + rebase* is the same with a sibling landing into the parent during the lease, so the lease end also rebases onto the new parent head. The fork is mounted with `--wait-warm` before the timed `exec`: the mount's metadata warm-up lists the tree in the background (about 0.4 s at 100,000 files; its cost is in the in-place table), and a lease started while it runs shares the CPU with it (at 100,000 files 77–260 ms against 39–56 ms for the same `exec` after it, alternated by hand under load). *unmount* follows each.\n\n")
 	hdr := []string{"files", "import (create --from)", "fork", "cp -a", "git worktree add", "capture", "unmount after capture", "capture + rebase", "unmount after rebase"}
 	writeRow(b, hdr)
 	writeSep(b, len(hdr))
@@ -306,7 +306,7 @@ func (r *results) forkMarkdown(b *strings.Builder) {
 			fmtStat(durStat(f.capOver)), fmtStat(durStat(f.capUnmount)), reb, rebUm,
 		})
 	}
-	b.WriteString("\nGoals: fork ≤ 10 ms and flat in tree size; capture/rebase with 10 changes ≤ 100 ms and flat.\n\n")
+	b.WriteString("\nGoals: fork ≤ 10 ms and flat in tree size; capture (the lease end with 10 changed files, issue #30) ≤ 40 ms and flat; capture + rebase ≤ 100 ms and flat.\n\n")
 	small, large := r.forks[0], r.forks[len(r.forks)-1]
 	check := func(label string, a, z []time.Duration, limit time.Duration) {
 		sa, sz := durStat(a), durStat(z)
@@ -321,7 +321,7 @@ func (r *results) forkMarkdown(b *strings.Builder) {
 			limit, yesNo(within), yesNo(flat), metStr(within && flat))
 	}
 	check("fork", small.fork, large.fork, 10*time.Millisecond)
-	check("capture, 10 changes", small.capOver, large.capOver, 100*time.Millisecond)
+	check("capture, 10 changes", small.capOver, large.capOver, 40*time.Millisecond)
 	check("capture + rebase, 10 changes", small.rebOver, large.rebOver, 100*time.Millisecond)
 	for _, f := range r.forks {
 		if f.rebErr != "" {
