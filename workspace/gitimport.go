@@ -229,14 +229,8 @@ func (m *gitNative) importGitWorktree(ctx context.Context, repo *gitrepo.Repo, c
 	}
 	m.rememberGitBlobs(repo.GitDir, ids)
 	for _, e := range entries {
-		kind := store.KindFile
-		switch e.Mode {
-		case gitrepo.ModeExec:
-			kind = store.KindExec
-		case gitrepo.ModeSymlink:
-			kind = store.KindSymlink
-		case gitrepo.ModeFile:
-		default:
+		kind, ok := gitFileKind(e.Mode)
+		if !ok {
 			continue
 		}
 		b.file(e.Path, store.Entry{Kind: kind, Size: e.Size, Mtime: fileTime, ID: ids[e.OID]})
@@ -265,14 +259,8 @@ func (m *gitNative) refGitBlobs(repo *gitrepo.Repo, entries []gitrepo.TreeEntry)
 	known := m.knownGitBlobs(oids)
 	var base store.ID
 	for _, e := range entries {
-		kind := store.KindFile
-		switch e.Mode {
-		case gitrepo.ModeExec:
-			kind = store.KindExec
-		case gitrepo.ModeSymlink:
-			kind = store.KindSymlink
-		case gitrepo.ModeFile:
-		default:
+		kind, ok := gitFileKind(e.Mode)
+		if !ok {
 			continue
 		}
 		if _, ok := ids[e.OID]; ok {
@@ -524,4 +512,18 @@ func checkGitSum(sum hash.Hash, oid string) error {
 		return fmt.Errorf("%w: git object %s: content hashes to %s", store.ErrCorrupt, oid, got)
 	}
 	return nil
+}
+
+// gitFileKind is the store kind of a git tree entry's mode; false for
+// entries that hold no file content (trees, submodules).
+func gitFileKind(mode uint32) (store.Kind, bool) {
+	switch mode {
+	case gitrepo.ModeFile:
+		return store.KindFile, true
+	case gitrepo.ModeExec:
+		return store.KindExec, true
+	case gitrepo.ModeSymlink:
+		return store.KindSymlink, true
+	}
+	return 0, false
 }

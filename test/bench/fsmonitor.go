@@ -52,18 +52,11 @@ func runFSMonitorGit(ctx context.Context, e *benchEnv, res *results) error {
 func (e *benchEnv) fsmonitorGit(ctx context.Context, g *fsmonitorGit, runs int) error {
 	repo := filepath.Join(e.work, "fsm-git")
 	logf("fsmonitor: committing a copy of the Go src tree to git")
-	if err := copyTree(ctx, filepath.Join(e.lower, "goroot"), repo); err != nil {
-		return err
-	}
-	git := "git -c user.name=b -c user.email=b@example.com"
-	if err := mustSh(ctx, fmt.Sprintf("cd %s && git init -q && git config gc.auto 0 && %s add -A && %s commit -qm base && git status --porcelain >/dev/null", shq(repo), git, git)); err != nil {
-		return fmt.Errorf("git repo: %w", err)
-	}
-	out, err := runCmd(ctx, repo, nil, "git", "ls-files")
+	n, err := e.goTreeRepo(ctx, repo)
 	if err != nil {
 		return err
 	}
-	g.files = strings.Count(out.stdout, "\n")
+	g.files = n
 	if _, err := e.acyCmd(ctx, "create", "fsmgit", "--from", repo); err != nil {
 		return err
 	}

@@ -52,16 +52,11 @@ func (e *benchEnv) gitImportRuns(ctx context.Context, gr *gitImportResult, repo 
 			return err
 		}
 		gr.fromGit = append(gr.fromGit, r.wall)
-		dst := filepath.Join(e.work, fmt.Sprintf("worktree-%d", i))
-		syscall.Sync()
-		w, err := runCmd(ctx, repo, nil, "git", "worktree", "add", "-q", "--detach", dst)
+		w, err := e.timeWorktreeAdd(ctx, repo, fmt.Sprintf("worktree-%d", i))
 		if err != nil {
-			return fmt.Errorf("git worktree add: %w", err)
+			return err
 		}
-		gr.worktree = append(gr.worktree, w.wall)
-		if _, err := runCmd(ctx, repo, nil, "git", "worktree", "remove", "--force", dst); err != nil {
-			return fmt.Errorf("git worktree remove: %w", err)
-		}
+		gr.worktree = append(gr.worktree, w)
 		mp, err := e.mountpoint(ws)
 		if err != nil {
 			return err
@@ -84,7 +79,7 @@ func (e *benchEnv) gitImportRuns(ctx context.Context, gr *gitImportResult, repo 
 		}
 		gr.native = append(gr.native, nw)
 		logf("git import: run %d: create --from-git %v, git worktree add %v; first git status %v, native %v", i+1,
-			r.wall.Round(time.Millisecond), w.wall.Round(time.Millisecond), work.Round(time.Millisecond), nw.Round(time.Millisecond))
+			r.wall.Round(time.Millisecond), w.Round(time.Millisecond), work.Round(time.Millisecond), nw.Round(time.Millisecond))
 	}
 	return nil
 }
@@ -218,16 +213,11 @@ func (e *benchEnv) gitResolveOnce(ctx context.Context, gr *gitResolveResult, rep
 		return err
 	}
 	gr.lazy = append(gr.lazy, r.wall)
-	dst := filepath.Join(e.work, fmt.Sprintf("worktree-r%d", i))
-	syscall.Sync()
-	w, err := runCmd(ctx, repo, nil, "git", "worktree", "add", "-q", "--detach", dst)
+	w, err := e.timeWorktreeAdd(ctx, repo, fmt.Sprintf("worktree-r%d", i))
 	if err != nil {
-		return fmt.Errorf("git worktree add: %w", err)
+		return err
 	}
-	gr.worktree = append(gr.worktree, w.wall)
-	if _, err := runCmd(ctx, repo, nil, "git", "worktree", "remove", "--force", dst); err != nil {
-		return fmt.Errorf("git worktree remove: %w", err)
-	}
+	gr.worktree = append(gr.worktree, w)
 	syscall.Sync()
 	eg, err := e.acyAt(ctx, eager, "create", "g", "--from-git", repo, "--resolve")
 	if err != nil {
@@ -279,7 +269,7 @@ func (e *benchEnv) gitResolveOnce(ctx context.Context, gr *gitResolveResult, rep
 		}
 	}
 	logf("git resolve: run %d: lazy create %v, git worktree add %v, eager create %v; mount→resolved %v (daemon %v, %d refs); tar right after mount %v, after resolution %v, eager %v",
-		i+1, r.wall.Round(time.Millisecond), w.wall.Round(time.Millisecond), eg.wall.Round(time.Millisecond),
+		i+1, r.wall.Round(time.Millisecond), w.Round(time.Millisecond), eg.wall.Round(time.Millisecond),
 		gr.resolved[i].Round(time.Millisecond), daemonDur, refs, early.Round(time.Millisecond), gr.tarAfter[i].Round(time.Millisecond), gr.tarE[i].Round(time.Millisecond))
 	return nil
 }
@@ -317,4 +307,20 @@ func (r *results) gitResolveMarkdown(b *strings.Builder) {
 		cold := summarize(ratios(gr.lazy, gr.worktree)).med
 		fmt.Fprintf(b, "\nGoal: a cold import ≤ 0.75× `git worktree add` in the same run — %.2f× (median) — %s\n", cold, metStr(cold <= 0.75))
 	}
+}
+
+// timeWorktreeAdd times `git worktree add --detach` of repo's HEAD into
+// e.work/name (after a sync, as every import it is compared with), then
+// removes that worktree.
+func (e *benchEnv) timeWorktreeAdd(ctx context.Context, repo, name string) (time.Duration, error) {
+	dst := filepath.Join(e.work, name)
+	syscall.Sync()
+	w, err := runCmd(ctx, repo, nil, "git", "worktree", "add", "-q", "--detach", dst)
+	if err != nil {
+		return 0, fmt.Errorf("git worktree add: %w", err)
+	}
+	if _, err := runCmd(ctx, repo, nil, "git", "worktree", "remove", "--force", dst); err != nil {
+		return 0, fmt.Errorf("git worktree remove: %w", err)
+	}
+	return w.wall, nil
 }

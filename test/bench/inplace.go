@@ -277,18 +277,11 @@ func (e *benchEnv) inplaceGitStatus(ctx context.Context, runs int) (*inplaceGit,
 	g := &inplaceGit{}
 	dir := filepath.Join(e.work, "inplace-git")
 	logf("in-place: committing a copy of the Go src tree to git")
-	if err := copyTree(ctx, filepath.Join(e.lower, "goroot"), dir); err != nil {
-		return g, err
-	}
-	git := "git -c user.name=b -c user.email=b@example.com"
-	if err := mustSh(ctx, fmt.Sprintf("cd %s && git init -q && git config gc.auto 0 && %s add -A && %s commit -qm base && git status --porcelain >/dev/null", shq(dir), git, git)); err != nil {
-		return g, fmt.Errorf("git repo: %w", err)
-	}
-	out, err := runCmd(ctx, dir, nil, "git", "ls-files")
+	n, err := e.goTreeRepo(ctx, dir)
 	if err != nil {
 		return g, err
 	}
-	g.files = strings.Count(out.stdout, "\n")
+	g.files = n
 	e.guardInPlace(dir)
 	if _, err := e.acyCmd(ctx, "create", "ipgit", "--in-place", dir); err != nil {
 		return g, err
@@ -525,4 +518,22 @@ func (r *results) inplaceMarkdown(b *strings.Builder) {
 			fmt.Fprintf(b, "- the git status measurement failed: `%s`\n", oneLine(g.err))
 		}
 	}
+}
+
+// goTreeRepo copies the Go src tree (the lower's goroot) to dir, commits
+// it to git there (its index written natively, one status run) and
+// returns how many files git tracks.
+func (e *benchEnv) goTreeRepo(ctx context.Context, dir string) (int, error) {
+	if err := copyTree(ctx, filepath.Join(e.lower, "goroot"), dir); err != nil {
+		return 0, err
+	}
+	git := "git -c user.name=b -c user.email=b@example.com"
+	if err := mustSh(ctx, fmt.Sprintf("cd %s && git init -q && git config gc.auto 0 && %s add -A && %s commit -qm base && git status --porcelain >/dev/null", shq(dir), git, git)); err != nil {
+		return 0, fmt.Errorf("git repo: %w", err)
+	}
+	out, err := runCmd(ctx, dir, nil, "git", "ls-files")
+	if err != nil {
+		return 0, err
+	}
+	return strings.Count(out.stdout, "\n"), nil
 }

@@ -48,18 +48,11 @@ func runSandbox(ctx context.Context, e *benchEnv, res *results) error {
 func (e *benchEnv) sandboxRuns(ctx context.Context, sr *sandboxResult) error {
 	repo := filepath.Join(e.work, "sbx-git")
 	logf("sandbox: committing a copy of the Go src tree to git")
-	if err := copyTree(ctx, filepath.Join(e.lower, "goroot"), repo); err != nil {
-		return err
-	}
-	git := "git -c user.name=b -c user.email=b@example.com"
-	if err := mustSh(ctx, fmt.Sprintf("cd %s && git init -q && git config gc.auto 0 && %s add -A && %s commit -qm base && git status --porcelain >/dev/null", shq(repo), git, git)); err != nil {
-		return fmt.Errorf("git repo: %w", err)
-	}
-	out, err := runCmd(ctx, repo, nil, "git", "ls-files")
+	n, err := e.goTreeRepo(ctx, repo)
 	if err != nil {
 		return err
 	}
-	sr.files = strings.Count(out.stdout, "\n")
+	sr.files = n
 	defer os.RemoveAll(repo)
 
 	// The parent an agent forks: imported from the branch with every file
