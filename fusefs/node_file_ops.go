@@ -369,12 +369,17 @@ func (m *Mount) openNode(fin *fs.Inode, in *inode, flags, pid uint32) (fs.FileHa
 	write := flags&syscall.O_ACCMODE != syscall.O_RDONLY
 	var pages []byte
 	if clean {
-		// Hash a not-yet-verified blob here, not under the overlay lock.
-		if err := verifyBlob(ov.objects, lowerID); err != nil {
-			return nil, 0, toErrno(err)
-		}
+		// Hash a not-yet-verified blob here, not under the overlay lock; a
+		// small one whose content goes to the page cache is read once for
+		// both.
+		var err error
 		if fin != nil && !write && !stored && size > 0 && size <= storePagesMax && m.cfg.Passthrough && !m.cfg.PassthroughClean {
-			pages = readPages(ov.objects, lowerID, size) // nil: the reads will go through READ
+			pages, err = verifyReadPages(ov.objects, lowerID, size) // nil: the reads will go through READ
+		} else {
+			err = verifyBlob(ov.objects, lowerID)
+		}
+		if err != nil {
+			return nil, 0, toErrno(err)
 		}
 	}
 	trunc := flags&syscall.O_TRUNC != 0

@@ -255,6 +255,32 @@ func (s *Store) VerifyBlob(id ID) error {
 	return err
 }
 
+// ReadBlobVerified returns blob id's content when it is size bytes long
+// (small blobs: it is held in memory), verified once per process as
+// OpenBlobFile verifies it but reading the file once (blobs.Dir.ReadVerified).
+// nil and no error: the content could not be read whole here (another
+// length, an unresolved base ref whose file cannot be opened); the caller
+// reads it otherwise. For an unresolved base ref the fingerprint is
+// checked as VerifyBlob checks it.
+func (s *Store) ReadBlobVerified(id ID, size int64) ([]byte, error) {
+	return viaRefs(s, id, func(d *blobs.Dir, id blobs.ID) ([]byte, error) { return d.ReadVerified(id, size) },
+		func(u *unresolvedRef) ([]byte, error) {
+			if _, err := u.stat(); err != nil {
+				return nil, err
+			}
+			f, err := u.openFile()
+			if err != nil {
+				return nil, nil
+			}
+			defer f.Close()
+			b := make([]byte, size)
+			if n, err := f.ReadAt(b, 0); err != nil || int64(n) != size {
+				return nil, nil
+			}
+			return b, nil
+		})
+}
+
 // CopyBlob writes blob id's content into dst (empty, opened for writing)
 // and keeps its holes: a sparse blob's holes are holes in dst. The
 // content is verified first (once per process, as OpenBlobFile); the
