@@ -29,16 +29,7 @@ func TestFloorServes(t *testing.T) {
 			must(t, os.WriteFile(filepath.Join(src, "d/f"), []byte("lower"), 0o640))
 			must(t, os.Symlink("f", filepath.Join(src, "d/l")))
 			mp := t.TempDir()
-			m, err := mount(mp, src, tr, false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				if err := syscall.Unmount(mp, 0); err != nil {
-					t.Errorf("unmount: %v", err)
-				}
-				m.Wait()
-			})
+			m := mountT(t, mp, src, tr)
 			if m.Transport() != tr {
 				t.Fatalf("transport %s, want %s", m.Transport(), tr)
 			}
@@ -140,6 +131,23 @@ func TestFloorServes(t *testing.T) {
 	}
 }
 
+// mountT mounts the floor at mp (from src, over transport tr) and
+// unmounts it when the test ends.
+func mountT(t *testing.T, mp, src, tr string) *fusefs.RawMount {
+	t.Helper()
+	m, err := mount(mp, src, tr, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(mp, 0); err != nil {
+			t.Errorf("unmount: %v", err)
+		}
+		m.Wait()
+	})
+	return m
+}
+
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
@@ -161,16 +169,7 @@ func TestFloorNoOpen(t *testing.T) {
 	src := t.TempDir()
 	must(t, os.WriteFile(filepath.Join(src, "f"), []byte("lower"), 0o644))
 	mp := t.TempDir()
-	m, err := mount(mp, src, "dev-fuse", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(mp, 0); err != nil {
-			t.Errorf("unmount: %v", err)
-		}
-		m.Wait()
-	})
+	mountT(t, mp, src, "dev-fuse")
 	p := func(s string) string { return filepath.Join(mp, s) }
 	read := func(name, want string) {
 		t.Helper()
@@ -204,16 +203,7 @@ func TestFloorStoresSmallFiles(t *testing.T) {
 	src := t.TempDir()
 	must(t, os.WriteFile(filepath.Join(src, "f"), []byte("small"), 0o644))
 	mp := t.TempDir()
-	m, err := mount(mp, src, "dev-fuse", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(mp, 0); err != nil {
-			t.Errorf("unmount: %v", err)
-		}
-		m.Wait()
-	})
+	mountT(t, mp, src, "dev-fuse")
 	var st syscall.Stat_t
 	must(t, syscall.Stat(filepath.Join(mp, "f"), &st))
 	g0, r0 := daemonGetattrs.Load(), daemonReads.Load()
@@ -237,16 +227,7 @@ func TestFloorPersist(t *testing.T) {
 	persistDir = t.TempDir()
 	t.Cleanup(func() { persistDir = "" })
 	mp := t.TempDir()
-	m, err := mount(mp, "", "dev-fuse", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(mp, 0); err != nil {
-			t.Errorf("unmount: %v", err)
-		}
-		m.Wait()
-	})
+	mountT(t, mp, "", "dev-fuse")
 	for _, name := range []string{"a", "b"} {
 		must(t, os.WriteFile(filepath.Join(mp, name), []byte("content of "+name), 0o644))
 	}
