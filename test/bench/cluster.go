@@ -433,19 +433,7 @@ func clusterRun(ctx context.Context, cr *clusterResult, host, mnts, tree string,
 // genTreeTagged writes n small files under dir as genTree does, their
 // contents tagged so that no other tree has them, then syncs.
 func genTreeTagged(dir string, n int, tag string) error {
-	defer syscall.Sync()
-	for i := 0; i < n; i++ {
-		p := filepath.Join(dir, treeFile(i))
-		if i%100 == 0 {
-			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-				return fmt.Errorf("gen tree: %w", err)
-			}
-		}
-		if err := os.WriteFile(p, []byte(fmt.Sprintf("file %d of %s\n", i, tag)), 0o644); err != nil {
-			return fmt.Errorf("gen tree: %w", err)
-		}
-	}
-	return nil
+	return genTreeOf(dir, n, func(i int) string { return fmt.Sprintf("file %d of %s\n", i, tag) })
 }
 
 // followFile is the file the sibling changes in the follow measurement.

@@ -214,6 +214,11 @@ func treeFile(i int) string {
 // measurement after it would otherwise pay the tree's writeback (a no-op
 // lease end right after writing 100,000 files took 627 ms instead of 20).
 func genTree(dir string, n int) error {
+	return genTreeOf(dir, n, func(i int) string { return fmt.Sprintf("file %d\n", i) })
+}
+
+// genTreeOf is genTree with file i's content content(i).
+func genTreeOf(dir string, n int, content func(i int) string) error {
 	defer syscall.Sync()
 	for i := 0; i < n; i++ {
 		p := filepath.Join(dir, treeFile(i))
@@ -222,7 +227,7 @@ func genTree(dir string, n int) error {
 				return fmt.Errorf("gen tree: %w", err)
 			}
 		}
-		if err := os.WriteFile(p, []byte(fmt.Sprintf("file %d\n", i)), 0o644); err != nil {
+		if err := os.WriteFile(p, []byte(content(i)), 0o644); err != nil {
 			return fmt.Errorf("gen tree: %w", err)
 		}
 	}
