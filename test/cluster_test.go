@@ -8,12 +8,14 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/acyclicfs/acyclicfs/internal/etcdtest"
+	"github.com/acyclicfs/acyclicfs/internal/testport"
 )
 
 // Two nodes of one store on etcd (issue #28 items 3-4): two store
@@ -229,12 +231,9 @@ func TestClusterInitErrors(t *testing.T) {
 	}
 
 	// Nothing listens: a bounded wait, an error naming the endpoint.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := l.Addr().String()
-	l.Close()
+	// A reserved port nothing listens on (testport: no other test or
+	// client connection is handed it meanwhile).
+	dead := net.JoinHostPort("127.0.0.1", strconv.Itoa(testport.One(t)))
 	start := time.Now()
 	r := e.fails(1, "init", e.store, "--meta", "etcd://"+dead+"/p")
 	if !strings.Contains(r.stderr, dead) || !strings.Contains(r.stderr, "unreachable") {

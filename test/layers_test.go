@@ -49,6 +49,7 @@ var layers = map[string]int{
 	"internal/gitrepo":        -1,
 	"internal/etcdtest":       -1,
 	"internal/weedtest":       -1,
+	"internal/testport":       -2,
 	"rebase/rebasetest":       2,
 }
 

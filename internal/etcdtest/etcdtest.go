@@ -1,5 +1,7 @@
 // Package etcdtest starts etcd clusters inside a test process: members on
-// 127.0.0.1 ports the kernel picks, data in t.TempDir, fsync off, logs at
+// 127.0.0.1 ports reserved by internal/testport (outside the ephemeral
+// range, locked across the test processes of a run; a start that still
+// cannot bind is retried on fresh ports), data in t.TempDir, fsync off, logs at
 // error level. t.Cleanup stops every member and closes every client made
 // through Client, so no process or port outlives a test. Only tests import
 // it: it pulls in etcd's server module, which the binary must not hold.
@@ -9,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,10 +19,12 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/acyclicfs/acyclicfs/internal/testport"
 )
 
 // Cluster is a 3-member etcd cluster inside the test process, on
-// 127.0.0.1 ports picked free, with its data in t.TempDir; t.Cleanup stops
+// 127.0.0.1 ports testport reserved, with its data in t.TempDir; t.Cleanup stops
 // every member (and every client made by client).
 type Cluster struct {
 	t       testing.TB
@@ -27,20 +32,32 @@ type Cluster struct {
 	members []*embed.Etcd // nil while a member is stopped
 }
 
-// freeURL returns http://127.0.0.1:PORT for a port that was free a moment
-// ago (the kernel picked it).
+// freeURL returns http://127.0.0.1:PORT for a port testport reserved for
+// the rest of the test.
 func freeURL(t testing.TB) url.URL {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return url.URL{Scheme: "http", Host: l.Addr().String()}
+	return url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(testport.One(t)))}
 }
 
 // Start starts a 3-member cluster and waits until every member serves.
+// A start that cannot bind a port (taken by a process outside testport's
+// reservations) is retried on fresh ports, up to three times, and logged.
 func Start(t testing.TB) *Cluster {
+	t.Helper()
+	const attempts = 3
+	for i := 1; ; i++ {
+		c, err := start(t)
+		if err == nil {
+			return c
+		}
+		if !testport.BindFailed(err.Error()) || i == attempts {
+			t.Fatalf("etcd cluster (start %d of %d): %v", i, attempts, err)
+		}
+		t.Logf("etcd cluster: start %d of %d could not bind its ports (%v); retrying on fresh ports", i, attempts, err)
+	}
+}
+
+func start(t testing.TB) (*Cluster, error) {
 	t.Helper()
 	const n = 3
 	c := &Cluster{t: t}
@@ -59,23 +76,25 @@ func Start(t testing.TB) *Cluster {
 		c.cfgs = append(c.cfgs, cfg)
 	}
 	c.members = make([]*embed.Etcd, n)
-	t.Cleanup(func() {
+	stopAll := func() {
 		for i := range c.members {
 			c.Stop(i)
 		}
-	})
+	}
 	for i, cfg := range c.cfgs {
 		cfg.InitialCluster = strings.Join(initial, ",")
 		e, err := embed.StartEtcd(cfg)
 		if err != nil {
-			t.Fatalf("start member %d: %v", i, err)
+			stopAll()
+			return nil, fmt.Errorf("start member %d: %w", i, err)
 		}
 		c.members[i] = e
 	}
+	t.Cleanup(stopAll)
 	for i := range c.members {
 		c.Ready(i)
 	}
-	return c
+	return c, nil
 }
 
 // Ready waits until member i serves clients.

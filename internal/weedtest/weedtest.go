@@ -1,6 +1,11 @@
 // Package weedtest starts a real S3 server for tests: SeaweedFS's `weed
-// server -s3` on free 127.0.0.1 ports, data in t.TempDir(), stopped (its
-// whole process group) when the test ends.
+// server -s3` on 127.0.0.1 ports reserved by internal/testport (outside
+// the ephemeral range, locked across test processes), data in
+// t.TempDir(), stopped (its whole process group) when the test ends. A
+// start whose server cannot bind a port (one taken by a process outside
+// testport's reservations) is retried on fresh ports, up to three times,
+// and says so in the test log; a server that exits before it answers fails
+// the test at once with its log.
 //
 // The binary is $ACYCLICFS_WEED, or the one scripts/build-weed.sh caches
 // (/var/cache/acyclicfs/weed-VERSION/weed, or under
@@ -26,6 +31,8 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/acyclicfs/acyclicfs/internal/testport"
 )
 
 // Version is the SeaweedFS module version scripts/build-weed.sh builds.
@@ -62,9 +69,11 @@ type Server struct {
 	// Endpoint is the S3 API's HOST:PORT (plain http).
 	Endpoint string
 
-	mu  sync.Mutex
-	cmd *exec.Cmd
-	log *bytes.Buffer
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has been waited for
+	werr   error         // cmd.Wait's result, set before exited closes
+	log    *syncWriter
 }
 
 // Start runs a weed server with S3 for the rest of the test, and returns
@@ -80,10 +89,6 @@ func Start(t testing.TB) *Server {
 		t.Skip(msg)
 	}
 	s := &Server{t: t, bin: bin, dir: t.TempDir()}
-	for i := range s.ports {
-		s.ports[i] = freePort(t)
-	}
-	s.Endpoint = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.ports[6]))
 	cfg := filepath.Join(s.dir, "s3.json")
 	ident := fmt.Sprintf(`{"identities":[{"name":"acyclicfs","credentials":[{"accessKey":%q,"secretKey":%q}],"actions":["Admin","Read","Write","List","Tagging"]}]}`, AccessKey, SecretKey)
 	if err := os.WriteFile(cfg, []byte(ident), 0o600); err != nil {
@@ -98,8 +103,35 @@ func Start(t testing.TB) *Server {
 		s.Stop()
 		s.removeSockets()
 	})
-	s.start()
-	return s
+	const attempts = 3
+	for i := 1; ; i++ {
+		s.takePorts()
+		err := s.start()
+		if err == nil {
+			return s
+		}
+		if !errors.Is(err, errBind) || i == attempts {
+			t.Fatalf("weed server (start %d of %d): %v", i, attempts, err)
+		}
+		t.Logf("weed server: start %d of %d could not bind its ports (%v); retrying on fresh ports", i, attempts, err)
+	}
+}
+
+// takeHook, when set (by this package's tests), hands out the ports.
+var takeHook func(t testing.TB, n int) []int
+
+// errBind is a start that failed because a port was taken.
+var errBind = errors.New("a port was taken")
+
+// takePorts reserves ten fresh ports (the last ones stay reserved until
+// the test ends, harmlessly).
+func (s *Server) takePorts() {
+	take := testport.Take
+	if takeHook != nil {
+		take = takeHook
+	}
+	copy(s.ports[:], take(s.t, len(s.ports)))
+	s.Endpoint = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.ports[6]))
 }
 
 // SetEnv sets the standard AWS credential variables to the server's for
@@ -108,15 +140,6 @@ func (s *Server) SetEnv(t testing.TB) {
 	t.Setenv("AWS_ACCESS_KEY_ID", AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", SecretKey)
 	t.Setenv("AWS_SESSION_TOKEN", "")
-}
-
-func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func (s *Server) args() []string {
@@ -137,27 +160,42 @@ func (s *Server) args() []string {
 	}
 }
 
-// start runs the server and waits until S3 answers.
-func (s *Server) start() {
+// start runs the server and waits until S3 answers. It fails with errBind
+// when the server could not bind one of its ports, and at once with the
+// server's log when the server exits before it answers.
+func (s *Server) start() error {
 	s.t.Helper()
 	s.mu.Lock()
 	cmd := exec.Command(s.bin, s.args()...)
 	cmd.Dir = s.dir
-	log := &bytes.Buffer{}
-	cmd.Stdout, cmd.Stderr = &syncWriter{w: log}, &syncWriter{w: log}
+	log := &syncWriter{w: &bytes.Buffer{}}
+	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		s.mu.Unlock()
-		s.t.Fatalf("start weed: %v", err)
+		return fmt.Errorf("start %s: %w", s.bin, err)
 	}
-	s.cmd, s.log = cmd, log
+	exited := make(chan struct{})
+	s.cmd, s.log, s.exited = cmd, log, exited
+	go func() {
+		err := cmd.Wait()
+		s.mu.Lock()
+		s.werr = err
+		s.mu.Unlock()
+		close(exited)
+	}()
 	s.mu.Unlock()
 	began := time.Now()
-	if err := s.waitReady(3 * time.Minute); err != nil {
+	if err := s.waitReady(3*time.Minute, exited, log); err != nil {
 		s.Stop()
-		s.t.Fatalf("weed server: %v\n%s", err, tail(log.String(), 4000))
+		err = fmt.Errorf("%w\n%s", err, tail(log.String(), 4000))
+		if testport.BindFailed(log.String()) {
+			err = fmt.Errorf("%w: %w", errBind, err)
+		}
+		return err
 	}
 	s.t.Logf("weed server -s3 on %s ready in %v", s.Endpoint, time.Since(began).Round(time.Millisecond))
+	return nil
 }
 
 type syncWriter struct {
@@ -169,6 +207,12 @@ func (w *syncWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.w.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w.String()
 }
 
 func tail(s string, n int) string {
@@ -193,8 +237,10 @@ func (s *Server) Client() *minio.Client {
 
 // waitReady polls until S3 makes a bucket (or finds it made, after a
 // restart): the gateway answers before its filer and volume are up, and
-// there is no event to wait on.
-func (s *Server) waitReady(limit time.Duration) error {
+// there is no event to wait on. It gives up at once when the server exits
+// or logs that it could not bind a port (weed's other services may live on
+// without the one that failed).
+func (s *Server) waitReady(limit time.Duration, exited <-chan struct{}, log *syncWriter) error {
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	c := s.Client()
@@ -216,9 +262,17 @@ func (s *Server) waitReady(limit time.Duration) error {
 			return nil
 		}
 		last = err
+		if testport.BindFailed(log.String()) {
+			return fmt.Errorf("S3 on %s: weed could not bind a port", s.Endpoint)
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("S3 on %s not ready after %v: %w", s.Endpoint, limit, errors.Join(last, ctx.Err()))
+		case <-exited:
+			s.mu.Lock()
+			werr := s.werr
+			s.mu.Unlock()
+			return fmt.Errorf("S3 on %s: weed exited before it answered (%v); last request: %w", s.Endpoint, werr, last)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -233,8 +287,12 @@ func (s *Server) Stop() {
 		return
 	}
 	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-	_ = s.cmd.Wait()
+	exited := s.exited
 	s.cmd = nil
+	s.mu.Unlock()
+	// The waiter needs the lock to record the result.
+	<-exited
+	s.mu.Lock()
 }
 
 // Restart starts a stopped server again on the same ports and data, and
@@ -242,7 +300,12 @@ func (s *Server) Stop() {
 func (s *Server) Restart() {
 	s.t.Helper()
 	s.Stop()
-	s.start()
+	// The same ports: clients and stores know the endpoint. They stay
+	// reserved by testport, so only a process outside it can have taken
+	// one meanwhile.
+	if err := s.start(); err != nil {
+		s.t.Fatalf("weed server restart: %v", err)
+	}
 }
 
 // Log is what the server printed so far.
