@@ -12,6 +12,43 @@ type renewal struct {
 	err   error
 }
 
+// waitLimit bounds every wait of these tests: a renewer that stops
+// answering fails the test naming what it waited for, instead of hanging
+// until go test's timeout.
+const waitLimit = 30 * time.Second
+
+// send hands the renewer one tick.
+func send(t *testing.T, tick chan<- time.Time) {
+	t.Helper()
+	select {
+	case tick <- time.Time{}:
+	case <-time.After(waitLimit):
+		t.Fatalf("the renewer took no tick within %v", waitLimit)
+	}
+}
+
+// next waits for the renewer's report of one renewal.
+func next(t *testing.T, renewed <-chan renewal) renewal {
+	t.Helper()
+	select {
+	case r := <-renewed:
+		return r
+	case <-time.After(waitLimit):
+		t.Fatalf("no renewal reported within %v", waitLimit)
+		return renewal{}
+	}
+}
+
+// closed waits for ch to close.
+func closed(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(waitLimit):
+		t.Fatalf("%s: not within %v", what, waitLimit)
+	}
+}
+
 func startHold(t *testing.T, c *Coordinator, lease Lease, ttl time.Duration) (*Holder, chan<- time.Time, <-chan renewal) {
 	t.Helper()
 	tick := make(chan time.Time)
@@ -32,8 +69,8 @@ func TestHoldLeaseRenewsPastTheOriginalExpiry(t *testing.T) {
 	h, tick, renewed := startHold(t, c, lease, 30*time.Millisecond)
 	for range 5 {
 		clock.Advance(10 * time.Millisecond)
-		tick <- time.Time{}
-		if r := <-renewed; r.err != nil {
+		send(t, tick)
+		if r := next(t, renewed); r.err != nil {
 			t.Fatalf("renewal: %v", r.err)
 		}
 	}
@@ -72,15 +109,15 @@ func TestHoldLeaseCancelsContextWhenStolen(t *testing.T) {
 	if _, err := c.Renew(ctx, lease, 60*time.Millisecond); err != nil { // the thief
 		t.Fatal(err)
 	}
-	tick <- time.Time{}
-	if r := <-renewed; !errors.Is(r.err, ErrLeaseLost) {
+	send(t, tick)
+	if r := next(t, renewed); !errors.Is(r.err, ErrLeaseLost) {
 		t.Fatalf("renewal of a stolen lease: %v", r.err)
 	}
-	<-h.Context().Done()
+	closed(t, h.Context().Done(), "the holder's context cancelled")
 	if cause := context.Cause(h.Context()); !errors.Is(cause, ErrLeaseLost) {
 		t.Fatalf("cause %v, want lease lost", cause)
 	}
-	<-h.Done()
+	closed(t, h.Done(), "the renewer goroutine ended")
 	if _, err := h.Stop(); !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("stop after loss: %v", err)
 	}
@@ -99,11 +136,11 @@ func TestHoldLeaseCancelsContextWhenExpiredAndRecovered(t *testing.T) {
 	if _, ok, err := c.ClaimReconcile(ctx, "ws"); err != nil || !ok {
 		t.Fatalf("recovery: ok=%v err=%v", ok, err)
 	}
-	tick <- time.Time{}
-	if r := <-renewed; !errors.Is(r.err, ErrLeaseLost) {
+	send(t, tick)
+	if r := next(t, renewed); !errors.Is(r.err, ErrLeaseLost) {
 		t.Fatalf("renewal of a recovered lease: %v", r.err)
 	}
-	<-h.Context().Done()
+	closed(t, h.Context().Done(), "the holder's context cancelled")
 }
 
 func TestHoldLeaseStopEndsTheGoroutine(t *testing.T) {
@@ -147,7 +184,7 @@ func TestHoldLeaseRealTickerNoticesLoss(t *testing.T) {
 	}
 	select {
 	case <-h.Context().Done():
-	case <-time.After(10 * time.Second):
+	case <-time.After(waitLimit):
 		t.Fatal("lease loss not noticed")
 	}
 	if !errors.Is(context.Cause(h.Context()), ErrLeaseLost) {
