@@ -18,7 +18,7 @@ func TestConformanceEtcdPlane(t *testing.T) {
 	}
 	cl := etcdtest.Start(t).Client()
 	storetest.Run(t, func(t *testing.T, opt store.Options) *store.Store {
-		opt.Meta = etcdmeta.New(cl, "store/"+t.Name())
+		opt.Meta = etcdmeta.NewWithOptions(cl, "store/"+t.Name(), etcdmeta.Options{RequestTimeout: etcdtest.RequestTimeout})
 		return storetest.MustOpenWith(t, opt)
 	})
 }

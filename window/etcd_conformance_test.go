@@ -19,7 +19,7 @@ func TestMetaStoreOnEtcdConformance(t *testing.T) {
 	cl := etcdtest.Start(t).Client()
 	windowtest.Run(t, func(t *testing.T) windowtest.Env {
 		clock := window.NewManualClock(windowtest.Start)
-		plane := etcdmeta.New(cl, "windows/"+t.Name())
+		plane := etcdmeta.NewWithOptions(cl, "windows/"+t.Name(), etcdmeta.Options{RequestTimeout: etcdtest.RequestTimeout})
 		st := window.NewMetaStore(plane, clock)
 		return windowtest.Env{Store: st, Clock: clock, PutRaw: planePutRaw(plane), CheckPermit: st.CheckPermit}
 	})

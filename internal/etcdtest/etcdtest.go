@@ -23,6 +23,12 @@ import (
 	"github.com/acyclicfs/acyclicfs/internal/testport"
 )
 
+// RequestTimeout bounds each request of a plane a test makes on a
+// cluster (etcdmeta.Options.RequestTimeout): a cluster that lost its
+// quorum fails the test with "etcd did not answer" instead of hanging it
+// until go test's timeout.
+const RequestTimeout = 30 * time.Second
+
 // Cluster is a 3-member etcd cluster inside the test process, on
 // 127.0.0.1 ports testport reserved, with its data in t.TempDir; t.Cleanup stops
 // every member (and every client made by client).
