@@ -78,7 +78,7 @@ func TestPlantedMergeDriverDoesNotRun(t *testing.T) {
 		t.Fatalf("the merge driver planted in a1's .git/config ran when a1 followed a2's land")
 	}
 	both := strings.Replace(strings.Replace(tenLines, "2\n", "two-a1\n", 1), "9\n", "nine-a2\n", 1)
-	if got := readFile(t, filepath.Join(m1, "shared.txt")); got != both {
+	if got := inSession(t, m1, "cat shared.txt"); got != both {
 		t.Fatalf("a1's shared.txt after following = %q, want the text merge %q", got, both)
 	}
 	log := e.daemonLog()
@@ -228,8 +228,16 @@ func TestGitRunsNothingTheRepositoryConfigures(t *testing.T) {
 	e.ok("fork", "ws", "kid")
 	e.ok("fork", "ws", "sib")
 	kid := e.mountAt("kid")
-	plantRepo(t, kid, marks)
-	writeTree(t, kid, map[string]string{".gitattributes": "* merge=x filter=f diff=t\n", "a.txt": strings.Replace(tenLines, "2\n", "two-kid\n", 1)})
+	stage := filepath.Join(e.dir, "stage")
+	writeTree(t, stage, map[string]string{".git/config": "", ".git/info/attributes": ""})
+	plantRepo(t, stage, marks)
+	e.execOK(kid, `set -e
+cat "$S/.git/config" >> .git/config
+cp -r "$S/.git/hooks" .git/
+cp "$S/.git/info/attributes" .git/info/attributes
+echo '* merge=x filter=f diff=t' > .gitattributes
+sed -i 's/^2$/two-kid/' a.txt
+`, "S="+stage)
 	e.edit("sib", map[string]string{"a.txt": strings.Replace(tenLines, "9\n", "nine-sib\n", 1)})
 	e.waitIdle("kid")
 	e.ok("land", "sib")
