@@ -13,10 +13,11 @@
 // core.editor, core.askPass, credential.helper and the transports. The
 // command-line "-c" settings of Args have the highest precedence of all,
 // so they win over any file and any include, and Env sets the variables
-// that win over configuration. The git commands acyclicfs runs never
-// apply filters or textconv (hash-object --no-filters, cat-file without
-// --filters or --textconv) and never diff, so the attribute-driven
-// commands need no setting here; merges of git directories run in a
+// that win over configuration. The git commands acyclicfs runs are
+// plumbing that applies no filter, textconv or external diff (hash-object
+// --no-filters, cat-file without --filters or --textconv, diff-tree and
+// diff-index without --ext-diff or --textconv), so the attribute-named
+// programs need no setting here; merges of git directories run in a
 // private repository whose configuration acyclicfs writes.
 package gitsafe
 
