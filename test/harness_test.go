@@ -87,6 +87,9 @@ type env struct {
 	t     *testing.T
 	store string
 	dir   string
+	// extraEnv is added to the environment of every acyclicfs command
+	// (and so of the daemon the first one starts).
+	extraEnv []string
 }
 
 func newEnv(t *testing.T) *env {
@@ -148,7 +151,7 @@ func (e *env) runIn(cwd string, args ...string) result {
 	cmd.Dir = cwd
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	cmd.Env = append(os.Environ(), "ACYCLICFS_STORE=")
+	cmd.Env = append(append(os.Environ(), "ACYCLICFS_STORE="), e.extraEnv...)
 	err := cmd.Run()
 	code := 0
 	if err != nil {

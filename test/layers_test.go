@@ -47,6 +47,7 @@ var layers = map[string]int{
 	"internal/fsmtoken":       -1,
 	"internal/fsmhook":        0,
 	"internal/gitrepo":        -1,
+	"internal/gitsafe":        -2,
 	"internal/etcdtest":       -1,
 	"internal/weedtest":       -1,
 	"internal/testport":       -2,

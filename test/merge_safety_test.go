@@ -167,11 +167,12 @@ func TestResolveAndMergeCrashAllOrNothing(t *testing.T) {
 
 // TestGitattributesMergeRules: .gitattributes merge attributes decide how
 // a path merges on land: union takes both sides' lines, binary never
-// merges by lines, and a driver from the repository's git config runs and
+// merges by lines, and a driver from the store owner's git config runs and
 // its result is published.
 func TestGitattributesMergeRules(t *testing.T) {
 	needTool(t, "git")
 	e := newEnv(t)
+	e.ownerHome("[merge \"both\"]\n\tdriver = cat %A %B > %A.both && mv %A.both %A\n")
 	src := filepath.Join(e.dir, "src")
 	writeTree(t, src, map[string]string{
 		".gitattributes": "CHANGELOG merge=union\n*.bin binary\nnotes.txt merge=both\n",
@@ -180,7 +181,6 @@ func TestGitattributesMergeRules(t *testing.T) {
 		"notes.txt":      "notes\n",
 	})
 	git(t, src, "init", "-q", "-b", "main")
-	git(t, src, "config", "merge.both.driver", "cat %A %B > %A.both && mv %A.both %A")
 	e.ok("create", "main", "--from", src)
 	e.ok("fork", "main", "a")
 	e.ok("fork", "main", "b")

@@ -118,7 +118,7 @@ func parseOutcome(out string) (string, []string) {
 // command builds an acyclicfs invocation against e's store.
 func (e *env) command(env []string, args ...string) *exec.Cmd {
 	cmd := exec.Command(bin, append([]string{"--store", e.store}, args...)...)
-	cmd.Env = append(append(os.Environ(), "ACYCLICFS_STORE="), env...)
+	cmd.Env = append(append(append(os.Environ(), "ACYCLICFS_STORE="), e.extraEnv...), env...)
 	return cmd
 }
 

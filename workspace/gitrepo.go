@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+
+	"github.com/acyclicfs/acyclicfs/internal/gitsafe"
 )
 
 // gitRepo runs git on a user's repository (a bound workspace's REPO). It
@@ -52,6 +54,7 @@ func newGitAt(dir string, extra []string) *gitRepo {
 	}
 	env = append(env, extra...)
 	env = append(env, "GIT_TERMINAL_PROMPT=0", "LC_ALL=C", "GIT_OPTIONAL_LOCKS=0")
+	env = append(env, gitsafe.Env()...)
 	return &gitRepo{dir: dir, env: env}
 }
 
@@ -72,7 +75,7 @@ func (e *errGit) Error() string {
 
 // run runs git with args and stdin, returning stdout.
 func (g *gitRepo) run(stdin []byte, args ...string) ([]byte, error) {
-	cmd := exec.Command("git", args...)
+	cmd := exec.Command("git", gitsafe.Command(args...)...)
 	cmd.Env = g.env
 	cmd.Dir = g.dir
 	if stdin != nil {
@@ -145,7 +148,7 @@ type catFile struct {
 }
 
 func (g *gitRepo) catFile(mode string) (*catFile, error) {
-	cmd := exec.Command("git", "cat-file", mode)
+	cmd := exec.Command("git", gitsafe.Command("cat-file", mode)...)
 	cmd.Env, cmd.Dir = g.env, g.dir
 	w, err := cmd.StdinPipe()
 	if err != nil {

@@ -252,13 +252,13 @@ func (m *Manager) mergeOnto(w, p store.Workspace, key string, opt RebaseOptions)
 
 // mergeOptions completes opt with what every merge of workspace trees
 // uses: the manager's limits, the merge drivers that .gitattributes name
-// (configured in the git config of the repository holding the path in
-// ours — the tree whose content stands in at a conflict — after the store
-// owner's ~/.gitconfig), and the git-aware merge of git directories, all
-// reading and writing through buf.
+// (defined in the store owner's own git config only: a driver the
+// workspace's .git/config defines does not run, and is reported through
+// Options.Warn), and the git-aware merge of git directories, all reading
+// and writing through buf.
 func (m *Manager) mergeOptions(opt rebase.Options, ours store.ID, buf *treeBuffer) rebase.Options {
 	opt.Limits = m.limit
-	opt.Driver = (&mergedriver.Runner{Config: mergedriver.TreeConfig(buf, ours, userGitConfig())}).Merge
+	opt.Driver = (&mergedriver.Runner{Config: mergedriver.TreeConfig(buf, ours, userGitConfig()), Warn: m.opt.Warn}).Merge
 	if m.hasGit() {
 		// Its scratch git directories live in the store's tmp/, on the
 		// store's file system (objects are hard-linked, not copied), and
@@ -280,7 +280,9 @@ func (m *Manager) hasGit() bool {
 }
 
 // userGitConfig returns the content of the store owner's global git
-// config (nil if there is none).
+// config (nil if there is none): $XDG_CONFIG_HOME/git/config (or
+// ~/.config/git/config), then ~/.gitconfig, of the user the process runs
+// as. It is the only configuration merge drivers come from.
 func userGitConfig() []byte {
 	var paths []string
 	if x := os.Getenv("XDG_CONFIG_HOME"); x != "" {

@@ -25,6 +25,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/acyclicfs/acyclicfs/internal/gitsafe"
 )
 
 // Sentinel errors.
@@ -71,7 +73,7 @@ func Open(ctx context.Context, path string) (*Repo, error) {
 	} else if !fi.IsDir() {
 		return nil, fmt.Errorf("%w: %s is not a directory", ErrNotRepo, path)
 	}
-	cmd := exec.CommandContext(ctx, bin, "-C", abs, "rev-parse", "--path-format=absolute", "--git-common-dir")
+	cmd := exec.CommandContext(ctx, bin, gitsafe.Command("-C", abs, "rev-parse", "--path-format=absolute", "--git-common-dir")...)
 	cmd.Env = env("")
 	out, err := cmd.Output()
 	if err != nil {
@@ -100,7 +102,9 @@ func At(gitDir string) (*Repo, error) {
 
 // env is the environment of every git run: the caller's GIT_*
 // variables and configuration do not leak in (no replace refs, no
-// fsmonitor, no lazy fetch of a partial clone's missing objects).
+// fsmonitor, no lazy fetch of a partial clone's missing objects), and
+// with gitsafe's settings (on every command line) nothing the
+// repository's own config names runs.
 func env(gitDir string) []string {
 	var out []string
 	for _, kv := range os.Environ() {
@@ -111,6 +115,7 @@ func env(gitDir string) []string {
 	}
 	out = append(out, "LC_ALL=C", "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL="+os.DevNull,
 		"GIT_TERMINAL_PROMPT=0", "GIT_NO_REPLACE_OBJECTS=1", "GIT_OPTIONAL_LOCKS=0", "GIT_NO_LAZY_FETCH=1")
+	out = append(out, gitsafe.Env()...)
 	if gitDir != "" {
 		out = append(out, "GIT_DIR="+gitDir)
 	}
@@ -118,6 +123,7 @@ func env(gitDir string) []string {
 }
 
 func (r *Repo) command(ctx context.Context, args ...string) *exec.Cmd {
+	args = gitsafe.Command(args...)
 	cmd := exec.CommandContext(ctx, r.bin, args...)
 	cmd.Env = env(r.GitDir)
 	if r.Background {

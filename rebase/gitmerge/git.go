@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/acyclicfs/acyclicfs/internal/gitsafe"
 	"github.com/acyclicfs/acyclicfs/store"
 )
 
@@ -101,7 +102,7 @@ func gitEnv(gitDir, home string) []string {
 		}
 		env = append(env, kv)
 	}
-	return append(env,
+	return append(append(env,
 		"GIT_DIR="+gitDir,
 		"GIT_CONFIG_NOSYSTEM=1",
 		"GIT_CONFIG_GLOBAL="+os.DevNull,
@@ -113,7 +114,7 @@ func gitEnv(gitDir, home string) []string {
 		"GIT_LITERAL_PATHSPECS=1",
 		"GIT_OPTIONAL_LOCKS=0",
 		"GIT_AUTO_GC=0",
-	)
+	), gitsafe.Env()...)
 }
 
 func (r *repo) close() {
@@ -132,7 +133,7 @@ type gitResult struct {
 // run runs git with args. It fails only when git could not run or timed
 // out; a non-zero exit is the caller's to judge (res.code).
 func (r *repo) run(stdin []byte, env []string, args ...string) (gitResult, error) {
-	cmd := exec.CommandContext(r.ctx, r.m.gitBin(), args...)
+	cmd := exec.CommandContext(r.ctx, r.m.gitBin(), gitsafe.Command(args...)...)
 	cmd.Env = append(append([]string(nil), r.env...), env...)
 	cmd.Dir = r.dir
 	if stdin != nil {

@@ -5,21 +5,29 @@
 //
 // A caller sets rebase.Options.Driver to a Runner's Merge method:
 //
-//	run := &mergedriver.Runner{Config: mergedriver.TreeConfig(reader, ours, global)}
+//	run := &mergedriver.Runner{Config: mergedriver.TreeConfig(reader, ours, global), Warn: warn}
 //	res, err := rebase.Merge3(reader, writer, base, ours, theirs, rebase.Options{Driver: run.Merge, ...})
 //
 // where ours is the root the .gitattributes are read from (the workspace's
-// own tree, see rebase's attrs.go) and global the user's ~/.gitconfig
-// content (nil for none). TreeConfig finds, for each merged path, the
-// innermost directory D on it whose D/.git is a directory and reads
-// D/.git/config from ours' tree: the configuration git itself would use
-// in that repository (system config and [include]s aside). A caller with
-// the configuration elsewhere supplies its own Runner.Config.
+// own tree, see rebase's attrs.go) and global the store owner's own git
+// config content (~/.gitconfig; nil for none).
+//
+// # Trust
+//
+// Only the trusted configuration — RepoConfig.Files, which TreeConfig fills
+// with global alone — defines drivers. A workspace's own .git/config is
+// written by whoever writes the workspace (an agent), and a driver there
+// would run as the store's owner: TreeConfig reads it (from the innermost
+// directory D on the path whose D/.git is a directory) into
+// RepoConfig.Repository only to tell, through Runner.Warn, that a driver
+// it defines was ignored, and for %P (the path relative to D), never for a
+// command. docs/security.md "Merge drivers".
 //
 // Merge3 calls Merge only for a regular file both sides changed whose
 // merge attribute names a driver ("merge=NAME"); a NAME without a
-// merge.NAME section in the configuration returns ok false and Merge3
-// falls back as git does.
+// merge.NAME section in the trusted configuration returns ok false and
+// Merge3 falls back as git does (the built-in driver of that name, else
+// the text merge).
 package mergedriver
 
 import (
@@ -31,6 +39,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -55,10 +64,14 @@ const (
 
 // RepoConfig is the git configuration that applies to one path.
 type RepoConfig struct {
-	// Files are git config file contents, lowest precedence first (for
-	// example ~/.gitconfig, then the repository's .git/config); a later
-	// file's value wins, as within a file a later line's does.
+	// Files are the trusted git config file contents, lowest precedence
+	// first (the store owner's config files); a later file's value wins,
+	// as within a file a later line's does. Only they define drivers.
 	Files [][]byte
+	// Repository is the config of the repository holding the path, as
+	// the workspace has it (nil for none). It is not trusted: a driver it
+	// defines never runs; Merge reports it through Runner.Warn.
+	Repository []byte
 	// Path is the path %P expands to: git gives the path relative to the
 	// repository top. Empty means the path Merge was given.
 	Path string
@@ -86,6 +99,13 @@ type Runner struct {
 	// Output receives the driver's standard output and error; nil
 	// discards them.
 	Output io.Writer
+	// Warn, when set, receives one line per driver name the repository's
+	// own config defines but the trusted configuration does not (the
+	// driver that did not run), once per name.
+	Warn func(msg string)
+
+	mu     sync.Mutex
+	warned map[string]bool
 }
 
 // driverCommand finds merge.NAME.driver for name in cfg. ok is false when
@@ -137,8 +157,14 @@ func (r *Runner) Merge(name, path string, base, ours, theirs []byte) (merged []b
 		return nil, false, false, fmt.Errorf("mergedriver: config for %q: %w", path, err)
 	}
 	cmdline, ok, err := driverCommand(name, cfg, path)
-	if err != nil || !ok {
+	if err != nil {
 		return nil, false, false, err
+	}
+	if !ok {
+		if defines(cfg.Repository, name) {
+			r.warn(name, path)
+		}
+		return nil, false, false, nil
 	}
 	rel := cfg.Path
 	if rel == "" {
@@ -177,6 +203,43 @@ func (r *Runner) Merge(name, path string, base, ours, theirs []byte) (merged []b
 		return ours, false, true, nil
 	}
 	return out, exitOK, true, nil
+}
+
+// defines reports whether the config file data has a merge.NAME section
+// (what makes a driver in git). A file that does not parse defines none.
+func defines(data []byte, name string) bool {
+	if data == nil || name == "" {
+		return false
+	}
+	entries, err := parseConfig(data)
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if e.section == "merge" && e.subsection == name {
+			return true
+		}
+	}
+	return false
+}
+
+// warn reports, once per name, a driver that did not run.
+func (r *Runner) warn(name, path string) {
+	if r.Warn == nil {
+		return
+	}
+	r.mu.Lock()
+	seen := r.warned[name]
+	if r.warned == nil {
+		r.warned = map[string]bool{}
+	}
+	r.warned[name] = true
+	r.mu.Unlock()
+	if !seen {
+		r.Warn(fmt.Sprintf("merge driver %q (merge=%s for %s) is defined only in the workspace's own git config: it did not run, "+
+			"git's built-in merge took its place; drivers run only from the store owner's git config (define merge.%s.driver in ~/.gitconfig to use it)",
+			name, name, path, name))
+	}
 }
 
 func (r *Runner) run(dir, cmdline string) (exitOK, timedOut bool, err error) {

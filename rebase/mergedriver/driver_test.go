@@ -2,6 +2,7 @@ package mergedriver
 
 import (
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -164,11 +165,11 @@ func TestTreeConfig(t *testing.T) {
 	}))
 	cfg := TreeConfig(mem, root, []byte("global"), nil)
 	for path, want := range map[string]RepoConfig{
-		"x":         {Files: [][]byte{[]byte("global"), []byte("root")}, Path: "x"},
-		"a/b/c/x":   {Files: [][]byte{[]byte("global"), []byte("a")}, Path: "b/c/x"},
-		"a/x":       {Files: [][]byte{[]byte("global"), []byte("a")}, Path: "x"},
-		"gitfile/x": {Files: [][]byte{[]byte("global"), []byte("root")}, Path: "gitfile/x"},
-		"new/dir/x": {Files: [][]byte{[]byte("global"), []byte("root")}, Path: "new/dir/x"},
+		"x":         {Files: [][]byte{[]byte("global")}, Repository: []byte("root"), Path: "x"},
+		"a/b/c/x":   {Files: [][]byte{[]byte("global")}, Repository: []byte("a"), Path: "b/c/x"},
+		"a/x":       {Files: [][]byte{[]byte("global")}, Repository: []byte("a"), Path: "x"},
+		"gitfile/x": {Files: [][]byte{[]byte("global")}, Repository: []byte("root"), Path: "gitfile/x"},
+		"new/dir/x": {Files: [][]byte{[]byte("global")}, Repository: []byte("root"), Path: "new/dir/x"},
 	} {
 		got, err := cfg(path)
 		if err != nil || !reflect.DeepEqual(got, want) {
@@ -182,11 +183,12 @@ func TestTreeConfig(t *testing.T) {
 }
 
 // End to end: Merge3 with a .gitattributes naming a driver configured in
-// the repository's .git/config, run by a Runner.
+// the trusted (global) configuration, run by a Runner.
 func TestMerge3WithRunner(t *testing.T) {
 	mem := rebasetest.NewMem()
+	global := []byte("[merge \"cat\"]\n\tdriver = cat %A %B > %A.new && mv %A.new %A\n[merge \"fail\"]\n\tdriver = exit 3\n")
 	base := map[string]string{
-		"repo/.git/config":     "[merge \"cat\"]\n\tdriver = cat %A %B > %A.new && mv %A.new %A\n[merge \"fail\"]\n\tdriver = exit 3\n",
+		"repo/.git/config":     "[core]\n\tbare = false\n",
 		"repo/.gitattributes":  "*.cat merge=cat\n*.fail merge=fail\n",
 		"repo/d/x.cat":         "1\n",
 		"repo/y.fail":          "1\n",
@@ -202,7 +204,7 @@ func TestMerge3WithRunner(t *testing.T) {
 		return rebasetest.Text(m)
 	}
 	b, o, th := mem.MustBuild(rebasetest.Text(base)), mem.MustBuild(edit("o\n")), mem.MustBuild(edit("t\n"))
-	run := &Runner{Config: TreeConfig(mem, o), TempDir: t.TempDir()}
+	run := &Runner{Config: TreeConfig(mem, o, global), TempDir: t.TempDir()}
 	res, err := rebase.Merge3(mem, mem, b, o, th, rebase.Options{Driver: run.Merge, KeepConflicts: true})
 	if err != nil {
 		t.Fatal(err)
@@ -211,8 +213,8 @@ func TestMerge3WithRunner(t *testing.T) {
 	for _, c := range res.Conflicts {
 		cs = append(cs, c.Path)
 	}
-	// other/ is no repository with a driver: text merge, a conflict.
-	if strings.Join(cs, " ") != "other/z.cat repo/y.fail" {
+	// The global driver applies wherever .gitattributes names it.
+	if strings.Join(cs, " ") != "repo/y.fail" {
 		t.Fatalf("conflicts %v", cs)
 	}
 	fs, err := mem.Flatten(res.Tree)
@@ -221,5 +223,69 @@ func TestMerge3WithRunner(t *testing.T) {
 	}
 	if got := fs["repo/d/x.cat"]; got.Data != "o\nt\n" || got.Kind != store.KindFile {
 		t.Fatalf("repo/d/x.cat = %+v", got)
+	}
+	if got := fs["other/z.cat"]; got.Data != "o\nt\n" {
+		t.Fatalf("other/z.cat = %+v", got)
+	}
+}
+
+// A driver the workspace's own .git/config defines never runs, whatever
+// .gitattributes says: the path merges as text, and Warn names the driver
+// once; a trusted definition of the same name runs instead of it.
+func TestRepositoryDriverDoesNotRun(t *testing.T) {
+	mem := rebasetest.NewMem()
+	marker := filepath.Join(t.TempDir(), "ran")
+	base := map[string]string{
+		".git/config":    "[merge \"x\"]\n\tdriver = touch " + marker + "; cat %B > %A\n",
+		".gitattributes": "*.txt merge=x\n",
+		"a.txt":          "1\n2\n3\n",
+		"b.txt":          "1\n2\n3\n",
+	}
+	with := func(a, b string) rebasetest.Files {
+		m := map[string]string{}
+		for k, v := range base {
+			m[k] = v
+		}
+		m["a.txt"], m["b.txt"] = a, b
+		return rebasetest.Text(m)
+	}
+	b := mem.MustBuild(rebasetest.Text(base))
+	o := mem.MustBuild(with("one\n2\n3\n", "one\n2\n3\n"))
+	th := mem.MustBuild(with("1\n2\nthree\n", "1\n2\nthree\n"))
+	var warnings []string
+	run := &Runner{Config: TreeConfig(mem, o), TempDir: t.TempDir(), Warn: func(s string) { warnings = append(warnings, s) }}
+	res, err := rebase.Merge3(mem, mem, b, o, th, rebase.Options{Driver: run.Merge, KeepConflicts: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the repository's own driver ran")
+	}
+	fs, err := mem.Flatten(res.Tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"a.txt", "b.txt"} {
+		if got := fs[p].Data; got != "one\n2\nthree\n" {
+			t.Errorf("%s = %q, want the text merge", p, got)
+		}
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0], `merge driver "x"`) || !strings.Contains(warnings[0], "~/.gitconfig") {
+		t.Fatalf("warnings = %q", warnings)
+	}
+	// Defined by the owner: the owner's command runs, not the planted one.
+	trusted := []byte("[merge \"x\"]\n\tdriver = echo owner > %A\n")
+	run = &Runner{Config: TreeConfig(mem, o, trusted), TempDir: t.TempDir()}
+	if res, err = rebase.Merge3(mem, mem, b, o, th, rebase.Options{Driver: run.Merge, KeepConflicts: true}); err != nil {
+		t.Fatal(err)
+	}
+	if fs, err = mem.Flatten(res.Tree); err != nil {
+		t.Fatal(err)
+	}
+	if got := fs["a.txt"].Data; got != "owner\n" {
+		t.Fatalf("a.txt with the owner's driver = %q", got)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the repository's own driver ran")
 	}
 }

@@ -9,13 +9,15 @@ import (
 	"github.com/acyclicfs/acyclicfs/store"
 )
 
-// TreeConfig returns a Runner.Config that reads a path's configuration
-// from the tree root (the workspace's own side of the merge): global first
-// (for example the user's ~/.gitconfig content; nil entries are skipped),
-// then D/.git/config of the innermost directory D on the path (the root
-// included) whose .git is a directory holding a regular file config. The
-// RepoConfig's Path is the path relative to D. Without such a D there is
-// only global and the path stays as it is.
+// TreeConfig returns a Runner.Config for paths of the tree root (the
+// workspace's own side of the merge): its Files are global (the store
+// owner's own git config content, lowest precedence first; nil entries
+// are skipped), the only configuration that defines drivers. Its
+// Repository is D/.git/config of the innermost directory D on the path
+// (the root included) whose .git is a directory holding a regular file
+// config — read to name a driver it defines that did not run, never to
+// run one — and its Path the path relative to D. Without such a D the
+// path stays as it is.
 func TreeConfig(r rebase.TreeReader, root store.ID, global ...[]byte) func(path string) (RepoConfig, error) {
 	var base [][]byte
 	for _, g := range global {
@@ -59,7 +61,7 @@ func TreeConfig(r rebase.TreeReader, root store.ID, global ...[]byte) func(path 
 			if err != nil {
 				return RepoConfig{}, fmt.Errorf("mergedriver: read git config for %q: %w", path, err)
 			}
-			out.Files = append(out.Files, data)
+			out.Repository = data
 		}
 		return out, nil
 	}
