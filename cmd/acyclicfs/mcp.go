@@ -277,7 +277,7 @@ func newMCPServer(r *mcpRunner) *mcp.Server {
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "mount", Description: "Mount a workspace at an empty directory (not inside a store, nor inside another mount of this store); any tool then works inside."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpMountIn) (*mcp.CallToolResult, any, error) {
-			if err := errors.Join(mcpName("mount", "workspace", in.Workspace), mcpPath("mount", "mountpoint", in.Mountpoint)); err != nil {
+			if err := errors.Join(mcpName("mount", "workspace", in.Workspace), r.mountpoint(in.Mountpoint)); err != nil {
 				return nil, nil, err
 			}
 			return r.jsonTool(ctx, cliArgs([]string{"mount"}, nil, in.Workspace, in.Mountpoint)...)

@@ -21,10 +21,16 @@ const (
 	mcpMaxText = 64 << 10 // a command, a commit message (an argument may be 128 KiB)
 )
 
+// mcpBad is a tool's refusal of an argument, worded as the CLI's errors
+// are (cliError): "acyclicfs TOOL: exit 2 (bad input): FIELD: why".
+func mcpBad(tool, field string, err error) error {
+	return fmt.Errorf("acyclicfs %s: exit %d (%s): %s: %w", tool, exitUsage, exitName(exitUsage), field, err)
+}
+
 // mcpName checks a workspace name by the CLI's rule (workspace.ValidateName).
 func mcpName(tool, field, v string) error {
 	if err := workspace.ValidateName(v); err != nil {
-		return fmt.Errorf("%s: %s: %w", tool, field, err)
+		return mcpBad(tool, field, err)
 	}
 	return nil
 }
@@ -44,7 +50,7 @@ func mcpRef(tool, field, v string) error {
 // mcpGen checks a generation id or prefix: hex digits.
 func mcpGen(tool, field, v string) error {
 	if v == "" || len(v) > 64 || strings.Trim(strings.ToLower(v), "0123456789abcdef") != "" {
-		return fmt.Errorf("%s: %s: %w: %.80q is not a generation id (hex digits, or a unique prefix of at least 8)", tool, field, workspace.ErrInvalidInput, v)
+		return mcpBad(tool, field, fmt.Errorf("%w: %.80q is not a generation id (hex digits, or a unique prefix of at least 8)", workspace.ErrInvalidInput, v))
 	}
 	return nil
 }
@@ -54,9 +60,9 @@ func mcpGen(tool, field, v string) error {
 func mcpText(tool, field, v string, max int) error {
 	switch {
 	case strings.IndexByte(v, 0) >= 0:
-		return fmt.Errorf("%s: %s: %w: holds a NUL byte", tool, field, workspace.ErrInvalidInput)
+		return mcpBad(tool, field, fmt.Errorf("%w: holds a NUL byte", workspace.ErrInvalidInput))
 	case len(v) > max:
-		return fmt.Errorf("%s: %s: %w: %d bytes, at most %d", tool, field, workspace.ErrInvalidInput, len(v), max)
+		return mcpBad(tool, field, fmt.Errorf("%w: %d bytes, at most %d", workspace.ErrInvalidInput, len(v), max))
 	}
 	return nil
 }
@@ -65,7 +71,7 @@ func mcpText(tool, field, v string, max int) error {
 // directory), no NUL byte, at most PATH_MAX.
 func mcpPath(tool, field, v string) error {
 	if v == "" {
-		return fmt.Errorf("%s: %s: %w: empty", tool, field, workspace.ErrInvalidInput)
+		return mcpBad(tool, field, fmt.Errorf("%w: empty", workspace.ErrInvalidInput))
 	}
 	return mcpText(tool, field, v, mcpMaxPath)
 }
@@ -73,7 +79,7 @@ func mcpPath(tool, field, v string) error {
 // mcpCount checks a count (n): not negative.
 func mcpCount(tool string, n int) error {
 	if n < 0 {
-		return fmt.Errorf("%s: n: %w: %d is negative", tool, workspace.ErrInvalidInput, n)
+		return mcpBad(tool, "n", fmt.Errorf("%w: %d is negative", workspace.ErrInvalidInput, n))
 	}
 	return nil
 }
@@ -91,15 +97,15 @@ func (r *mcpRunner) importable(tool, field, p string) (string, error) {
 	}
 	real, err := filepath.EvalSymlinks(abs)
 	if err != nil {
-		return "", fmt.Errorf("%s: %s: %w: %w", tool, field, workspace.ErrInvalidInput, err)
+		return "", mcpBad(tool, field, fmt.Errorf("%w: %w", workspace.ErrInvalidInput, err))
 	}
 	for _, root := range r.allowFrom {
 		if dirfd.Within(real, root) {
 			return real, nil
 		}
 	}
-	return "", fmt.Errorf("%s: %s: %w: %s is outside the directories this server imports from (%s); start it with 'acyclicfs mcp --allow-from DIR' to allow another",
-		tool, field, workspace.ErrInvalidInput, real, strings.Join(r.allowFrom, ", "))
+	return "", mcpBad(tool, field, fmt.Errorf("%w: %s is outside the directories this server imports from (%s); start it with 'acyclicfs mcp --allow-from DIR' to allow another",
+		workspace.ErrInvalidInput, real, strings.Join(r.allowFrom, ", ")))
 }
 
 // gitImportable is from_git (REPO or REPO@REF, as create --from-git reads
@@ -117,7 +123,7 @@ func (r *mcpRunner) gitImportable(spec string) (string, error) {
 		if i := strings.LastIndexByte(spec, '@'); i > 0 {
 			repo, rev = spec[:i], spec[i+1:]
 			if rev == "" || rev[0] == '-' {
-				return "", fmt.Errorf("create: from_git: %w: revision %.80q: want a branch, tag or commit", workspace.ErrInvalidInput, rev)
+				return "", mcpBad("create", "from_git", fmt.Errorf("%w: revision %.80q: want a branch, tag or commit", workspace.ErrInvalidInput, rev))
 			}
 		}
 	}
@@ -129,4 +135,34 @@ func (r *mcpRunner) gitImportable(spec string) (string, error) {
 		return real + "@" + rev, nil
 	}
 	return real, nil
+}
+
+// mountpoint checks the mount tool's mountpoint: an existing empty
+// directory, reached without a symlink at its end. (The CLI also mounts
+// over a directory's files, hiding them; the tool does not. The CLI
+// refuses a mountpoint in a store or in a mount of the store.)
+func (r *mcpRunner) mountpoint(p string) error {
+	if err := mcpPath("mount", "mountpoint", p); err != nil {
+		return err
+	}
+	abs := p
+	if !filepath.IsAbs(abs) {
+		abs = filepath.Join(r.cwd, abs)
+	}
+	fi, err := os.Lstat(abs)
+	switch {
+	case err != nil:
+		return mcpBad("mount", "mountpoint", fmt.Errorf("%w: %w", workspace.ErrInvalidInput, err))
+	case !fi.IsDir():
+		return mcpBad("mount", "mountpoint", fmt.Errorf("%w: %s is not a directory", workspace.ErrInvalidInput, abs))
+	}
+	f, err := os.Open(abs)
+	if err != nil {
+		return mcpBad("mount", "mountpoint", fmt.Errorf("%w: %w", workspace.ErrInvalidInput, err))
+	}
+	defer f.Close()
+	if names, _ := f.Readdirnames(1); len(names) > 0 {
+		return mcpBad("mount", "mountpoint", fmt.Errorf("%w: %s is not empty: a mount would hide its files", workspace.ErrInvalidInput, abs))
+	}
+	return nil
 }

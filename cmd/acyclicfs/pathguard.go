@@ -51,8 +51,8 @@ func realDir(dir string) string {
 }
 
 // importSource refuses a directory to import (create --from) that is the
-// store, inside it or holds it: the import would read the objects it
-// writes.
+// store, inside it or holds it (the import would read the objects it
+// writes), or inside another store.
 func (a *app) importSource(dir string) error {
 	store, err := a.storeDir()
 	if err != nil {
@@ -61,6 +61,9 @@ func (a *app) importSource(dir string) error {
 	d, s := realDir(dir), realDir(store)
 	if dirfd.Within(d, s) || dirfd.Within(s, d) {
 		return usageError{fmt.Errorf("%w: create --from %s: the store %s is there: an import would read the objects it writes", workspace.ErrUnsafeTarget, dir, store)}
+	}
+	if other, ok := workspace.EnclosingStore(d); ok {
+		return usageError{fmt.Errorf("%w: create --from %s is inside the store %s (its files are its own format, not a tree)", workspace.ErrUnsafeTarget, dir, other)}
 	}
 	return nil
 }
