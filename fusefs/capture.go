@@ -145,6 +145,7 @@ func (o *overlay) captureDeferred() (store.ID, [][]string, bool, []*store.Tree, 
 		err = cw.finishBlobs()
 	}
 	if err != nil {
+		cw.abort()
 		return store.ID{}, nil, false, nil, nil, err
 	}
 	return id, links, id != old || !store.EqualLinks(links, oldLinks), cw.trees, o.captured(seq, cw.memos), nil

@@ -21,6 +21,12 @@ func (m *Mount) CaptureProgress() (running bool, files, bytes int64) {
 // too, so it is an upper bound).
 func (m *Mount) PendingBytes() int64 { return dirBytes(m.ov.upperDir(), false) }
 
+// PendingBytesOf is PendingBytes of the (unmounted) overlay in stateDir:
+// what recovering it may have to write.
+func PendingBytesOf(stateDir string) int64 {
+	return dirBytes((&overlay{stateDir: stateDir}).upperDir(), false)
+}
+
 // FreeScratch gives back the space of retired upper files: it makes the
 // overlay durable without them (a snapshot write), after which they are
 // deleted. It returns the bytes freed.
