@@ -520,22 +520,22 @@ func tmpFiles(t *testing.T, store string) int {
 // toFreeRe is what a full-disk message says to free.
 var toFreeRe = regexp.MustCompile(`store disk full: free (\d+) MiB on `)
 
-// captureOnFullDisk: a tool writes and fsyncs a.bin (4 MB) and b.bin
-// (12 MB); another program fills the store's disk to 7 MiB of free space
-// (room for a.bin's blob, not b.bin's); the tool's session ends and its
+// captureOnFullDisk: a tool writes and fsyncs a.bin (2 MB) and b.bin
+// (6 MB); another program fills the store's disk to 5 MiB of free space
+// (room for a.bin's blob, not for both); the tool's session ends and its
 // capture fails for space. It returns the filler file and the two files'
 // checksums.
 func captureOnFullDisk(t *testing.T, e *env, fsDir, mp string) (string, map[string]string) {
 	t.Helper()
 	gate := e.fifo("gate")
-	p := startInside(t, mp, `head -c 4000000 /dev/urandom > a.bin && head -c 12000000 /dev/urandom > b.bin && sync a.bin b.bin && read x < "$G"`, "G="+gate.path)
+	p := startInside(t, mp, `head -c 2000000 /dev/urandom > a.bin && head -c 6000000 /dev/urandom > b.bin && sync a.bin b.bin && read x < "$G"`, "G="+gate.path)
 	w := gate.opened(30 * time.Second)
 	fill := fillDisk(t, fsDir)
 	fi, err := os.Stat(fill)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Truncate(fill, fi.Size()-7<<20); err != nil {
+	if err := os.Truncate(fill, fi.Size()-5<<20); err != nil {
 		t.Fatal(err)
 	}
 	release(t, w)
@@ -580,14 +580,20 @@ func storeDev(t *testing.T, dir string) string {
 }
 
 // TestFullDiskUnmountAndLandAfterSpaceFreed: a capture fails for space
-// (captureOnFullDisk). unmount says how much to free on which device and
+// (captureOnFullDisk); what it needs does not count a file an earlier
+// capture stored. unmount says how much to free on which device and
 // leaves nothing behind in the store (a failed capture's blobs are
 // dropped, not kept in tmp/ where each attempt would take more space);
 // once that much is freed — exactly what the message says, no more —
 // unmount and land succeed and the files are in the parent.
 func TestFullDiskUnmountAndLandAfterSpaceFreed(t *testing.T) {
 	e, fsDir, mp := fullDiskEnv(t)
+	// Captured and stored before the disk fills: not needed again.
+	e.execOK(mp, "head -c 4000000 /dev/urandom > early.bin")
 	fill, want := captureOnFullDisk(t, e, fsDir, mp)
+	if c := e.captureOf("child"); c.NeededBytes != 8000000 {
+		t.Errorf("the failed capture needs up to %d bytes: want a.bin's and b.bin's 8000000 (early.bin is stored)", c.NeededBytes)
+	}
 	r := e.fails(1, "unmount", mp)
 	for _, says := range []string{"store disk full: free ", " MiB on " + storeDev(t, fsDir) + " (mounted at " + fsDir + "), then retry", "needs up to", "hint: free space"} {
 		if !strings.Contains(r.stderr, says) {
@@ -671,7 +677,7 @@ func TestFullDiskKillRecover(t *testing.T) {
 		t.Fatalf("unmount: %s", o)
 	}
 	e.ok("land", "child")
-	if got := len(e.run("cat", "main", "b.bin").stdout); got != 12000000 {
+	if got := len(e.run("cat", "main", "b.bin").stdout); got != 6000000 {
 		t.Fatalf("main's b.bin: %d bytes", got)
 	}
 	e.fsck()
