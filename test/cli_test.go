@@ -472,6 +472,7 @@ func TestDestructivePathsRefused(t *testing.T) {
 		{[]string{"--store", "", "list"}, "empty path"},
 		{[]string{"--store=", "create", "x"}, "empty path"},
 		{[]string{"init", ""}, "empty path"},
+		{[]string{st, "commit", "w", ""}, "empty path"},
 		{[]string{"--store", cwd, "list"}, "not an acyclicfs store"},
 		{[]string{"--store", cwd, "create", "x"}, "not an acyclicfs store"},
 		{[]string{"init", cwd}, "not an acyclicfs store"},

@@ -394,6 +394,11 @@ func (a *app) cmdCommit() *cobra.Command {
 		Short: "Snapshot DIR as NAME's next generation",
 		Args:  exactArgs(2, "NAME DIR"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// An empty DIR (an unset variable) would snapshot the working
+			// directory as NAME's content.
+			if err := pathArg("commit: DIR", args[1]); err != nil {
+				return err
+			}
 			m, err := a.manager()
 			if err != nil {
 				return err
