@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -31,17 +35,78 @@ const captureRetryInterval = 2 * time.Second
 // per captureRetryInterval waited, up to this).
 const maxRetryBackoff = time.Minute
 
-// noSpaceError is a capture that failed for space: it names the store and
-// what the capture may need. It unwraps to the write's error (ENOSPC).
+// noSpaceError is a capture that failed for space: it says how much to
+// free on which device and what to run then, and names the store and what
+// the capture may need. It unwraps to the write's error (ENOSPC).
 type noSpaceError struct {
 	ws, store    string
 	needed, free int64 // needed: an upper bound (the mount's written bytes)
-	err          error
+	// then is what to run once space is freed.
+	then string
+	err  error
 }
 
 func (e *noSpaceError) Error() string {
-	return fmt.Sprintf("capture %s: no space left on the store's disk: %s has %s free, the capture needs up to %s (%v)",
-		e.ws, e.store, HumanBytes(e.free), HumanBytes(e.needed), e.err)
+	return fmt.Sprintf("capture %s: store disk full: free %s on %s, then %s: no space left on the store's disk: %s has %s free, the capture needs up to %s (%v)",
+		e.ws, toFree(e.needed, e.free), storeDevice(e.store), e.then, e.store, HumanBytes(e.free), HumanBytes(e.needed), e.err)
+}
+
+// captureThen is what to do once space is freed for a mount whose
+// capture failed: the mount retries by itself; unmount and land retry
+// too.
+const captureThen = "retry (the mount also retries by itself within 2 s; 'acyclicfs gc' frees what nothing references)"
+
+// toFree is how much to free so that needed bytes fit beside free ones,
+// in MiB, rounded up, and one MiB more for the metadata a capture writes
+// besides the contents (its trees, the overlay's snapshot).
+func toFree(needed, free int64) string {
+	n := max(needed-max(free, 0), 0)
+	return fmt.Sprintf("%d MiB", (n+(1<<20)-1)>>20+1)
+}
+
+// storeDevice names the file system dir lies on, from the mount table:
+// "SOURCE (mounted at DIR)", or dir's path when the table cannot be read.
+func storeDevice(dir string) string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return dir
+	}
+	best, src := "", ""
+	for _, line := range strings.Split(string(b), "\n") {
+		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS ... - FSTYPE SOURCE SUPEROPTS
+		f := strings.Fields(line)
+		i := slices.Index(f, "-")
+		if len(f) < 5 || i < 0 || i+2 >= len(f) {
+			continue
+		}
+		mp := unescapeMountinfo(f[4])
+		if (mp == "/" || dir == mp || strings.HasPrefix(dir, mp+"/")) && len(mp) >= len(best) {
+			best, src = mp, unescapeMountinfo(f[i+2])
+		}
+	}
+	if best == "" {
+		return dir
+	}
+	return fmt.Sprintf("%s (mounted at %s)", src, best)
+}
+
+// unescapeMountinfo undoes the octal escapes of mountinfo's fields.
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 func (e *noSpaceError) Unwrap() error { return e.err }
@@ -133,7 +198,7 @@ func (s *Mount) noteCaptureFailure(err error) error {
 func (s *Mount) failedErr() error {
 	f := s.failed
 	if f.noSpace {
-		return &noSpaceError{ws: s.ws, store: s.d.dir, needed: f.needed, free: max(f.free, 0), err: f.err}
+		return &noSpaceError{ws: s.ws, store: s.d.dir, needed: f.needed, free: max(f.free, 0), then: captureThen, err: f.err}
 	}
 	return f.err
 }

@@ -559,6 +559,13 @@ func (d *Daemon) recoverMount(rec workspace.MountRecord, keepClaim bool) (_ []st
 		d.lost = append(d.lost, fmt.Sprintf("%s: recovery at %s %s", rec.Workspace, time.Now().UTC().Format(time.RFC3339), l))
 		d.mu.Unlock()
 	}
+	if err != nil && isNoSpace(err) {
+		// The dead mount's changes cannot be stored yet: say how much to
+		// free and what to run then; the overlay is left as it is.
+		return notes, fmt.Errorf("recover the mount of %s: %w", rec.Workspace, &noSpaceError{ws: rec.Workspace, store: d.dir,
+			needed: fusefs.PendingBytesOf(rec.StateDir), free: max(freeBytes(d.dir), 0),
+			then: fmt.Sprintf("run 'acyclicfs mount %s %s' (or 'acyclicfs unmount %s') again", rec.Workspace, rec.Mountpoint, rec.Mountpoint), err: err})
+	}
 	if err != nil {
 		return notes, fmt.Errorf("replay overlay %s: %w", rec.StateDir, err)
 	}

@@ -168,6 +168,7 @@ func (b fakeBatch) WriteBlobFile(path string) (store.ID, int64, error) {
 }
 func (b fakeBatch) WriteBlobBytes(p []byte) (store.ID, error) { return b.f.WriteBlobBytes(p) }
 func (b fakeBatch) Commit() error                             { return nil }
+func (b fakeBatch) Abort()                                    {}
 
 // TestCaptureDeferred: a deferred capture hands its trees to the caller
 // instead of storing them, and until the caller says they are stored

@@ -14,6 +14,8 @@ type Batch interface {
 	WriteBlobFile(path string) (store.ID, int64, error)
 	WriteBlobBytes(b []byte) (store.ID, error)
 	Commit() error
+	// Abort drops (deletes) every blob not yet committed.
+	Abort()
 }
 
 // Batcher is implemented by Objects that can batch a capture's writes:
@@ -97,4 +99,14 @@ func (cw *captureWriter) finishBlobs() error {
 		return fmt.Errorf("capture: sync blobs: %w", err)
 	}
 	return nil
+}
+
+// abort drops what a failed capture wrote into its batch: the temporary
+// files of blobs not yet committed would otherwise hold their space until
+// the store is next opened by a new process (on a full disk, each retry
+// would leave more).
+func (cw *captureWriter) abort() {
+	if cw.batch != nil {
+		cw.batch.Abort()
+	}
 }

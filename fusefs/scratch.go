@@ -17,9 +17,57 @@ func (m *Mount) CaptureProgress() (running bool, files, bytes int64) {
 }
 
 // PendingBytes bounds what a capture may have to write to the store: the
-// bytes of the mount's upper files (those already stored are counted
-// too, so it is an upper bound).
-func (m *Mount) PendingBytes() int64 { return dirBytes(m.ov.upperDir(), false) }
+// bytes of the mount's upper files that no stored capture holds as they
+// are now (a file an earlier capture stored and that has not changed
+// since is not counted again; one whose capture failed is).
+func (m *Mount) PendingBytes() int64 { return m.ov.pendingBytes() }
+
+// pendingBytes is PendingBytes.
+func (o *overlay) pendingBytes() int64 {
+	type upperFile struct {
+		memo     upperStat
+		captured bool
+	}
+	files := map[uint64]upperFile{} // by upper file: hard links once
+	o.mu.Lock()
+	var walk func(d *inode)
+	walk = func(d *inode) {
+		for _, c := range d.children {
+			switch {
+			case c.isDir():
+				if c.children != nil {
+					walk(c)
+				}
+			case c.upper:
+				// A racily clean file is hashed in place, not copied,
+				// when its content is the one stored (storeFile).
+				files[c.num] = upperFile{c.capStat, !c.capID.IsZero()}
+			}
+		}
+	}
+	if o.root != nil {
+		walk(o.root)
+	}
+	o.mu.Unlock()
+	var n int64
+	for num, f := range files {
+		var st syscall.Stat_t
+		if syscall.Stat(o.upperPath(num), &st) != nil {
+			continue
+		}
+		if f.captured && statOf(&st) == f.memo {
+			continue
+		}
+		n += st.Size
+	}
+	return n
+}
+
+// PendingBytesOf is PendingBytes of the (unmounted) overlay in stateDir:
+// what recovering it may have to write.
+func PendingBytesOf(stateDir string) int64 {
+	return dirBytes((&overlay{stateDir: stateDir}).upperDir(), false)
+}
 
 // FreeScratch gives back the space of retired upper files: it makes the
 // overlay durable without them (a snapshot write), after which they are

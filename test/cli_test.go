@@ -1,8 +1,10 @@
 package test
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -397,5 +399,124 @@ func TestJSONListsAreNeverNull(t *testing.T) {
 	header := strings.Fields(strings.SplitN(e.run("status").stdout, "\n", 2)[0])
 	if len(header) != 7 || header[4] != "PENDING-PARENT" {
 		t.Errorf("status header %q", header)
+	}
+}
+
+// runWith runs acyclicfs in cwd with extra environment variables (after
+// the harness's own).
+func (e *env) runWith(cwd string, extraEnv []string, args ...string) result {
+	e.t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = cwd
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.Env = append(append(os.Environ(), "ACYCLICFS_STORE="), extraEnv...)
+	err := cmd.Run()
+	code := 0
+	if err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			e.t.Fatalf("run %v: %v", args, err)
+		}
+		code = ee.ExitCode()
+	}
+	return result{out.String(), errb.String(), code}
+}
+
+// TestDestructivePathsRefused: a path argument that would destroy data
+// is refused with exit 2 and a message saying why, and nothing changes:
+// export's DIR empty (an unset $OUT: the working directory), or with
+// --force the working directory, a directory holding it, $HOME, the
+// store, a directory holding the store, another store; --store, init
+// STORE or mount's MOUNTPOINT empty; --store or init at a directory of
+// the user's files (it would be chmodded 0700 and get meta.db); create
+// --from the store, --in-place $HOME; a mountpoint inside the store.
+// (Export over / is refused too: TestCheckSafeTarget, not run here.)
+func TestDestructivePathsRefused(t *testing.T) {
+	e := newEnv(t)
+	src := filepath.Join(e.dir, "src")
+	writeTree(t, src, map[string]string{"a.txt": "alpha\n"})
+	e.ok("create", "w", "--from", src)
+	cwd := filepath.Join(e.dir, "cwd")
+	writeTree(t, cwd, map[string]string{"mine.txt": "keep me\n", "sub/deep.txt": "me too\n"})
+	home := filepath.Join(e.dir, "home")
+	writeTree(t, home, map[string]string{".profile": "keep\n"})
+	other := filepath.Join(e.dir, "other")
+	if r := (&env{t: t, store: other, dir: e.dir}).run("init"); r.code != 0 {
+		t.Fatalf("init the other store: %s", r)
+	}
+	if err := os.Mkdir(filepath.Join(e.store, "mnt"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(cwd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The store itself may gain the daemon's files (mount starts it).
+	before := dirState(t, e.dir, e.store)
+	envHome := []string{"HOME=" + home}
+	st := "--store=" + e.store
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{st, "export", "w", "", "--force"}, "empty path"},
+		{[]string{st, "export", "w", "", "--force=true"}, "empty path"},
+		{[]string{st, "export", "w", "."}, "not empty"},
+		{[]string{st, "export", "w", ".", "--force"}, "current directory"},
+		{[]string{st, "export", "w", "sub/..", "--force"}, "current directory"},
+		{[]string{st, "export", "w", "..", "--force"}, "holds"},
+		{[]string{st, "export", "w", home, "--force"}, "home directory"},
+		{[]string{st, "export", "w", e.store, "--force"}, "is the store"},
+		{[]string{st, "export", "w", filepath.Join(e.store, "objects"), "--force"}, "inside the store"},
+		{[]string{st, "export", "w", other, "--force"}, "inside the store " + other},
+		{[]string{"--store", "", "list"}, "empty path"},
+		{[]string{"--store=", "create", "x"}, "empty path"},
+		{[]string{"init", ""}, "empty path"},
+		{[]string{st, "commit", "w", ""}, "empty path"},
+		{[]string{"--store", cwd, "list"}, "not an acyclicfs store"},
+		{[]string{"--store", cwd, "create", "x"}, "not an acyclicfs store"},
+		{[]string{"init", cwd}, "not an acyclicfs store"},
+		{[]string{"init", "."}, "not an acyclicfs store"},
+		{[]string{"--store", home, "mount", "w", filepath.Join(e.dir, "mnt")}, "not an acyclicfs store"},
+		{[]string{st, "mount", "w", ""}, "empty path"},
+		{[]string{st, "mount", "w", filepath.Join(e.store, "mnt")}, "inside the store"},
+		{[]string{st, "create", "x", "--from", ""}, "needs a directory"},
+		{[]string{st, "create", "x", "--from", e.store}, "store"},
+		{[]string{st, "create", "x", "--from", e.dir}, "store"},
+		{[]string{st, "create", "x", "--from", other}, "inside the store"},
+		{[]string{st, "create", "x", "--in-place", ""}, "needs a directory"},
+		{[]string{st, "create", "x", "--in-place", home}, "home directory"},
+		{[]string{st, "create", "x", "--in-place", e.dir}, "holds the store"},
+	} {
+		r := e.runWith(cwd, envHome, c.args...)
+		if r.code != 2 || !strings.HasPrefix(r.stderr, "acyclicfs: ") || !strings.Contains(r.stderr, c.says) {
+			t.Errorf("acyclicfs %q: want exit 2 saying %q, got %s", c.args, c.says, r)
+		}
+	}
+	sameTree(t, "the test's directory", before, dirState(t, e.dir, e.store))
+	if got := readFile(t, filepath.Join(cwd, "mine.txt")); got != "keep me\n" {
+		t.Fatalf("cwd's file: %q", got)
+	}
+	e.fsck()
+
+	// What is meant still works: a new directory, --force over one's own
+	// directory, a store in an empty directory.
+	out := filepath.Join(cwd, "out")
+	if n := e.runWith(cwd, envHome, st, "export", "w", "out").line(); n != "1" {
+		t.Fatalf("export into a new directory printed %q", n)
+	}
+	writeTree(t, out, map[string]string{"old.txt": "old\n"})
+	if r := e.runWith(cwd, envHome, st, "export", "w", "out", "--force"); r.code != 0 {
+		t.Fatalf("export --force into a directory of its own: %s", r)
+	}
+	if _, err := os.Stat(filepath.Join(out, "old.txt")); !os.IsNotExist(err) {
+		t.Fatalf("export --force kept old.txt: %v", err)
+	}
+	empty := filepath.Join(e.dir, "empty")
+	if err := os.Mkdir(empty, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.runWith(cwd, envHome, "init", empty); r.code != 0 {
+		t.Fatalf("init in an empty directory: %s", r)
 	}
 }

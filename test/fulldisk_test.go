@@ -1,11 +1,14 @@
 package test
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -486,6 +489,196 @@ func TestGCFreesMountScratch(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(got, "big")); !os.IsNotExist(err) {
 		t.Fatalf("big came back: %v", err)
+	}
+	e.fsck()
+}
+
+// fillDisk writes a file into dir until its file system is full and
+// returns its path.
+func fillDisk(t *testing.T, dir string) string {
+	t.Helper()
+	fill := filepath.Join(dir, "fill")
+	if err := exec.Command("sh", "-c", `head -c 100000000 /dev/zero > "$1"; true`, "sh", fill).Run(); err != nil {
+		t.Fatal(err)
+	}
+	return fill
+}
+
+// tmpFiles counts the files under the store's tmp/ (blobs being written).
+func tmpFiles(t *testing.T, store string) int {
+	t.Helper()
+	n := 0
+	filepath.WalkDir(filepath.Join(store, "tmp"), func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			n++
+		}
+		return nil
+	})
+	return n
+}
+
+// toFreeRe is what a full-disk message says to free.
+var toFreeRe = regexp.MustCompile(`store disk full: free (\d+) MiB on `)
+
+// captureOnFullDisk: a tool writes and fsyncs a.bin (2 MB) and b.bin
+// (6 MB); another program fills the store's disk to 5 MiB of free space
+// (room for a.bin's blob, not for both); the tool's session ends and its
+// capture fails for space. It returns the filler file and the two files'
+// checksums.
+func captureOnFullDisk(t *testing.T, e *env, fsDir, mp string) (string, map[string]string) {
+	t.Helper()
+	gate := e.fifo("gate")
+	p := startInside(t, mp, `head -c 2000000 /dev/urandom > a.bin && head -c 6000000 /dev/urandom > b.bin && sync a.bin b.bin && read x < "$G"`, "G="+gate.path)
+	w := gate.opened(30 * time.Second)
+	fill := fillDisk(t, fsDir)
+	fi, err := os.Stat(fill)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(fill, fi.Size()-5<<20); err != nil {
+		t.Fatal(err)
+	}
+	release(t, w)
+	if err := p.Wait(); err != nil {
+		t.Fatalf("the tool failed: %v", err)
+	}
+	waitFor(t, 20*time.Second, "status to report the failed capture", func() bool {
+		c := e.captureOf("child")
+		return c != nil && c.State == "failed"
+	})
+	return fill, map[string]string{"a.bin": inSession(t, mp, "sha256sum a.bin"), "b.bin": inSession(t, mp, "sha256sum b.bin")}
+}
+
+// freeAsTold parses what msg says to free and frees that much of fill.
+func freeAsTold(t *testing.T, fill, msg string) {
+	t.Helper()
+	m := toFreeRe.FindStringSubmatch(msg)
+	if m == nil {
+		t.Fatalf("the message does not say how much to free: %s", msg)
+	}
+	var mib int64
+	fmt.Sscan(m[1], &mib)
+	fi, err := os.Stat(fill)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(fill, max(fi.Size()-mib<<20, 0)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// storeDev is the device the file system mounted at dir is on.
+func storeDev(t *testing.T, dir string) string {
+	t.Helper()
+	for _, m := range strings.Split(readFile(t, "/proc/self/mounts"), "\n") {
+		if f := strings.Fields(m); len(f) > 1 && f[1] == dir {
+			return f[0]
+		}
+	}
+	t.Fatalf("%s is no mountpoint", dir)
+	return ""
+}
+
+// TestFullDiskUnmountAndLandAfterSpaceFreed: a capture fails for space
+// (captureOnFullDisk); what it needs does not count a file an earlier
+// capture stored. unmount says how much to free on which device and
+// leaves nothing behind in the store (a failed capture's blobs are
+// dropped, not kept in tmp/ where each attempt would take more space);
+// once that much is freed — exactly what the message says, no more —
+// unmount and land succeed and the files are in the parent.
+func TestFullDiskUnmountAndLandAfterSpaceFreed(t *testing.T) {
+	e, fsDir, mp := fullDiskEnv(t)
+	// Captured and stored before the disk fills: not needed again.
+	e.execOK(mp, "head -c 4000000 /dev/urandom > early.bin")
+	fill, want := captureOnFullDisk(t, e, fsDir, mp)
+	if c := e.captureOf("child"); c.NeededBytes != 8000000 {
+		t.Errorf("the failed capture needs up to %d bytes: want a.bin's and b.bin's 8000000 (early.bin is stored)", c.NeededBytes)
+	}
+	r := e.fails(1, "unmount", mp)
+	for _, says := range []string{"store disk full: free ", " MiB on " + storeDev(t, fsDir) + " (mounted at " + fsDir + "), then retry", "needs up to", "hint: free space"} {
+		if !strings.Contains(r.stderr, says) {
+			t.Errorf("unmount while full does not say %q: %s", says, r.stderr)
+		}
+	}
+	if n := tmpFiles(t, e.store); n != 0 {
+		t.Errorf("the failed captures left %d files in the store's tmp/", n)
+	}
+	freeAsTold(t, fill, r.stderr)
+	if r := e.run("unmount", mp); r.code != 0 {
+		t.Fatalf("unmount after freeing what the message said: %s", r)
+	}
+	e.ok("land", "child")
+	for name, sum := range want {
+		if got := e.run("cat", "main", name); fmt.Sprintf("%x", sha256.Sum256([]byte(got.stdout))) != strings.Fields(sum)[0] {
+			t.Errorf("main's %s after land differs", name)
+		}
+	}
+	e.fsck()
+}
+
+// TestFullDiskKillRecover: the daemon is killed (SIGKILL) while the
+// store's disk is full and its mount holds a capture it could not store
+// (captureOnFullDisk). Mounting or unmounting the workspace then says
+// how much to free on which device and what to run then, and leaves
+// nothing behind; gc, while the disk is still full, frees what nothing
+// references (a removed workspace's blobs); once space is freed as the
+// message says, mounting the workspace again recovers every change, and
+// it lands.
+func TestFullDiskKillRecover(t *testing.T) {
+	e, fsDir, mp := fullDiskEnv(t)
+	// A workspace made and removed: its blob is referenced by nothing.
+	writeTree(t, filepath.Join(e.dir, "scrap"), map[string]string{"scrap.bin": strings.Repeat("scrap\n", 500000)})
+	e.ok("create", "scrap", "--from", filepath.Join(e.dir, "scrap"))
+	e.ok("rm", "scrap")
+	fill, want := captureOnFullDisk(t, e, fsDir, mp)
+	pid := e.daemonPID()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitGone(pid, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	dev := storeDev(t, fsDir)
+	var last result
+	for _, args := range [][]string{{"unmount", mp}, {"mount", "child", mp}} {
+		last = e.run(args...)
+		if last.code != 1 {
+			t.Fatalf("%v while full: %s", args, last)
+		}
+		for _, says := range []string{"store disk full: free ", " MiB on " + dev + " (mounted at " + fsDir + "), then run 'acyclicfs mount child " + mp + "'", "needs up to", "hint: free space"} {
+			if !strings.Contains(last.stderr, says) {
+				t.Errorf("%v while full does not say %q: %s", args, says, last.stderr)
+			}
+		}
+	}
+	if n := tmpFiles(t, e.store); n != 0 {
+		t.Errorf("the failed recoveries left %d files in the store's tmp/", n)
+	}
+	// gc while the disk is full frees the removed workspace's blob.
+	var out struct {
+		Freed int64 `json:"freed_bytes"`
+	}
+	if r := e.run("--json", "gc"); r.code != 0 || json.Unmarshal([]byte(r.stdout), &out) != nil {
+		t.Fatalf("gc while full: %s", r)
+	}
+	if out.Freed < 3000000 {
+		t.Errorf("gc while full freed %d bytes, want at least the removed workspace's 3000000", out.Freed)
+	}
+	freeAsTold(t, fill, last.stderr)
+	if r := e.run("mount", "child", mp); r.code != 0 || !strings.Contains(r.stderr, "recovered unpublished changes of child") {
+		t.Fatalf("mount after freeing what the message said: %s", r)
+	}
+	for name, sum := range want {
+		if got := inSession(t, mp, "sha256sum "+name); got != sum {
+			t.Errorf("%s after the recovery: %s, want %s", name, got, sum)
+		}
+	}
+	if o, _ := e.unmount(mp); o != "current" {
+		t.Fatalf("unmount: %s", o)
+	}
+	e.ok("land", "child")
+	if got := len(e.run("cat", "main", "b.bin").stdout); got != 6000000 {
+		t.Fatalf("main's b.bin: %d bytes", got)
 	}
 	e.fsck()
 }

@@ -3,6 +3,10 @@ package test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -160,4 +164,229 @@ func TestMCPServer(t *testing.T) {
 		t.Fatalf("fork without child: %s", text(res))
 	}
 	e.fsck()
+}
+
+// mcpSessionArgs is mcpSession with more arguments to `acyclicfs mcp`.
+func mcpSessionArgs(t *testing.T, e *env, extra ...string) *mcp.ClientSession {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	cmd := exec.Command(bin, append([]string{"--store", e.store, "mcp"}, extra...)...)
+	cmd.Dir = e.dir
+	cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// callErr calls a tool that must fail, by a tool error or a protocol
+// error (the schema refusing a wrong type), and returns what it said.
+func callErr(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any) string {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		return err.Error()
+	}
+	if !res.IsError {
+		t.Errorf("%s(%.300v): succeeded, want an error: %.300s", name, args, text(res))
+		return ""
+	}
+	msg := text(res)
+	if strings.TrimSpace(msg) == "" || strings.Contains(msg, "panic") {
+		t.Errorf("%s(%.300v): error %q is not a clear message", name, args, msg)
+	}
+	return msg
+}
+
+// dirState is every name under root with its mode, size and mtime: what
+// a command that touched the tree would change.
+func dirState(t *testing.T, root string, skip ...string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if slices.Contains(skip, p) {
+			return filepath.SkipDir
+		}
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		out[rel] = fmt.Sprintf("%v %d %d", fi.Mode(), fi.Size(), fi.ModTime().UnixNano())
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("walk %s: %v", root, err)
+	}
+	return out
+}
+
+// TestMCPHostileInputs: every tool is fed hostile values in each of its
+// arguments — flags ("-x", "--store=OTHER", "--help"), paths out of
+// bounds ("../..", absolute, another store's), a NUL byte, a 200 KiB
+// string, wrong JSON types — and answers each with a clear error, while
+// no other store or directory changes: no argument ever becomes a flag
+// of the command line the tool runs (issue #38).
+func TestMCPHostileInputs(t *testing.T) {
+	e := newMountEnv(t)
+	writeTree(t, filepath.Join(e.dir, "src"), map[string]string{"a.txt": "alpha\n"})
+	e.ok("create", "main", "--from", filepath.Join(e.dir, "src"))
+	e.ok("fork", "main", "agent")
+	mp := e.mountAt("agent")
+	// Another store with the same workspace names, a store path that must
+	// not come into being, a directory of the user's, one outside the
+	// server's working directory.
+	other := filepath.Join(e.dir, "other-store")
+	if r := (&env{t: t, store: other, dir: e.dir}).run("create", "main", "--from", filepath.Join(e.dir, "src")); r.code != 0 {
+		t.Fatalf("create in the other store: %s", r)
+	}
+	absent := filepath.Join(e.dir, "absent-store")
+	writeTree(t, filepath.Join(e.dir, "victim"), map[string]string{"keep.txt": "mine\n", "sub/deep.txt": "mine too\n"})
+	outside := t.TempDir()
+	writeTree(t, outside, map[string]string{"secret.txt": "not for import\n"})
+	for _, d := range []string{"mnt-new", "other-store/mnt", "store/mnt"} {
+		if err := os.MkdirAll(filepath.Join(e.dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := dirState(t, e.dir, e.store, mp)
+	beforeOut := dirState(t, outside)
+	cs := mcpSession(t, e)
+
+	hostile := []any{
+		"-x", "--store=" + other, "--store=" + absent, "--help",
+		"../../../../../../etc", "/etc", outside, filepath.Join(other, "mnt"), filepath.Join(e.store, "mnt"),
+		"a\x00b", strings.Repeat("a", 200<<10),
+		42, []any{"main"}, map[string]any{"name": "main"}, true,
+	}
+	// Free text (a shell command, a commit message, a path to blame) may
+	// hold anything but a NUL byte, and is bounded: other values need not
+	// fail there.
+	mustFail := func(field string, v any) bool {
+		s, isStr := v.(string)
+		if !isStr || (field != "command" && field != "message" && field != "blame-path") {
+			return true
+		}
+		return strings.IndexByte(s, 0) >= 0 || len(s) > 100<<10
+	}
+	tools := []struct {
+		name   string
+		base   map[string]any
+		fields []string
+	}{
+		{"create", map[string]any{"name": "new1"}, []string{"name", "from", "from_git"}},
+		{"fork", map[string]any{"parent": "main", "child": "c1"}, []string{"parent", "child", "at"}},
+		{"mount", map[string]any{"workspace": "main", "mountpoint": filepath.Join(e.dir, "mnt-new")}, []string{"workspace", "mountpoint"}},
+		{"unmount", map[string]any{"mountpoint": mp}, []string{"mountpoint"}},
+		{"exec", map[string]any{"mountpoint": mp, "command": "true"}, []string{"mountpoint", "command"}},
+		{"diff", map[string]any{"workspace": "agent"}, []string{"workspace", "against"}},
+		{"cat", map[string]any{"workspace": "main", "path": "a.txt"}, []string{"workspace", "path", "conflict"}},
+		{"land", map[string]any{"workspace": "agent"}, []string{"workspace"}},
+		{"resolve", map[string]any{"workspace": "agent", "paths": []any{"a.txt"}}, []string{"workspace", "paths", "side"}},
+		{"git_publish", map[string]any{"workspace": "main"}, []string{"workspace", "message"}},
+		{"git_pull", map[string]any{"workspace": "main"}, []string{"workspace"}},
+		{"log", map[string]any{"workspace": "main"}, []string{"workspace", "n"}},
+		{"sessions", map[string]any{"workspace": "main"}, []string{"workspace", "n"}},
+		{"blame", map[string]any{"workspace": "main", "path": "a.txt"}, []string{"workspace", "path"}},
+	}
+	calls := 0
+	for _, tl := range tools {
+		for _, f := range tl.fields {
+			vals := hostile
+			if f == "n" {
+				vals = []any{-1, "5", 1.5, []any{1}}
+			}
+			for _, v := range vals {
+				args := maps.Clone(tl.base)
+				args[f] = v
+				if s, ok := v.(string); ok && f == "paths" {
+					args[f] = []any{s, "a.txt"}
+				}
+				calls++
+				kind := f
+				if tl.name == "blame" && f == "path" {
+					// blame of a path no generation changed is an empty
+					// list, not an error: any name may be asked about.
+					kind = "blame-path"
+				}
+				if mustFail(kind, v) {
+					callErr(t, cs, tl.name, args)
+				} else {
+					cs.CallTool(context.Background(), &mcp.CallToolParams{Name: tl.name, Arguments: args})
+				}
+			}
+		}
+	}
+	t.Logf("%d hostile calls", calls)
+
+	// Nothing else changed: the other store, the user's directories, the
+	// one outside; the store path never became a store; the server's
+	// store has its two workspaces and its one mount.
+	sameTree(t, "the test's directory", before, dirState(t, e.dir, e.store, mp))
+	sameTree(t, "the directory outside", beforeOut, dirState(t, outside))
+	if _, err := os.Stat(absent); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("%s came into being: %v", absent, err)
+	}
+	var ws []struct{ Name string }
+	if err := json.Unmarshal([]byte(e.run("--json", "list").stdout), &ws); err != nil {
+		t.Fatal(err)
+	}
+	if len(ws) != 2 {
+		t.Errorf("workspaces after the hostile calls: %+v", ws)
+	}
+	var mounts []string
+	for _, m := range fuseMounts() {
+		if strings.HasPrefix(m, e.dir) {
+			mounts = append(mounts, m)
+		}
+	}
+	if !slices.Equal(mounts, []string{mp}) {
+		t.Errorf("mounts under the test's directory: %v, want only %s", mounts, mp)
+	}
+	// And the tools still work.
+	if got := text(call(t, cs, "cat", map[string]any{"workspace": "main", "path": "a.txt"}, false)); got != "alpha\n" {
+		t.Fatalf("cat after the hostile calls: %q", got)
+	}
+}
+
+// TestMCPCreateFromAllowed: create imports (from, from_git) only from
+// inside the server's working directory, or the directories given with
+// mcp --allow-from; a symlink out of them does not lead out.
+func TestMCPCreateFromAllowed(t *testing.T) {
+	e := newEnv(t)
+	writeTree(t, filepath.Join(e.dir, "src"), map[string]string{"a.txt": "alpha\n"})
+	outside := t.TempDir()
+	writeTree(t, outside, map[string]string{"secret.txt": "not for import\n"})
+	if err := os.Symlink(outside, filepath.Join(e.dir, "link-out")); err != nil {
+		t.Fatal(err)
+	}
+
+	cs := mcpSession(t, e) // default: the working directory, e.dir
+	call(t, cs, "create", map[string]any{"name": "in", "from": "src"}, false)
+	for _, from := range []string{outside, "link-out", "../" + filepath.Base(outside), "/"} {
+		if msg := callErr(t, cs, "create", map[string]any{"name": "out", "from": from}); !strings.Contains(msg, "--allow-from") {
+			t.Errorf("create from %s: %q does not say how to allow it", from, msg)
+		}
+	}
+	callErr(t, cs, "create", map[string]any{"name": "out", "from_git": outside + "@main"})
+
+	cs2 := mcpSessionArgs(t, e, "--allow-from", outside)
+	call(t, cs2, "create", map[string]any{"name": "out", "from": outside}, false)
+	callErr(t, cs2, "create", map[string]any{"name": "in2", "from": filepath.Join(e.dir, "src")})
+	if got := text(call(t, cs2, "cat", map[string]any{"workspace": "out", "path": "secret.txt"}, false)); got != "not for import\n" {
+		t.Fatalf("cat out secret.txt = %q", got)
+	}
+	var ws []struct{ Name string }
+	if err := json.Unmarshal([]byte(e.run("--json", "list").stdout), &ws); err != nil {
+		t.Fatal(err)
+	}
+	if len(ws) != 2 {
+		t.Errorf("workspaces: %+v, want in and out", ws)
+	}
 }

@@ -45,4 +45,13 @@ var (
 	// ErrNoSuchPath is returned by CatEntry when the path is absent (on
 	// the asked side) or not a file.
 	ErrNoSuchPath = errors.New("no such file")
+	// ErrNotAStore is returned by Open (and CheckStoreDir) for a directory
+	// that holds files but is not a store: a store is never made among a
+	// user's files.
+	ErrNotAStore = errors.New("not an acyclicfs store")
+	// ErrUnsafeTarget is returned when a path names a directory a command
+	// must not replace or serve over: /, the store, a directory inside a
+	// store or holding one (export --force, create --from/--in-place,
+	// mount; the CLI adds the working directory and $HOME).
+	ErrUnsafeTarget = errors.New("refused: unsafe target")
 )

@@ -91,6 +91,9 @@ func Open(dir string, opt Options) (*Manager, error) {
 	if fi, err := os.Stat(abs); err == nil && !fi.IsDir() {
 		return nil, fmt.Errorf("store %s: %w: not a directory", abs, ErrInvalidInput)
 	}
+	if err := CheckStoreDir(abs); err != nil {
+		return nil, err
+	}
 	var node *cluster.Node
 	var remote blobs.Store
 	var cacheBytes int64

@@ -9,6 +9,9 @@ type commandLine struct {
 	// store is --store's value (the last one wins, as for the flag
 	// parser); "" when absent.
 	store string
+	// storeGiven: --store was given (an empty value is refused, not the
+	// default store).
+	storeGiven bool
 	// words are the arguments that are not flags, up to "--": the
 	// command's path (e.g. "context", "mount"), then its operands.
 	words []string
@@ -27,12 +30,13 @@ func scanArgs(args []string) commandLine {
 		case s == "--":
 			return c
 		case s == "--store":
+			c.storeGiven = true
 			if i+1 < len(args) {
 				c.store = args[i+1]
 				i++
 			}
-		case len(s) > 8 && s[:8] == "--store=":
-			c.store = s[8:]
+		case len(s) >= 8 && s[:8] == "--store=":
+			c.store, c.storeGiven = s[8:], true
 		case len(s) > 0 && s[0] == '-':
 			c.flags[s] = true
 		default:

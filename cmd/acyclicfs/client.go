@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/acyclicfs/acyclicfs/daemon"
+	"github.com/acyclicfs/acyclicfs/workspace"
 )
 
 // The CLI talks to the per-store daemon over STORE/daemon.sock with
@@ -47,8 +48,9 @@ func (a *app) forward(ctx context.Context, args []string) (int, bool) {
 	if !c.alive() {
 		if startsDaemon(line) {
 			if err := startDaemon(dir); err != nil {
-				reportError(a.stderr, fmt.Errorf("%s: start daemon: %w", cmd, err))
-				return exitError, true
+				err = fmt.Errorf("%s: start daemon: %w", cmd, err)
+				reportError(a.stderr, err)
+				return exitCode(err), true
 			}
 		} else {
 			return 0, false
@@ -64,8 +66,9 @@ func (a *app) forward(ctx context.Context, args []string) (int, bool) {
 			return 0, false
 		}
 		if err := startDaemon(dir); err != nil {
-			reportError(a.stderr, fmt.Errorf("%s: start daemon: %w", cmd, err))
-			return exitError, true
+			err = fmt.Errorf("%s: start daemon: %w", cmd, err)
+			reportError(a.stderr, err)
+			return exitCode(err), true
 		}
 		resp, err = c.run(ctx, req)
 	}
@@ -161,6 +164,11 @@ func (c *client) call(ctx context.Context, path string, in, out any) error {
 // startDaemon launches `acyclicfs --store DIR daemon` detached in its own
 // session and waits until it signals readiness on a pipe (or dies).
 func startDaemon(storeDir string) error {
+	// Before the directory or the daemon's log is made: never among a
+	// user's files.
+	if err := workspace.CheckStoreDir(storeDir); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(storeDir, 0o700); err != nil {
 		return fmt.Errorf("create store %s: %w", storeDir, err)
 	}

@@ -50,6 +50,9 @@ with another one, or --meta on a local store, it is refused.`,
 		Args: rangeArgs(0, 1, "[STORE]"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
+				if err := pathArg("init: STORE", args[0]); err != nil {
+					return err
+				}
 				if a.storeFlag != "" && a.abs(a.storeFlag) != a.abs(args[0]) {
 					return usageError{fmt.Errorf("init: STORE %s and --store %s differ", args[0], a.storeFlag)}
 				}
@@ -144,6 +147,9 @@ func (a *app) initNode(fl initFlags, ttlGiven bool) error {
 	}
 	dir, err := a.storeDir()
 	if err != nil {
+		return err
+	}
+	if err := workspace.CheckStoreDir(dir); err != nil {
 		return err
 	}
 	eps, prefix, err := cluster.ParseMetaURL(fl.meta)
@@ -273,6 +279,9 @@ func (a *app) cmdCreate() *cobra.Command {
 				if err != nil {
 					return err
 				}
+				if err := a.safeTarget("in-place directory", a.mountpath(inPlace), false, true); err != nil {
+					return err
+				}
 				gen, err := m.CreateInPlace(args[0], a.mountpath(inPlace))
 				if err != nil {
 					return fmt.Errorf("create %s: %w", args[0], err)
@@ -282,6 +291,9 @@ func (a *app) cmdCreate() *cobra.Command {
 			}
 			if from != "" {
 				from = a.abs(from)
+				if err := a.importSource(from); err != nil {
+					return err
+				}
 			}
 			m, err := a.manager()
 			if err != nil {
@@ -382,6 +394,11 @@ func (a *app) cmdCommit() *cobra.Command {
 		Short: "Snapshot DIR as NAME's next generation",
 		Args:  exactArgs(2, "NAME DIR"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// An empty DIR (an unset variable) would snapshot the working
+			// directory as NAME's content.
+			if err := pathArg("commit: DIR", args[1]); err != nil {
+				return err
+			}
 			m, err := a.manager()
 			if err != nil {
 				return err
@@ -625,6 +642,14 @@ func (a *app) cmdExport() *cobra.Command {
 		Short: "Write a workspace's tree into a real directory (journaled)",
 		Args:  exactArgs(2, "NAME[@GEN] DIR"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := pathArg("export: DIR", args[1]); err != nil {
+				return err
+			}
+			// --force replaces what DIR holds: never the working
+			// directory, $HOME, / or a store (nor what holds them).
+			if err := a.safeTarget("export target", a.abs(args[1]), force, force); err != nil {
+				return err
+			}
 			m, err := a.manager()
 			if err != nil {
 				return err

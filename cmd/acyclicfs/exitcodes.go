@@ -61,6 +61,8 @@ func exitCode(err error) int {
 		errors.Is(err, workspace.ErrNoParent),
 		errors.Is(err, workspace.ErrNoConflicts),
 		errors.Is(err, workspace.ErrNoSuchPath),
+		errors.Is(err, workspace.ErrNotAStore),
+		errors.Is(err, workspace.ErrUnsafeTarget),
 		errors.Is(err, workspace.ErrNotBound),
 		errors.Is(err, workspace.ErrBadGitTree),
 		errors.Is(err, gitrepo.ErrNotRepo),
@@ -96,6 +98,10 @@ func hint(err error) string {
 		return "names are 1-128 bytes of letters, digits, '.', '_' and '-', not starting with '.' or '-'"
 	case errors.Is(err, workspace.ErrUnknownWorkspace):
 		return "run 'acyclicfs list' to see the workspaces"
+	case errors.Is(err, workspace.ErrNotAStore):
+		return "--store (or $ACYCLICFS_STORE) names the store's directory: a new or empty one makes a new store"
+	case errors.Is(err, workspace.ErrUnsafeTarget):
+		return "name a directory of its own (a new one, or one whose contents may go)"
 	case errors.Is(err, workspace.ErrNotEmpty):
 		return "pass --force to replace the directory's contents"
 	case errors.Is(err, workspace.ErrUnresolved):

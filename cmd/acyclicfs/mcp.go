@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -25,8 +26,9 @@ import (
 // down.
 
 func (a *app) cmdMCP() *cobra.Command {
-	return &cobra.Command{
-		Use:   "mcp",
+	var allowFrom []string
+	c := &cobra.Command{
+		Use:   "mcp [--allow-from DIR]...",
 		Short: "Serve the Model Context Protocol on stdin/stdout (tools: create, fork, mount, exec, diff, cat, land, resolve, git_publish, git_pull, status, log, …)",
 		Args:  exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -38,24 +40,68 @@ func (a *app) cmdMCP() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("mcp: %w", err)
 			}
-			s := newMCPServer(&mcpRunner{bin: self, store: store, cwd: a.cwd})
+			roots, err := a.allowedRoots(allowFrom)
+			if err != nil {
+				return err
+			}
+			s := newMCPServer(&mcpRunner{bin: self, store: store, cwd: a.cwd, allowFrom: roots})
 			if err := s.Run(cmd.Context(), &mcp.StdioTransport{}); err != nil && !errors.Is(err, context.Canceled) {
 				return fmt.Errorf("mcp: %w", err)
 			}
 			return nil
 		},
 	}
+	c.Flags().StringArrayVar(&allowFrom, "allow-from", nil,
+		"the create tool imports (from, from_git) only directories inside DIR (repeatable; default: the server's working directory; '/' allows every directory the server's user can read)")
+	return c
+}
+
+// allowedRoots are the directories the create tool may import from
+// (mcp --allow-from), with symlinks resolved: the working directory when
+// none is given.
+func (a *app) allowedRoots(dirs []string) ([]string, error) {
+	if len(dirs) == 0 {
+		dirs = []string{a.cwd}
+	}
+	roots := make([]string, 0, len(dirs))
+	for _, d := range dirs {
+		if d == "" {
+			return nil, usageError{errors.New("mcp: --allow-from needs a directory")}
+		}
+		r, err := filepath.EvalSymlinks(a.abs(d))
+		if err != nil {
+			return nil, usageError{fmt.Errorf("mcp: --allow-from %s: %w", d, err)}
+		}
+		if fi, err := os.Stat(r); err != nil || !fi.IsDir() {
+			return nil, usageError{fmt.Errorf("mcp: --allow-from %s: not a directory", d)}
+		}
+		roots = append(roots, r)
+	}
+	return roots, nil
 }
 
 // mcpRunner runs CLI commands for the MCP tools.
 type mcpRunner struct {
 	bin, store, cwd string
+	// allowFrom are the directories (symlinks resolved) whose trees the
+	// create tool may import.
+	allowFrom []string
 }
 
 // cliResult is one CLI run.
 type cliResult struct {
 	stdout, stderr string
 	code           int
+}
+
+// cliArgs is a command line for the CLI built from MCP arguments: the
+// command's words, its flags (each "--name=value", so that no value is
+// ever read as another flag), then "--" and the operands. Nothing after
+// "--" is a flag to the CLI, its pre-pass (scanArgs) or cobra, so an
+// operand like "--store=OTHER" stays an operand.
+func cliArgs(words, flags []string, operands ...string) []string {
+	args := append(append(append([]string{}, words...), flags...), "--")
+	return append(args, operands...)
 }
 
 func (r *mcpRunner) run(ctx context.Context, args ...string) (cliResult, error) {
@@ -193,39 +239,71 @@ var outcomes = map[string]bool{"current": true, "rebased": true, "conflicted": t
 
 func newMCPServer(r *mcpRunner) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "acyclicfs", Version: "1"}, nil)
-	mcp.AddTool(s, &mcp.Tool{Name: "create", Description: "Create a root workspace: empty, importing a directory, or from a git branch (no checkout)."},
+	mcp.AddTool(s, &mcp.Tool{Name: "create", Description: "Create a root workspace: empty, importing a directory, or from a git branch (no checkout). The directory or repository must be inside one the server allows (mcp --allow-from; default: the server's working directory)."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpCreateIn) (*mcp.CallToolResult, any, error) {
-			args := []string{"create", in.Name}
+			if err := mcpName("create", "name", in.Name); err != nil {
+				return nil, nil, err
+			}
+			var flags []string
 			if in.From != "" {
-				args = append(args, "--from", in.From)
+				dir, err := r.importable("create", "from", in.From)
+				if err != nil {
+					return nil, nil, err
+				}
+				flags = append(flags, "--from="+dir)
 			}
 			if in.FromGit != "" {
-				args = append(args, "--from-git", in.FromGit)
+				spec, err := r.gitImportable(in.FromGit)
+				if err != nil {
+					return nil, nil, err
+				}
+				flags = append(flags, "--from-git="+spec)
 			}
-			return r.jsonTool(ctx, args...)
+			return r.jsonTool(ctx, cliArgs([]string{"create"}, flags, in.Name)...)
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "fork", Description: "Fork a child workspace from a parent's head in O(1)."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpForkIn) (*mcp.CallToolResult, any, error) {
-			args := []string{"fork", in.Parent, in.Child}
-			if in.At != "" {
-				args = append(args, "--at", in.At)
+			if err := errors.Join(mcpName("fork", "parent", in.Parent), mcpName("fork", "child", in.Child)); err != nil {
+				return nil, nil, err
 			}
-			return r.jsonTool(ctx, args...)
+			var flags []string
+			if in.At != "" {
+				if err := mcpGen("fork", "at", in.At); err != nil {
+					return nil, nil, err
+				}
+				flags = append(flags, "--at="+in.At)
+			}
+			return r.jsonTool(ctx, cliArgs([]string{"fork"}, flags, in.Parent, in.Child)...)
 		})
-	mcp.AddTool(s, &mcp.Tool{Name: "mount", Description: "Mount a workspace at an empty directory; any tool then works inside."},
+	mcp.AddTool(s, &mcp.Tool{Name: "mount", Description: "Mount a workspace at an empty directory (not inside a store, nor inside another mount of this store); any tool then works inside."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpMountIn) (*mcp.CallToolResult, any, error) {
-			return r.jsonTool(ctx, "mount", in.Workspace, in.Mountpoint)
+			if err := errors.Join(mcpName("mount", "workspace", in.Workspace), r.mountpoint(in.Mountpoint)); err != nil {
+				return nil, nil, err
+			}
+			return r.jsonTool(ctx, cliArgs([]string{"mount"}, nil, in.Workspace, in.Mountpoint)...)
 		})
-	mcp.AddTool(s, &mcp.Tool{Name: "unmount", Description: "Finish leases, capture, reconcile and unmount a mountpoint."},
+	mcp.AddTool(s, &mcp.Tool{Name: "unmount", Description: "Finish leases, capture, reconcile and unmount a mountpoint of this store (or a mounted workspace, by name)."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpMountpointIn) (*mcp.CallToolResult, any, error) {
-			return r.jsonTool(ctx, "unmount", in.Mountpoint)
+			if err := mcpPath("unmount", "mountpoint", in.Mountpoint); err != nil {
+				return nil, nil, err
+			}
+			return r.jsonTool(ctx, cliArgs([]string{"unmount"}, nil, in.Mountpoint)...)
 		})
-	mcp.AddTool(s, &mcp.Tool{Name: "exec", Description: "Run a shell command in a mounted workspace as one lease; returns its output, exit status and the reconcile outcome of the lease's end."},
+	mcp.AddTool(s, &mcp.Tool{Name: "exec", Description: "Run a shell command in a mounted workspace of this store as one lease; returns its output, exit status and the reconcile outcome of the lease's end."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpExecIn) (*mcp.CallToolResult, mcpExecOut, error) {
+			if err := mcpPath("exec", "mountpoint", in.Mountpoint); err != nil {
+				return nil, mcpExecOut{}, err
+			}
 			if strings.TrimSpace(in.Command) == "" {
 				return nil, mcpExecOut{}, errors.New("exec: command is empty")
 			}
-			res, err := r.run(ctx, "exec", in.Mountpoint, "--", "sh", "-c", in.Command)
+			if err := mcpText("exec", "command", in.Command, mcpMaxText); err != nil {
+				return nil, mcpExecOut{}, err
+			}
+			// The command runs in the mount only once the daemon bound
+			// its session to a lease there: a directory that is no mount
+			// of this store fails before the command starts.
+			res, err := r.run(ctx, cliArgs([]string{"exec"}, nil, in.Mountpoint, "sh", "-c", in.Command)...)
 			if err != nil {
 				return nil, mcpExecOut{}, err
 			}
@@ -253,18 +331,32 @@ func newMCPServer(r *mcpRunner) *mcp.Server {
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "diff", Description: "What a workspace changed against its parent (or another workspace/generation)."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpDiffIn) (*mcp.CallToolResult, any, error) {
-			args := []string{"diff", in.Workspace}
-			if in.Against != "" {
-				args = append(args, in.Against)
+			if err := mcpName("diff", "workspace", in.Workspace); err != nil {
+				return nil, nil, err
 			}
-			return r.jsonTool(ctx, args...)
+			ops := []string{in.Workspace}
+			if in.Against != "" {
+				if err := mcpRef("diff", "against", in.Against); err != nil {
+					return nil, nil, err
+				}
+				ops = append(ops, in.Against)
+			}
+			return r.jsonTool(ctx, cliArgs([]string{"diff"}, nil, ops...)...)
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "cat", Description: "A file of a workspace (or of a generation, or one side of a recorded conflict)."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpCatIn) (*mcp.CallToolResult, any, error) {
-			args := []string{"cat", in.Workspace, in.Path}
-			if in.Conflict != "" {
-				args = append(args, "--conflict", in.Conflict)
+			if err := errors.Join(mcpRef("cat", "workspace", in.Workspace), mcpPath("cat", "path", in.Path)); err != nil {
+				return nil, nil, err
 			}
+			var flags []string
+			switch in.Conflict {
+			case "":
+			case "base", "ours", "theirs":
+				flags = append(flags, "--conflict="+in.Conflict)
+			default:
+				return nil, nil, fmt.Errorf("cat: conflict %q: want base, ours or theirs", in.Conflict)
+			}
+			args := cliArgs([]string{"cat"}, flags, in.Workspace, in.Path)
 			res, err := r.run(ctx, args...)
 			if err != nil {
 				return nil, nil, err
@@ -276,72 +368,98 @@ func newMCPServer(r *mcpRunner) *mcp.Server {
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "land", Description: "Land a workspace into its parent; refused (with the paths) while conflicts are recorded."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpWorkspaceIn) (*mcp.CallToolResult, any, error) {
-			return r.jsonTool(ctx, "land", in.Workspace)
+			if err := mcpName("land", "workspace", in.Workspace); err != nil {
+				return nil, nil, err
+			}
+			return r.jsonTool(ctx, cliArgs([]string{"land"}, nil, in.Workspace)...)
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "resolve", Description: "Resolve recorded conflicts: take a side, or the workspace's current content."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpResolveIn) (*mcp.CallToolResult, any, error) {
-			args := append([]string{"resolve", in.Workspace}, in.Paths...)
+			if err := mcpName("resolve", "workspace", in.Workspace); err != nil {
+				return nil, nil, err
+			}
+			for _, p := range in.Paths {
+				if err := mcpPath("resolve", "paths", p); err != nil {
+					return nil, nil, err
+				}
+			}
+			var flags []string
 			if in.All {
-				args = append(args, "--all")
+				flags = append(flags, "--all")
 			}
 			switch in.Side {
 			case "":
 			case "ours", "theirs", "base":
-				args = append(args, "--"+in.Side)
+				flags = append(flags, "--"+in.Side)
 			default:
 				return nil, nil, fmt.Errorf("resolve: side %q: want ours, theirs or base", in.Side)
 			}
 			if in.Force {
-				args = append(args, "--force")
+				flags = append(flags, "--force")
 			}
-			return r.jsonTool(ctx, args...)
+			return r.jsonTool(ctx, cliArgs([]string{"resolve"}, flags, append([]string{in.Workspace}, in.Paths...)...)...)
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "git_publish", Description: "Publish a workspace bound to a git branch: its commits on the branch, and its uncommitted changes as one commit, become the branch's value (compare-and-swap); refused (exit 3) when the branch moved meanwhile: git_pull first."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpPublishIn) (*mcp.CallToolResult, any, error) {
-			args := []string{"git", "publish", in.Workspace}
-			if in.Message != "" {
-				args = append(args, "-m", in.Message)
+			if err := errors.Join(mcpName("git_publish", "workspace", in.Workspace), mcpText("git_publish", "message", in.Message, mcpMaxText)); err != nil {
+				return nil, nil, err
 			}
-			return r.jsonTool(ctx, args...)
+			var flags []string
+			if in.Message != "" {
+				flags = append(flags, "--message="+in.Message)
+			}
+			return r.jsonTool(ctx, cliArgs([]string{"git", "publish"}, flags, in.Workspace)...)
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "git_pull", Description: "Merge what a bound workspace's git branch received since they last agreed into the workspace (git-aware; queued while a session runs in its mount)."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpWorkspaceIn) (*mcp.CallToolResult, any, error) {
-			return r.jsonTool(ctx, "git", "pull", in.Workspace)
+			if err := mcpName("git_pull", "workspace", in.Workspace); err != nil {
+				return nil, nil, err
+			}
+			return r.jsonTool(ctx, cliArgs([]string{"git", "pull"}, nil, in.Workspace)...)
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "status", Description: "Every workspace: mounts, leases and who holds them, conflicts."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, _ mcpNone) (*mcp.CallToolResult, any, error) {
-			return r.jsonTool(ctx, "status")
+			return r.jsonTool(ctx, cliArgs([]string{"status"}, nil)...)
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "list", Description: "The workspaces with their parents and heads."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, _ mcpNone) (*mcp.CallToolResult, any, error) {
-			return r.jsonTool(ctx, "list")
+			return r.jsonTool(ctx, cliArgs([]string{"list"}, nil)...)
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "log", Description: "A workspace's generations, newest first."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpLogIn) (*mcp.CallToolResult, any, error) {
-			args := []string{"log", in.Workspace}
-			if in.N > 0 {
-				args = append(args, "-n", strconv.Itoa(in.N))
+			if err := errors.Join(mcpName("log", "workspace", in.Workspace), mcpCount("log", in.N)); err != nil {
+				return nil, nil, err
 			}
-			return r.jsonTool(ctx, args...)
+			var flags []string
+			if in.N > 0 {
+				flags = append(flags, "--number="+strconv.Itoa(in.N))
+			}
+			return r.jsonTool(ctx, cliArgs([]string{"log"}, flags, in.Workspace)...)
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "sessions", Description: "A workspace's session log, newest first: each lease (tool session or exec) with its leader's command line, outcome, generation and the paths it changed."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpSessionsIn) (*mcp.CallToolResult, any, error) {
-			args := []string{"sessions"}
+			if err := errors.Join(mcpName("sessions", "workspace", in.Workspace), mcpCount("sessions", in.N)); err != nil {
+				return nil, nil, err
+			}
+			var flags []string
 			if in.N > 0 {
-				args = append(args, "-n", strconv.Itoa(in.N))
+				flags = append(flags, "--number="+strconv.Itoa(in.N))
 			}
 			if in.Ancestors {
-				args = append(args, "--ancestors")
+				flags = append(flags, "--ancestors")
 			}
-			return r.jsonTool(ctx, append(args, "--", in.Workspace)...)
+			return r.jsonTool(ctx, cliArgs([]string{"sessions"}, flags, in.Workspace)...)
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "blame", Description: "The generations and sessions that changed a path of a workspace, newest first, with the command that wrote it."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpBlameIn) (*mcp.CallToolResult, any, error) {
-			args := []string{"blame"}
-			if in.Ancestors {
-				args = append(args, "--ancestors")
+			if err := errors.Join(mcpName("blame", "workspace", in.Workspace), mcpPath("blame", "path", in.Path)); err != nil {
+				return nil, nil, err
 			}
-			return r.jsonTool(ctx, append(args, "--", in.Workspace, in.Path)...)
+			var flags []string
+			if in.Ancestors {
+				flags = append(flags, "--ancestors")
+			}
+			return r.jsonTool(ctx, cliArgs([]string{"blame"}, flags, in.Workspace, in.Path)...)
 		})
 	return s
 }

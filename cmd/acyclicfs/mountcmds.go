@@ -45,7 +45,11 @@ func (a *app) cmdMount() *cobra.Command {
 			if err := workspace.ValidateName(args[0]); err != nil {
 				return fmt.Errorf("mount %s: %w", args[0], err)
 			}
-			if len(args) == 1 {
+			if len(args) == 2 {
+				if err := pathArg("mount: MOUNTPOINT", args[1]); err != nil {
+					return err
+				}
+			} else {
 				m, err := a.manager()
 				if err != nil {
 					return err
@@ -78,6 +82,9 @@ func (a *app) cmdMount() *cobra.Command {
 			}
 			opt.LeaseTTL, opt.LeaseBy, opt.IdleClose = ttl, b, idle
 			mp := a.mountpath(args[1])
+			if err := a.safeTarget("mountpoint", mp, false, false); err != nil {
+				return fmt.Errorf("mount %s: %w", args[0], err)
+			}
 			if a.d == nil {
 				if !foreground {
 					return fmt.Errorf("mount: %w", errNoDaemon)

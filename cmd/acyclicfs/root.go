@@ -26,6 +26,13 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if code, ok := a.fsmonitorHook(args); ok {
 		return code
 	}
+	// --store "" (an unset variable) is refused, not read as "the
+	// default store".
+	if line := scanArgs(args); line.storeGiven && line.store == "" {
+		err := pathArg("--store", "")
+		reportError(stderr, err)
+		return exitCode(err)
+	}
 	// Route through the per-store daemon when one runs: it alone holds the
 	// store open.
 	if code, forwarded := a.forward(ctx, args); forwarded {
