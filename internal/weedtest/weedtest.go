@@ -66,6 +66,7 @@ type Server struct {
 	bin   string
 	dir   string
 	ports [10]int
+	used  []int // every port an attempt was given (their sockets are removed at the end)
 	// Endpoint is the S3 API's HOST:PORT (plain http).
 	Endpoint string
 
@@ -94,17 +95,18 @@ func Start(t testing.TB) *Server {
 	if err := os.WriteFile(cfg, []byte(ident), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range []string{"data", "log"} {
-		if err := os.Mkdir(filepath.Join(s.dir, d), 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
 	t.Cleanup(func() {
 		s.Stop()
 		s.removeSockets()
 	})
 	const attempts = 3
 	for i := 1; ; i++ {
+		// Each attempt starts from empty directories: a master that
+		// finds the state of one that ran on other ports freezes its
+		// volume growth ("master state loss") and never takes a write.
+		if err := s.freshDirs(); err != nil {
+			t.Fatal(err)
+		}
 		s.takePorts()
 		err := s.start()
 		if err == nil {
@@ -113,8 +115,30 @@ func Start(t testing.TB) *Server {
 		if !errors.Is(err, errBind) || i == attempts {
 			t.Fatalf("weed server (start %d of %d): %v", i, attempts, err)
 		}
-		t.Logf("weed server: start %d of %d could not bind its ports (%v); retrying on fresh ports", i, attempts, err)
+		t.Logf("weed server: start %d of %d could not bind its ports; retrying on fresh ports: %v", i, attempts, firstLine(err))
 	}
+}
+
+// freshDirs makes the data and log directories empty.
+func (s *Server) freshDirs() error {
+	for _, d := range []string{"data", "log"} {
+		p := filepath.Join(s.dir, d)
+		if err := os.RemoveAll(p); err != nil {
+			return err
+		}
+		if err := os.Mkdir(p, 0o700); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func firstLine(err error) string {
+	m := err.Error()
+	if i := strings.IndexByte(m, '\n'); i >= 0 {
+		return m[:i]
+	}
+	return m
 }
 
 // takeHook, when set (by this package's tests), hands out the ports.
@@ -131,6 +155,7 @@ func (s *Server) takePorts() {
 		take = takeHook
 	}
 	copy(s.ports[:], take(s.t, len(s.ports)))
+	s.used = append(s.used, s.ports[:]...)
 	s.Endpoint = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.ports[6]))
 }
 
@@ -326,7 +351,7 @@ func (s *Server) removeSockets() {
 		"seaweedfs-s3-grpc-%d.sock", "seaweedfs-filer-%d.sock", "seaweedfs-master-%d.sock",
 		"seaweedfs-volume-%d.sock", "seaweedfs-s3-%d.sock",
 	} {
-		for _, p := range s.ports {
+		for _, p := range s.used {
 			os.Remove(filepath.Join(os.TempDir(), fmt.Sprintf(name, p)))
 		}
 	}
