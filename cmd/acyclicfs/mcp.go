@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
@@ -104,12 +106,49 @@ func cliArgs(words, flags []string, operands ...string) []string {
 	return append(args, operands...)
 }
 
+// outputGrace is how long a tool waits for the output pipes to close
+// after the CLI exited: a command that left a process in the background
+// (`server &`) holds them open for as long as that process lives, and
+// the tool returns when the command exits, not when its background does.
+const outputGrace = time.Second
+
+// stopGrace is the time between the SIGTERM that ends a command (its call
+// was cancelled, or exec's timeout passed) and the second one, on which
+// exec kills the command's session.
+const stopGrace = 5 * time.Second
+
 func (r *mcpRunner) run(ctx context.Context, args ...string) (cliResult, error) {
-	cmd := exec.CommandContext(ctx, r.bin, append([]string{"--store", r.store}, args...)...)
+	cmd := exec.Command(r.bin, append([]string{"--store", r.store}, args...)...)
 	cmd.Dir = r.cwd
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
+	cmd.WaitDelay = outputGrace
+	if err := cmd.Start(); err != nil {
+		return cliResult{}, fmt.Errorf("run acyclicfs: %w", err)
+	}
+	// A cancelled call ends the CLI as Ctrl-C would, never with SIGKILL:
+	// the first SIGTERM lets it stop cleanly (exec passes it on to the
+	// command's session and still ends the lease), a second one
+	// stopGrace later makes exec kill that session.
+	exited := make(chan struct{})
+	go func() {
+		select {
+		case <-exited:
+			return
+		case <-ctx.Done():
+		}
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(stopGrace):
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}()
+	err := cmd.Wait()
+	close(exited)
+	if errors.Is(err, exec.ErrWaitDelay) {
+		err = nil // the CLI exited; only its background kept the pipes
+	}
 	res := cliResult{stdout: out.String(), stderr: errb.String()}
 	var ee *exec.ExitError
 	switch {
@@ -182,8 +221,9 @@ type (
 		Mountpoint string `json:"mountpoint"`
 	}
 	mcpExecIn struct {
-		Mountpoint string `json:"mountpoint" jsonschema:"a mounted workspace"`
-		Command    string `json:"command" jsonschema:"a shell command, run with sh -c in the mountpoint as one lease"`
+		Mountpoint     string `json:"mountpoint" jsonschema:"a mounted workspace"`
+		Command        string `json:"command" jsonschema:"a shell command, run with sh -c in the mountpoint as one lease; the tool returns when it exits, whatever it left running in the background"`
+		TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"end the command after this many seconds (SIGTERM to its session, SIGKILL 5 s later); default 600, at most 86400"`
 	}
 	mcpWorkspaceIn struct {
 		Workspace string `json:"workspace"`
@@ -232,7 +272,14 @@ type mcpExecOut struct {
 	ExitCode int      `json:"exit_code" jsonschema:"the command's exit status"`
 	Outcome  string   `json:"outcome" jsonschema:"the reconcile outcome of the lease's end: current, rebased, conflicted or still-active"`
 	Paths    []string `json:"paths,omitempty" jsonschema:"the paths the outcome concerns (conflicts)"`
+	TimedOut bool     `json:"timed_out,omitempty" jsonschema:"the command was ended because timeout_seconds passed"`
 }
+
+// Exec's timeout: the default and the largest allowed.
+const (
+	mcpExecTimeout    = 600 * time.Second
+	mcpExecTimeoutMax = 86400
+)
 
 // outcomes are the reconcile outcomes exec prints.
 var outcomes = map[string]bool{"current": true, "rebased": true, "conflicted": true, "still-active": true}
@@ -303,11 +350,20 @@ func newMCPServer(r *mcpRunner) *mcp.Server {
 			// The command runs in the mount only once the daemon bound
 			// its session to a lease there: a directory that is no mount
 			// of this store fails before the command starts.
-			res, err := r.run(ctx, cliArgs([]string{"exec"}, nil, in.Mountpoint, "sh", "-c", in.Command)...)
+			if in.TimeoutSeconds < 0 || in.TimeoutSeconds > mcpExecTimeoutMax {
+				return nil, mcpExecOut{}, fmt.Errorf("exec: timeout_seconds: %d is not between 0 and %d", in.TimeoutSeconds, mcpExecTimeoutMax)
+			}
+			limit := mcpExecTimeout
+			if in.TimeoutSeconds > 0 {
+				limit = time.Duration(in.TimeoutSeconds) * time.Second
+			}
+			tctx, cancel := context.WithTimeout(ctx, limit)
+			defer cancel()
+			res, err := r.run(tctx, cliArgs([]string{"exec"}, nil, in.Mountpoint, "sh", "-c", in.Command)...)
 			if err != nil {
 				return nil, mcpExecOut{}, err
 			}
-			out := mcpExecOut{Stdout: res.stdout, Stderr: res.stderr, ExitCode: res.code}
+			out := mcpExecOut{Stdout: res.stdout, Stderr: res.stderr, ExitCode: res.code, TimedOut: ctx.Err() == nil && tctx.Err() != nil}
 			// exec ends its stderr with the outcome line and, for some
 			// outcomes, the paths concerned.
 			lines := strings.Split(strings.TrimRight(res.stderr, "\n"), "\n")

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
@@ -555,6 +556,35 @@ func (a *app) cmdExec() *cobra.Command {
 // first request already belongs to the bound lease.
 const execGate = `read -r g <&3; [ "$g" = go ] || exit 127; exec 3<&-; cd -- "$1" || exit 1; shift; exec "$@"`
 
+// waitForwardingSignals waits for exec's child, passing the signals a
+// terminal or a supervisor sends exec on to the child's session (its own,
+// so Ctrl-C at a terminal reaches only exec): CMD sees them as it would
+// without exec in between, and exec stays to end the lease. A second
+// SIGINT or SIGTERM kills the session, for a command that ignores the first.
+func waitForwardingSignals(child *exec.Cmd) error {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	defer signal.Stop(sigs)
+	waited := make(chan error, 1)
+	go func() { waited <- child.Wait() }()
+	ends := 0
+	for {
+		select {
+		case err := <-waited:
+			return err
+		case s := <-sigs:
+			sig := s.(syscall.Signal)
+			if sig == syscall.SIGINT || sig == syscall.SIGTERM {
+				if ends++; ends > 1 {
+					sig = syscall.SIGKILL
+				}
+			}
+			// The session's leader is the child: its pid is the group's id.
+			_ = syscall.Kill(-child.Process.Pid, sig)
+		}
+	}
+}
+
 // runExec starts CMD in a new session behind a gate that waits on a pipe
 // (execGate), binds that session to a lease in the daemon, then lets CMD
 // run: every request of CMD's session belongs to that lease.
@@ -595,7 +625,7 @@ func (a *app) runExec(mp string, argv []string) error {
 	leaseID := strings.TrimSpace(string(resp.Stdout))
 	pw.Write([]byte("go"))
 	pw.Close()
-	werr := child.Wait()
+	werr := waitForwardingSignals(child)
 	end, err := c.run(context.Background(), daemon.RunRequest{Args: []string{"--store", dir, "lease", "end", mp, leaseID}, Cwd: a.cwd})
 	if err != nil {
 		fmt.Fprintf(a.stderr, "acyclicfs: exec: end lease: %v\n", err)
