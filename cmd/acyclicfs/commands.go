@@ -146,11 +146,17 @@ func (a *app) initNode(fl initFlags, ttlGiven bool) error {
 	if err != nil {
 		return err
 	}
-	eps, prefix, err := cluster.ParseMetaURL(fl.meta)
+	cfg, err := cluster.ParseMeta(fl.meta)
 	if err != nil {
 		return err
 	}
-	cfg := cluster.Config{Version: cluster.ConfigVersion, Endpoints: eps, Prefix: prefix, Node: fl.node}
+	cfg.Version, cfg.Node = cluster.ConfigVersion, fl.node
+	// The TLS and password files as cluster.json keeps them: absolute.
+	for _, f := range []*string{&cfg.CAFile, &cfg.CertFile, &cfg.KeyFile, &cfg.PasswordFile} {
+		if *f != "" {
+			*f = a.abs(*f)
+		}
+	}
 	// "init --meta URL" again keeps what it does not say: the node's name,
 	// claim TTL, blobs and cache size.
 	old, found, err := cluster.Load(dir)
