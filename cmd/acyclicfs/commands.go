@@ -49,6 +49,9 @@ the same configuration changes nothing (flags left out keep their values);
 with another one, or --meta on a local store, it is refused.`,
 		Args: rangeArgs(0, 1, "[STORE]"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// Init alone makes a node's store in etcd when its prefix
+			// holds none (other commands say it is missing).
+			a.initing = true
 			if len(args) == 1 {
 				if a.storeFlag != "" && a.abs(a.storeFlag) != a.abs(args[0]) {
 					return usageError{fmt.Errorf("init: STORE %s and --store %s differ", args[0], a.storeFlag)}
@@ -86,7 +89,7 @@ with another one, or --meta on a local store, it is refused.`,
 			})
 		},
 	}
-	c.Flags().StringVar(&fl.meta, "meta", "", "keep the metadata in etcd: etcd://HOST:PORT[,HOST:PORT...]/PREFIX")
+	c.Flags().StringVar(&fl.meta, "meta", "", "keep the metadata in etcd: etcd[s]://[USER@]HOST:PORT[,HOST:PORT...]/PREFIX[?ca=FILE&cert=FILE&key=FILE&password-file=FILE]")
 	c.Flags().StringVar(&fl.blobs, "blobs", "", "keep every node's blobs in this shared directory or S3 bucket (s3://BUCKET[/PREFIX]?endpoint=HOST:PORT)")
 	c.Flags().StringVar(&fl.cacheSize, "cache-size", "", "with --blobs, bound this node's objects/ cache (bytes, or N[K|M|G|T])")
 	c.Flags().StringVar(&fl.node, "node", "", "this node's name (default HOST-HASH of the store path)")
