@@ -214,6 +214,9 @@ func dial(ctx context.Context, cfg Config) (*Conn, error) {
 	}
 	timeout := time.NewTimer(DialTimeout)
 	defer timeout.Stop()
+	// No answer within probeTimeout: a TLS handshake of our own may say
+	// why (gRPC only reports the deadline).
+	diagnose := time.After(probeTimeout)
 	var grace <-chan time.Time
 	var firstErr error
 	answered := 0
@@ -231,6 +234,14 @@ collect:
 			}
 		case <-grace:
 			break collect // the rest are slow: their monitors add them when they answer
+		case <-diagnose:
+			n--
+			if answered > 0 {
+				continue
+			}
+			if d := diagnoseTLS(base, cfg.Endpoints); d != nil {
+				return fail(fmt.Errorf("%w: etcd %s: %w", ErrAuth, eps, d))
+			}
 		case <-timeout.C:
 			break collect
 		case <-ctx.Done():
@@ -240,9 +251,6 @@ collect:
 	if answered == 0 {
 		if refused(firstErr) {
 			return fail(fmt.Errorf("%w: etcd %s: %w", ErrAuth, eps, firstErr))
-		}
-		if d := diagnoseTLS(base, cfg.Endpoints); d != nil {
-			return fail(fmt.Errorf("%w: etcd %s: %w", ErrAuth, eps, d))
 		}
 		if firstErr == nil {
 			firstErr = context.DeadlineExceeded
