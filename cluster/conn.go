@@ -47,32 +47,47 @@ type Node struct {
 	claims atomic.Pointer[Claims]
 }
 
-// Open opens dir as a node if it has a cluster.json: it takes the node
-// lock (an error wrapping store.ErrLocked when another process holds it for
-// 2s) and connects to etcd, checking within DialTimeout that a member
-// answers (ErrUnreachable naming the endpoints). It returns nil, nil for a
-// local store.
+// Open opens dir as a node if it has a cluster.json: it connects to etcd,
+// checking within DialTimeout that a quorum answers (ErrUnreachable
+// naming the endpoints), then takes the node lock (an error wrapping
+// store.ErrLocked when another process holds it for 2s, or, while some
+// member does not answer, for RequestTimeout more: the error then names
+// them). It returns nil, nil for a local store.
 func Open(ctx context.Context, dir string) (*Node, error) {
 	cfg, found, err := Load(dir)
 	if err != nil || !found {
 		return nil, err
 	}
+	// etcd first: a command that cannot reach it says so, not that the
+	// store is locked by a process that waits on it too.
+	conn, err := Dial(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
 	lock := lockfile.New(filepath.Join(dir, LockName), os.O_RDONLY|os.O_CREATE)
 	if err := lock.Wait(ctx, lockfile.Exclusive, lockWait, 20*time.Millisecond); err != nil {
-		if errors.Is(err, lockfile.ErrHeld) {
-			return nil, fmt.Errorf("open node %s: %w", dir, store.ErrLocked)
+		slow := conn.Slow()
+		if errors.Is(err, lockfile.ErrHeld) && len(slow) > 0 {
+			// The holder most likely waits on the members that do not
+			// answer: give it its requests' time.
+			err = lock.Wait(ctx, lockfile.Exclusive, RequestTimeout, 20*time.Millisecond)
 		}
-		return nil, fmt.Errorf("open node %s: %w", dir, err)
+		if err != nil {
+			conn.Close()
+			switch {
+			case errors.Is(err, lockfile.ErrHeld) && len(slow) > 0:
+				return nil, fmt.Errorf("open node %s: %w, which waits on etcd: %s did not answer within %v", dir, store.ErrLocked, strings.Join(slow, ","), probeTimeout)
+			case errors.Is(err, lockfile.ErrHeld):
+				return nil, fmt.Errorf("open node %s: %w", dir, store.ErrLocked)
+			}
+			return nil, fmt.Errorf("open node %s: %w", dir, err)
+		}
 	}
 	remote, err := OpenBlobs(ctx, dir, cfg, false)
 	if err != nil {
 		lock.Unlock()
+		conn.Close()
 		return nil, fmt.Errorf("node %s: %w", dir, err)
-	}
-	conn, err := Dial(ctx, cfg)
-	if err != nil {
-		lock.Unlock()
-		return nil, err
 	}
 	c := conn.Client
 	// The lease gates' session lives as long as the claims' lease: a node

@@ -339,6 +339,13 @@ func (c *Conn) set(ep string, ok bool) {
 	}
 }
 
+// Slow returns the endpoints whose latest probe did not answer.
+func (c *Conn) Slow() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.DeleteFunc(slices.Clone(c.all), func(e string) bool { return c.healthy[e] })
+}
+
 // Endpoints returns the endpoints the client sends requests to now.
 func (c *Conn) Endpoints() []string {
 	c.mu.Lock()
@@ -390,4 +397,34 @@ func diagnoseTLS(cc clientv3.Config, endpoints []string) error {
 		}
 	}
 	return nil
+}
+
+// attempt runs a read op (or a lease grant) with each try bounded by
+// ReadAttempt, again while a try ran out of its time and ctx goes on: a
+// member that hangs holds one try, and the balancer sends the next to
+// another member (see etcdmeta.Options.ReadAttempt).
+func attempt[T any](ctx context.Context, op func(context.Context) (T, error)) (T, error) {
+	for {
+		actx, cancel := context.WithTimeout(ctx, ReadAttempt)
+		v, err := op(actx)
+		expired := actx.Err() != nil
+		cancel()
+		if err == nil || ctx.Err() != nil || !expired {
+			return v, err
+		}
+	}
+}
+
+// get is c.Get through attempt.
+func get(ctx context.Context, c *clientv3.Client, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	return attempt(ctx, func(ctx context.Context) (*clientv3.GetResponse, error) { return c.Get(ctx, key, opts...) })
+}
+
+// noAnswer names etcd in an error of a request whose context (bounded by
+// DialTimeout) ran out: ErrUnreachable.
+func noAnswer(ctx context.Context, err error) error {
+	if ctx.Err() != nil && (errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded) {
+		return fmt.Errorf("%w: no answer within %v: %w", ErrUnreachable, DialTimeout, err)
+	}
+	return err
 }

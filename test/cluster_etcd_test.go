@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acyclicfs/acyclicfs/cluster"
 	"github.com/acyclicfs/acyclicfs/internal/etcdtest"
+	"github.com/acyclicfs/acyclicfs/internal/lockfile"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -72,6 +74,16 @@ func TestPausedEtcdMember(t *testing.T) {
 	step("fork", "main", "kid3")
 	step("land", "kid2")
 	step("list")
+	// Another process holds the node (an exiting daemon whose requests
+	// went to the paused member, say) for 3 s: a command waits for it
+	// rather than say the store is locked after 2 s.
+	lock := lockfile.New(filepath.Join(e.store, cluster.LockName), os.O_RDONLY)
+	if err := lock.Wait(context.Background(), lockfile.Exclusive, time.Second, 10*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	release := time.AfterFunc(3*time.Second, func() { lock.Unlock() }) // the holder's work
+	defer release.Stop()
+	step("fork", "main", "kid5")
 	t.Logf("with member 0 paused: %s", strings.Join(took, "; "))
 	c.Resume(0)
 
@@ -108,7 +120,7 @@ func TestPausedEtcdMember(t *testing.T) {
 	e.unmount(mp)
 	c.Pause(0)
 	c.Pause(2)
-	fails("fork", "main", "kid5")
+	fails("fork", "main", "kid6")
 	t.Logf("with no member answering: %s", strings.Join(took, "; "))
 	c.Resume(0)
 	c.Resume(2)
