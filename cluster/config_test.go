@@ -159,7 +159,7 @@ func TestWriteLoad(t *testing.T) {
 		`{"version":1,"endpoints":[],"prefix":"/p","node":"a"}`,
 		`{"version":1,"endpoints":["http://a:1"],"prefix":"","node":"a"}`,
 		`{"version":1,"endpoints":["http://a:1/x"],"prefix":"/p","node":"a"}`,
-		`{"version":1,"endpoints":["https://a:1"],"prefix":"/p","node":"a"}`,
+		`{"version":1,"endpoints":["http://a:1","https://b:2"],"prefix":"/p","node":"a"}`,
 		`{"version":1,"endpoints":["http://a:1"],"prefix":"p","node":"a"}`} {
 		d := t.TempDir()
 		os.WriteFile(filepath.Join(d, ConfigName), []byte(bad), 0o600)
