@@ -130,13 +130,12 @@ func password(cfg Config) (string, error) {
 	return pw, nil
 }
 
-// probe is one endpoint's own client and its latest verdict.
+// probe is one endpoint's own client.
 type probe struct {
 	ep  string
 	cfg clientv3.Config
 	key string
 	c   *clientv3.Client
-	err error // the latest failure, nil after an answer
 }
 
 // check probes once within timeout: a client of the endpoint alone
