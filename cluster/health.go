@@ -165,6 +165,19 @@ func (p *probe) close() {
 	}
 }
 
+// alive reports whether a probe's outcome is an answer of the member:
+// none but a deadline, a closed or failed connection (a refusal of the
+// anonymous probe, "user name is empty" or "permission denied", is an
+// answer).
+func alive(err error) bool {
+	if err == nil || refused(err) {
+		return true
+	}
+	// Any other error etcd itself sent is an answer too.
+	var ee rpctypes.EtcdError
+	return errors.As(err, &ee)
+}
+
 // refused reports whether err says the credentials were refused (not
 // that the member did not answer).
 func refused(err error) bool {
@@ -200,8 +213,11 @@ func dial(ctx context.Context, cfg Config) (*Conn, error) {
 	// after the first answer, dialGrace for the rest.
 	first := make(chan verdict, len(cfg.Endpoints))
 	for _, ep := range cfg.Endpoints {
+		// A probe asks whether the member answers, not whether it takes
+		// the credentials (the client's open checks those): it goes
+		// without the user, so a probe costs the member no password hash.
 		pc := base
-		pc.Endpoints = []string{ep}
+		pc.Endpoints, pc.Username, pc.Password = []string{ep}, "", ""
 		conn.wg.Add(1)
 		go conn.monitor(mctx, &probe{ep: ep, cfg: pc, key: key}, first)
 	}
@@ -223,7 +239,7 @@ collect:
 	for n := 0; n < len(cfg.Endpoints); n++ {
 		select {
 		case v := <-first:
-			if v.err == nil {
+			if alive(v.err) {
 				answered++
 				if grace == nil {
 					grace = time.After(dialGrace)
@@ -292,7 +308,7 @@ func (c *Conn) monitor(ctx context.Context, p *probe, first chan<- verdict) {
 	defer c.wg.Done()
 	defer p.close()
 	err := p.check(ctx, DialTimeout)
-	c.set(p.ep, err == nil)
+	c.set(p.ep, alive(err))
 	first <- verdict{p.ep, err}
 	t := time.NewTicker(probeEvery)
 	defer t.Stop()
@@ -311,7 +327,7 @@ func (c *Conn) monitor(ctx context.Context, p *probe, first chan<- verdict) {
 			// made again on the next probe.
 			p.close()
 		}
-		c.set(p.ep, err == nil)
+		c.set(p.ep, alive(err))
 	}
 }
 

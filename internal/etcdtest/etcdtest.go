@@ -103,6 +103,7 @@ func StartWith(t testing.TB, o Options) *Cluster {
 		cfg.InitialClusterToken = "etcdtest"
 		cfg.LogLevel = "error"
 		cfg.UnsafeNoFsync = true // test data: losing it on a crash is fine
+		cfg.BcryptCost = 4       // bcrypt's least: passwords are checked in the test process, under -race
 		initial = append(initial, cfg.Name+"="+peer.String())
 		c.cfgs = append(c.cfgs, cfg)
 	}
