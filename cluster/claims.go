@@ -105,9 +105,9 @@ func (n *Node) List(ctx context.Context) ([]Claim, error) {
 func (n *Node) Holder(ctx context.Context, ws string) (Claim, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, DialTimeout)
 	defer cancel()
-	resp, err := n.c.Get(ctx, claimRoot(n.cfg.Prefix)+ws)
+	resp, err := get(ctx, n.c, claimRoot(n.cfg.Prefix)+ws)
 	if err != nil {
-		return Claim{}, false, fmt.Errorf("claim on %s: %w", ws, err)
+		return Claim{}, false, fmt.Errorf("claim on %s: %w", ws, noAnswer(ctx, err))
 	}
 	if len(resp.Kvs) == 0 {
 		return Claim{}, false, nil
@@ -122,9 +122,9 @@ func (n *Node) Holder(ctx context.Context, ws string) (Claim, bool, error) {
 func listClaims(ctx context.Context, c *clientv3.Client, root string) ([]Claim, error) {
 	ctx, cancel := context.WithTimeout(ctx, DialTimeout)
 	defer cancel()
-	resp, err := c.Get(ctx, root, clientv3.WithPrefix())
+	resp, err := get(ctx, c, root, clientv3.WithPrefix())
 	if err != nil {
-		return nil, fmt.Errorf("list claims: %w", err)
+		return nil, fmt.Errorf("list claims: %w", noAnswer(ctx, err))
 	}
 	out := make([]Claim, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
@@ -159,9 +159,11 @@ func (cl *Claims) session(ctx context.Context) (*concurrency.Session, error) {
 	// the keep-alive's context, which lives as long as the session).
 	gctx, cancel := context.WithTimeout(ctx, DialTimeout)
 	defer cancel()
-	lease, err := cl.c.Grant(gctx, int64(max(cl.ttl/time.Second, 1)))
+	lease, err := attempt(gctx, func(ctx context.Context) (*clientv3.LeaseGrantResponse, error) {
+		return cl.c.Grant(ctx, int64(max(cl.ttl/time.Second, 1)))
+	})
 	if err != nil {
-		return nil, fmt.Errorf("claims session: grant lease: %w", err)
+		return nil, fmt.Errorf("claims session: grant lease: %w", noAnswer(gctx, err))
 	}
 	s, err := concurrency.NewSession(cl.c, concurrency.WithLease(lease.ID), concurrency.WithContext(context.Background()))
 	if err != nil {
@@ -391,9 +393,9 @@ func (cl *Claims) Release(ctx context.Context, ws string) error {
 	key := cl.root + ws
 	ctx, cancel := context.WithTimeout(ctx, DialTimeout)
 	defer cancel()
-	resp, err := cl.c.Get(ctx, key)
+	resp, err := get(ctx, cl.c, key)
 	if err != nil {
-		return fmt.Errorf("release claim on %s: %w", ws, err)
+		return fmt.Errorf("release claim on %s: %w", ws, noAnswer(ctx, err))
 	}
 	if len(resp.Kvs) == 0 {
 		return nil

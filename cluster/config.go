@@ -10,6 +10,7 @@ import (
 	"github.com/acyclicfs/acyclicfs/blobs/s3blobs"
 	"io/fs"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -67,7 +68,24 @@ type Config struct {
 	// CacheBytes bounds the node's objects/ when Blobs is set (0:
 	// unbounded).
 	CacheBytes int64 `json:"cache_bytes,omitempty"`
+	// CAFile, CertFile and KeyFile are the TLS files of https endpoints
+	// (etcds://): the CA that signed the members' certificates (empty:
+	// the system's roots) and the client certificate and its key (both or
+	// neither). Absolute paths.
+	CAFile   string `json:"ca_file,omitempty"`
+	CertFile string `json:"cert_file,omitempty"`
+	KeyFile  string `json:"key_file,omitempty"`
+	// User is the etcd user the node authenticates as (empty: none). Its
+	// password is read from PasswordFile (an absolute path, a file only
+	// its owner may read) or, without one, from $ACYCLICFS_ETCD_PASSWORD
+	// (PasswordEnv); cluster.json never holds it.
+	User         string `json:"user,omitempty"`
+	PasswordFile string `json:"password_file,omitempty"`
 }
+
+// PasswordEnv is the environment variable that gives the etcd user's
+// password to a node without a password file.
+const PasswordEnv = "ACYCLICFS_ETCD_PASSWORD"
 
 // ParseBlobs checks a --blobs value: an absolute directory (made absolute
 // by the caller) or s3://BUCKET[/PREFIX]?endpoint=HOST:PORT[&insecure=1]
@@ -110,50 +128,177 @@ func (c Config) ClaimTTL() time.Duration {
 	return DefaultClaimTTL
 }
 
-// MetaURL spells the configuration's metadata plane as --meta takes it.
+// MetaURL spells the configuration's metadata plane as --meta takes it:
+// etcd://, or etcds:// over TLS; the user and the files of the TLS and
+// password options as a query. No password is ever part of it.
 func (c Config) MetaURL() string {
+	scheme := "etcd://"
 	hosts := make([]string, len(c.Endpoints))
 	for i, e := range c.Endpoints {
-		hosts[i] = strings.TrimPrefix(e, "http://")
+		if h, ok := strings.CutPrefix(e, "https://"); ok {
+			scheme, hosts[i] = "etcds://", h
+		} else {
+			hosts[i] = strings.TrimPrefix(e, "http://")
+		}
 	}
-	return "etcd://" + strings.Join(hosts, ",") + c.Prefix
+	user := ""
+	if c.User != "" {
+		user = url.User(c.User).String() + "@"
+	}
+	var q []string
+	for _, o := range []struct{ name, v string }{{"ca", c.CAFile}, {"cert", c.CertFile}, {"key", c.KeyFile}, {"password-file", c.PasswordFile}} {
+		if o.v != "" {
+			q = append(q, o.name+"="+url.QueryEscape(o.v))
+		}
+	}
+	query := ""
+	if len(q) > 0 {
+		query = "?" + strings.Join(q, "&")
+	}
+	return scheme + user + strings.Join(hosts, ",") + c.Prefix + query
 }
 
 // ParseMetaURL parses etcd://HOST:PORT[,HOST:PORT...]/PREFIX into client
-// URLs and the prefix ("/PREFIX", without a trailing slash).
+// URLs and the prefix ("/PREFIX", without a trailing slash); see
+// ParseMeta for the rest of what a --meta URL may say.
 func ParseMetaURL(s string) (endpoints []string, prefix string, err error) {
-	bad := func(why string) error { return fmt.Errorf("%w: --meta %q: %s", ErrBadConfig, s, why) }
+	c, err := ParseMeta(s)
+	return c.Endpoints, c.Prefix, err
+}
+
+// metaUsage is the shape of a --meta URL.
+const metaUsage = "want etcd://[USER@]HOST:PORT[,HOST:PORT...]/PREFIX, or etcds://… for TLS, with options ?ca=FILE&cert=FILE&key=FILE&password-file=FILE"
+
+// ParseMeta parses a --meta URL into the etcd part of a Config:
+//
+//	etcd[s]://[USER@]HOST:PORT[,HOST:PORT...]/PREFIX[?ca=FILE&cert=FILE&key=FILE&password-file=FILE]
+//
+// etcds:// talks TLS to every endpoint (https://HOST:PORT), verifying the
+// members' certificates with ca= (the system's roots without it) and
+// presenting the client certificate cert= with its key= (both or
+// neither). USER authenticates with etcd's users and roles; the password
+// comes from password-file= (a file only its owner may read) or from
+// $ACYCLICFS_ETCD_PASSWORD, never from the URL (it would show in ps and
+// shell histories). Files are taken as given; the caller makes them
+// absolute.
+func ParseMeta(s string) (Config, error) {
+	var c Config
+	bad := func(why string) error { return fmt.Errorf("%w: --meta %q: %s", ErrBadConfig, redact(s), why) }
+	scheme := "http://"
 	rest, ok := strings.CutPrefix(s, "etcd://")
 	if !ok {
-		return nil, "", bad("want etcd://HOST:PORT[,HOST:PORT...]/PREFIX")
+		if rest, ok = strings.CutPrefix(s, "etcds://"); !ok {
+			return c, bad(metaUsage)
+		}
+		scheme = "https://"
 	}
-	if strings.ContainsAny(rest, "?#") {
-		return nil, "", bad("no query or fragment allowed (etcd TLS and authentication are not supported)")
+	rest, query, hasQuery := strings.Cut(rest, "?")
+	if strings.Contains(rest, "#") || strings.Contains(query, "#") {
+		return c, bad("no fragment allowed")
 	}
 	hosts, path, _ := strings.Cut(rest, "/")
+	if at := strings.LastIndex(hosts, "@"); at >= 0 {
+		info := hosts[:at]
+		hosts = hosts[at+1:]
+		if strings.Contains(info, ":") {
+			return c, bad("no password in the URL (it would show in ps and shell histories): give it in $ACYCLICFS_ETCD_PASSWORD or a file, ?password-file=FILE")
+		}
+		u, err := url.PathUnescape(info)
+		if err != nil || u == "" {
+			return c, bad(fmt.Sprintf("user %q is not a user name", info))
+		}
+		for _, r := range u {
+			if r < 0x20 || r == 0x7f {
+				return c, bad("the user name holds a control character")
+			}
+		}
+		c.User = u
+	}
 	if hosts == "" {
-		return nil, "", bad("no HOST:PORT")
+		return c, bad("no HOST:PORT")
 	}
 	for _, h := range strings.Split(hosts, ",") {
 		host, port, err := net.SplitHostPort(h)
-		if err != nil || host == "" {
-			return nil, "", bad(fmt.Sprintf("%q is not HOST:PORT", h))
+		if err != nil || host == "" || strings.ContainsAny(host, "@/ ") {
+			return c, bad(fmt.Sprintf("%q is not HOST:PORT", h))
 		}
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return nil, "", bad(fmt.Sprintf("%q: port must be a number from 1 to 65535", h))
+			return c, bad(fmt.Sprintf("%q: port must be a number from 1 to 65535", h))
 		}
-		endpoints = append(endpoints, "http://"+net.JoinHostPort(host, port))
+		c.Endpoints = append(c.Endpoints, scheme+net.JoinHostPort(host, port))
 	}
 	path = strings.TrimRight(path, "/")
 	if path == "" {
-		return nil, "", bad("PREFIX is empty (etcd://HOST:PORT/PREFIX keeps the store under /PREFIX)")
+		return c, bad("PREFIX is empty (etcd://HOST:PORT/PREFIX keeps the store under /PREFIX)")
 	}
-	for _, c := range path {
-		if c < 0x20 || c == 0x7f {
-			return nil, "", bad("PREFIX holds a control character")
+	for _, r := range path {
+		if r < 0x20 || r == 0x7f {
+			return c, bad("PREFIX holds a control character")
 		}
 	}
-	return endpoints, "/" + path, nil
+	c.Prefix = "/" + path
+	if hasQuery {
+		vals, err := url.ParseQuery(query)
+		if err != nil {
+			return c, bad(fmt.Sprintf("query: %v", err))
+		}
+		for k, v := range vals {
+			if len(v) != 1 || v[0] == "" {
+				return c, bad(fmt.Sprintf("option %s: want one non-empty value", k))
+			}
+			for _, r := range v[0] {
+				if r < 0x20 || r == 0x7f {
+					return c, bad(fmt.Sprintf("option %s holds a control character", k))
+				}
+			}
+			switch k {
+			case "ca":
+				c.CAFile = v[0]
+			case "cert":
+				c.CertFile = v[0]
+			case "key":
+				c.KeyFile = v[0]
+			case "password-file":
+				c.PasswordFile = v[0]
+			case "password":
+				return c, bad("no password in the URL (it would show in ps and shell histories): give it in $ACYCLICFS_ETCD_PASSWORD or a file, ?password-file=FILE")
+			default:
+				return c, bad(fmt.Sprintf("unknown option %q (%s)", k, metaUsage))
+			}
+		}
+	}
+	if scheme == "http://" && (c.CAFile != "" || c.CertFile != "" || c.KeyFile != "") {
+		return c, bad("ca=, cert= and key= are TLS options: use etcds://")
+	}
+	if (c.CertFile == "") != (c.KeyFile == "") {
+		return c, bad("cert= and key= go together")
+	}
+	if c.PasswordFile != "" && c.User == "" {
+		return c, bad("password-file= needs a user (etcd://USER@HOST:PORT/PREFIX)")
+	}
+	return c, nil
+}
+
+// redact drops a password from a --meta URL quoted in an error.
+func redact(s string) string {
+	scheme, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		return s
+	}
+	hosts, tail, _ := strings.Cut(rest, "/")
+	if at := strings.LastIndex(hosts, "@"); at >= 0 {
+		if user, _, hasPass := strings.Cut(hosts[:at], ":"); hasPass {
+			hosts = user + ":xxxxx" + hosts[at:]
+		}
+	}
+	if i := strings.Index(tail, "password="); i >= 0 {
+		end := strings.IndexByte(tail[i:], '&')
+		if end < 0 {
+			end = len(tail) - i
+		}
+		tail = tail[:i] + "password=xxxxx" + tail[i+end:]
+	}
+	return scheme + "://" + hosts + "/" + tail
 }
 
 // ValidateNode checks a node name: 1-64 bytes of letters, digits, '.', '_'
@@ -204,13 +349,19 @@ func (c Config) Validate() error {
 	if len(c.Endpoints) == 0 {
 		return fmt.Errorf("%w: no etcd endpoints", ErrBadConfig)
 	}
-	eps, prefix, err := ParseMetaURL(c.MetaURL())
+	p, err := ParseMeta(c.MetaURL())
 	if err != nil {
 		return err
 	}
-	// What --meta would have written: http://HOST:PORT endpoints, /PREFIX.
-	if prefix != c.Prefix || !slices.Equal(eps, c.Endpoints) {
-		return fmt.Errorf("%w: endpoints %q and prefix %q are not what %s gives", ErrBadConfig, c.Endpoints, c.Prefix, c.MetaURL())
+	// What --meta would have written: http:// (or all https://)
+	// HOST:PORT endpoints, /PREFIX, absolute files.
+	if p.Prefix != c.Prefix || !slices.Equal(p.Endpoints, c.Endpoints) || p.User != c.User {
+		return fmt.Errorf("%w: endpoints %q, prefix %q and user %q are not what %s gives", ErrBadConfig, c.Endpoints, c.Prefix, c.User, c.MetaURL())
+	}
+	for _, f := range []string{c.CAFile, c.CertFile, c.KeyFile, c.PasswordFile} {
+		if f != "" && (!filepath.IsAbs(f) || filepath.Clean(f) != f) {
+			return fmt.Errorf("%w: %q: the TLS and password files must be clean absolute paths", ErrBadConfig, f)
+		}
 	}
 	if c.ClaimTTLSeconds < 0 {
 		return fmt.Errorf("%w: claim_ttl_seconds %d is negative", ErrBadConfig, c.ClaimTTLSeconds)
@@ -254,7 +405,8 @@ func Load(dir string) (cfg Config, found bool, err error) {
 // same store.
 func (c Config) Same(o Config) bool {
 	if c.Prefix != o.Prefix || c.Node != o.Node || c.ClaimTTL() != o.ClaimTTL() || len(c.Endpoints) != len(o.Endpoints) ||
-		c.Blobs != o.Blobs || c.CacheBytes != o.CacheBytes {
+		c.Blobs != o.Blobs || c.CacheBytes != o.CacheBytes || c.CAFile != o.CAFile || c.CertFile != o.CertFile ||
+		c.KeyFile != o.KeyFile || c.User != o.User || c.PasswordFile != o.PasswordFile {
 		return false
 	}
 	for i := range c.Endpoints {

@@ -28,6 +28,9 @@ func TestParseMetaURL(t *testing.T) {
 		"", "http://a:1/p", "etcd://a:1", "etcd://a:1/", "etcd:///p", "etcd://a/p", "etcd://a:0/p",
 		"etcd://a:99999/p", "etcd://a:x/p", "etcd://a:1,/p", "etcd://a:1/p?tls=1", "etcd://a:1/p#f",
 		"etcd://a:1/p\x00q", "etcd://:1/p",
+		"etcd://u:pw@a:1/p", "etcd://u@a:1/p?password=x", "etcd://a:1/p?ca=/ca.pem", "etcds://a:1/p?cert=/c.pem",
+		"etcds://a:1/p?key=/k.pem", "etcd://a:1/p?password-file=/pw", "etcds://a:1/p?ca=", "etcds://a:1/p?ca=/a&ca=/b",
+		"etcds://@a:1/p",
 	} {
 		if _, _, err := ParseMetaURL(bad); !errors.Is(err, ErrBadConfig) {
 			t.Errorf("ParseMetaURL(%q): %v, want ErrBadConfig", bad, err)
@@ -35,21 +38,71 @@ func TestParseMetaURL(t *testing.T) {
 	}
 }
 
-// FuzzParseMetaURL: whatever ParseMetaURL accepts, MetaURL spells back
-// to the same endpoints and prefix; nothing panics.
+// TestParseMetaTLSAndUser: etcds:// and its options, a user, and a
+// password quoted in an error masked.
+func TestParseMetaTLSAndUser(t *testing.T) {
+	c, err := ParseMeta("etcds://team%201@a:1,b:2/p?ca=/etc/ca.pem&cert=/c%20d.pem&key=/k.pem&password-file=/pw")
+	want := Config{Endpoints: []string{"https://a:1", "https://b:2"}, Prefix: "/p", CAFile: "/etc/ca.pem", CertFile: "/c d.pem",
+		KeyFile: "/k.pem", User: "team 1", PasswordFile: "/pw"}
+	if err != nil || !slices.Equal(c.Endpoints, want.Endpoints) || c.Prefix != want.Prefix || c.CAFile != want.CAFile ||
+		c.CertFile != want.CertFile || c.KeyFile != want.KeyFile || c.User != want.User || c.PasswordFile != want.PasswordFile {
+		t.Fatalf("ParseMeta = %+v %v, want %+v", c, err, want)
+	}
+	c.Version, c.Node = ConfigVersion, "n"
+	if err := c.Validate(); err != nil {
+		t.Errorf("Validate of a parsed TLS config: %v (MetaURL %s)", err, c.MetaURL())
+	}
+	if _, err := ParseMeta("etcd://u:hunter2@a:1/p"); err == nil || strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("a password in the URL: %v, want refused and masked", err)
+	}
+	if _, err := ParseMeta("etcds://a:1/p?password=hunter2&ca=/x"); err == nil || strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("a password option: %v, want refused and masked", err)
+	}
+}
+
+// TestPasswordFile: the password file's mode is checked, its newline
+// dropped; the environment is the fallback.
+func TestPasswordFile(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "pw")
+	if err := os.WriteFile(p, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if pw, err := password(Config{User: "u", PasswordFile: p}); err != nil || pw != "s3cret" {
+		t.Errorf("password = %q %v", pw, err)
+	}
+	if err := os.Chmod(p, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := password(Config{User: "u", PasswordFile: p}); !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "chmod 600") {
+		t.Errorf("a group-readable password file: %v", err)
+	}
+	t.Setenv(PasswordEnv, "")
+	if _, err := password(Config{User: "u"}); !errors.Is(err, ErrBadConfig) {
+		t.Errorf("no password at all: %v", err)
+	}
+	t.Setenv(PasswordEnv, "from-env")
+	if pw, err := password(Config{User: "u"}); err != nil || pw != "from-env" {
+		t.Errorf("password from the environment = %q %v", pw, err)
+	}
+}
+
+// FuzzParseMetaURL: whatever ParseMeta accepts, MetaURL spells back to
+// the same configuration; nothing panics.
 func FuzzParseMetaURL(f *testing.F) {
-	for _, s := range []string{"etcd://127.0.0.1:2379/acyclicfs", "etcd://a:1,b:2/x/y", "etcd://[::1]:3/%00"} {
+	for _, s := range []string{"etcd://127.0.0.1:2379/acyclicfs", "etcd://a:1,b:2/x/y", "etcd://[::1]:3/%00",
+		"etcds://u@a:1/p?ca=/ca&cert=/c&key=/k&password-file=/pw"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		eps, prefix, err := ParseMetaURL(s)
+		c, err := ParseMeta(s)
 		if err != nil {
 			return
 		}
-		c := Config{Version: ConfigVersion, Endpoints: eps, Prefix: prefix, Node: "n"}
-		eps2, prefix2, err := ParseMetaURL(c.MetaURL())
-		if err != nil || !slices.Equal(eps, eps2) || prefix != prefix2 {
-			t.Fatalf("%q -> %v %q -> %q -> %v %q %v", s, eps, prefix, c.MetaURL(), eps2, prefix2, err)
+		c2, err := ParseMeta(c.MetaURL())
+		if err != nil || !slices.Equal(c.Endpoints, c2.Endpoints) || c.Prefix != c2.Prefix || c.User != c2.User ||
+			c.CAFile != c2.CAFile || c.CertFile != c2.CertFile || c.KeyFile != c2.KeyFile || c.PasswordFile != c2.PasswordFile {
+			t.Fatalf("%q -> %+v -> %q -> %+v %v", s, c, c.MetaURL(), c2, err)
 		}
 	})
 }
@@ -106,7 +159,7 @@ func TestWriteLoad(t *testing.T) {
 		`{"version":1,"endpoints":[],"prefix":"/p","node":"a"}`,
 		`{"version":1,"endpoints":["http://a:1"],"prefix":"","node":"a"}`,
 		`{"version":1,"endpoints":["http://a:1/x"],"prefix":"/p","node":"a"}`,
-		`{"version":1,"endpoints":["https://a:1"],"prefix":"/p","node":"a"}`,
+		`{"version":1,"endpoints":["http://a:1","https://b:2"],"prefix":"/p","node":"a"}`,
 		`{"version":1,"endpoints":["http://a:1"],"prefix":"p","node":"a"}`} {
 		d := t.TempDir()
 		os.WriteFile(filepath.Join(d, ConfigName), []byte(bad), 0o600)

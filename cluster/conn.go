@@ -11,7 +11,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/acyclicfs/acyclicfs/blobs"
 	"github.com/acyclicfs/acyclicfs/blobs/s3blobs"
@@ -39,6 +38,7 @@ type Node struct {
 	cfg  Config
 	dir  string
 	c    *clientv3.Client
+	conn *Conn
 	lock *lockfile.Lock
 	meta meta.Store
 	blob blobs.Store // the shared blob plane (Config.Blobs), nil without one
@@ -47,41 +47,57 @@ type Node struct {
 	claims atomic.Pointer[Claims]
 }
 
-// Open opens dir as a node if it has a cluster.json: it takes the node
-// lock (an error wrapping store.ErrLocked when another process holds it for
-// 2s) and connects to etcd, checking within DialTimeout that a member
-// answers (ErrUnreachable naming the endpoints). It returns nil, nil for a
-// local store.
+// Open opens dir as a node if it has a cluster.json: it connects to etcd,
+// checking within DialTimeout that a quorum answers (ErrUnreachable
+// naming the endpoints), then takes the node lock (an error wrapping
+// store.ErrLocked when another process holds it for 2s, or, while some
+// member does not answer, for RequestTimeout more: the error then names
+// them). It returns nil, nil for a local store.
 func Open(ctx context.Context, dir string) (*Node, error) {
 	cfg, found, err := Load(dir)
 	if err != nil || !found {
 		return nil, err
 	}
+	// etcd first: a command that cannot reach it says so, not that the
+	// store is locked by a process that waits on it too.
+	conn, err := Dial(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
 	lock := lockfile.New(filepath.Join(dir, LockName), os.O_RDONLY|os.O_CREATE)
 	if err := lock.Wait(ctx, lockfile.Exclusive, lockWait, 20*time.Millisecond); err != nil {
-		if errors.Is(err, lockfile.ErrHeld) {
-			return nil, fmt.Errorf("open node %s: %w", dir, store.ErrLocked)
+		slow := conn.Slow()
+		if errors.Is(err, lockfile.ErrHeld) && len(slow) > 0 {
+			// The holder most likely waits on the members that do not
+			// answer: give it its requests' time.
+			err = lock.Wait(ctx, lockfile.Exclusive, RequestTimeout, 20*time.Millisecond)
 		}
-		return nil, fmt.Errorf("open node %s: %w", dir, err)
+		if err != nil {
+			conn.Close()
+			switch {
+			case errors.Is(err, lockfile.ErrHeld) && len(slow) > 0:
+				return nil, fmt.Errorf("open node %s: %w, which waits on etcd: %s did not answer within %v", dir, store.ErrLocked, strings.Join(slow, ","), probeTimeout)
+			case errors.Is(err, lockfile.ErrHeld):
+				return nil, fmt.Errorf("open node %s: %w", dir, store.ErrLocked)
+			}
+			return nil, fmt.Errorf("open node %s: %w", dir, err)
+		}
 	}
 	remote, err := OpenBlobs(ctx, dir, cfg, false)
 	if err != nil {
 		lock.Unlock()
+		conn.Close()
 		return nil, fmt.Errorf("node %s: %w", dir, err)
 	}
-	c, err := Dial(ctx, cfg)
-	if err != nil {
-		lock.Unlock()
-		return nil, err
-	}
+	c := conn.Client
 	// The lease gates' session lives as long as the claims' lease: a node
 	// stopped past its claim TTL has lost both its claims and its gates
 	// (docs/scale-out.md "Failure model").
 	// Every metadata transaction is bounded (RequestTimeout): a command
 	// that loses etcd's quorum midway fails naming etcd, not hangs.
 	plane := etcdmeta.NewWithOptions(c, cfg.Prefix, etcdmeta.Options{SessionTTL: cfg.ClaimTTL(), RequestTimeout: RequestTimeout,
-		KeyCompared: []meta.Space{ClaimSpace}})
-	return &Node{cfg: cfg, dir: dir, c: c, lock: lock, meta: plane, blob: remote}, nil
+		ReadAttempt: ReadAttempt, KeyCompared: []meta.Space{ClaimSpace}})
+	return &Node{cfg: cfg, dir: dir, c: c, conn: conn, lock: lock, meta: plane, blob: remote}, nil
 }
 
 // OpenBlobs opens cfg's shared blob plane for the node at dir: nil
@@ -124,28 +140,24 @@ func OpenBlobs(ctx context.Context, dir string, cfg Config, create bool) (blobs.
 // so this is only reached without a quorum.
 const RequestTimeout = 10 * time.Second
 
+// ReadAttempt bounds each attempt of a metadata read of a node
+// (etcdmeta.Options.ReadAttempt): a read that a member which hangs holds
+// goes to another member after this long.
+const ReadAttempt = 2 * time.Second
+
 // Remote returns the shared blob plane the node's store keeps its objects
 // on (store.Options.Remote), nil when blobs stay on each node.
 func (n *Node) Remote() blobs.Store { return n.blob }
 
-// Dial connects to cfg's etcd and checks that a member answers within
-// DialTimeout.
-func Dial(ctx context.Context, cfg Config) (*clientv3.Client, error) {
-	eps := strings.Join(cfg.Endpoints, ",")
-	c, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: DialTimeout,
-		Logger: zap.NewNop()})
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrUnreachable, eps, err)
-	}
-	// The client connects lazily: one linearizable read says that a
-	// quorum answers.
-	rctx, cancel := context.WithTimeout(ctx, DialTimeout)
-	defer cancel()
-	if _, err := c.Get(rctx, cfg.Prefix+"\x00", clientv3.WithCountOnly()); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("%w: no answer from %s within %v: %w", ErrUnreachable, eps, DialTimeout, err)
-	}
-	return c, nil
+// Dial connects to cfg's etcd and checks that a quorum answers within
+// DialTimeout: the members that answer a probe first (Conn) are the
+// client's endpoints, so a member that hangs (a stopped process keeps its
+// connections open and answers nothing) costs at most probeTimeout here.
+// ErrUnreachable when none answers, ErrAuth when etcd refuses the
+// credentials, ErrBadConfig for a password or TLS file that cannot be
+// read.
+func Dial(ctx context.Context, cfg Config) (*Conn, error) {
+	return dial(ctx, cfg)
 }
 
 // Config returns the node's configuration.
@@ -162,7 +174,7 @@ func (n *Node) Client() *clientv3.Client { return n.c }
 
 // Close closes the etcd client and releases the node lock.
 func (n *Node) Close() error {
-	err := n.c.Close()
+	err := n.conn.Close()
 	n.lock.Unlock()
 	return err
 }

@@ -32,6 +32,10 @@ var (
 	// ErrLocked is returned when the store is held by another process beyond
 	// the lock wait bound.
 	ErrLocked = errors.New("store is locked by another process")
+	// ErrMissing is returned by Open with Options.MustExist when the
+	// metadata plane holds no store: no format record and no records
+	// (a store on etcd whose prefix was deleted).
+	ErrMissing = errors.New("store missing from its metadata plane")
 )
 
 var (

@@ -101,6 +101,10 @@ type Options struct {
 	// that no other writer has files in flight there. LockTimeout does
 	// not apply.
 	Meta meta.Store
+	// MustExist, with Meta, refuses a plane without a format record and
+	// without records (ErrMissing) instead of making it a new store: only
+	// the command that configures a plane (init) creates the store on it.
+	MustExist bool
 	// HeadGuard, if set, is called inside every transaction that moves a
 	// workspace's head (CompareAndAppend, CompareAndAppendMany,
 	// PublishGeneration), once per workspace appended to, before the
@@ -207,7 +211,7 @@ func Open(dir string, opt Options) (*Store, error) {
 	}
 	if opt.Meta != nil {
 		s.meta = opt.Meta
-		if err := s.initPlane(); err != nil {
+		if err := s.initPlane(opt.MustExist); err != nil {
 			return nil, err
 		}
 		if err := s.validate(); err != nil {
@@ -457,9 +461,10 @@ func initTx(tx *stx) error {
 
 // initPlane makes an injected plane without a format record a new store,
 // or, opening read-only, refuses it with ErrNotFound (as a missing
-// meta.db). A plane that has records but no format record is not one to
-// start afresh over: ErrCorrupt (as a meta.db without one).
-func (s *Store) initPlane() error {
+// meta.db), or with mustExist refuses it with ErrMissing. A plane that
+// has records but no format record is not one to start afresh over:
+// ErrCorrupt (as a meta.db without one).
+func (s *Store) initPlane(mustExist bool) error {
 	run := s.update
 	if s.readOnly {
 		run = s.view
@@ -476,6 +481,9 @@ func (s *Store) initPlane() error {
 			if some {
 				return fmt.Errorf("records but no format record: %w", ErrCorrupt)
 			}
+		}
+		if mustExist {
+			return fmt.Errorf("no format record and no records: %w", ErrMissing)
 		}
 		if s.readOnly {
 			return fmt.Errorf("read-only: an empty metadata plane: %w", ErrNotFound)

@@ -23,6 +23,10 @@ import (
 type Options struct {
 	// Clock returns the time in Unix milliseconds; nil is the wall clock.
 	Clock func() int64
+	// Init lets the store of a node on etcd be new there (init): any other
+	// open of a node whose prefix holds no store fails with an error
+	// wrapping store.ErrMissing rather than start an empty one.
+	Init bool
 	// Warn receives one line per skipped or odd input (special files in an
 	// imported tree). nil discards them.
 	Warn func(msg string)
@@ -114,9 +118,12 @@ func Open(dir string, opt Options) (*Manager, error) {
 		}
 	}
 	st, err := store.Open(abs, store.Options{Clock: opt.Clock, NoSync: opt.NoSync, Warn: opt.Warn, Watchers: baseWatchers{}, Meta: opt.Meta,
-		Remote: remote, CacheBytes: cacheBytes, HeadGuard: headGuard})
+		Remote: remote, CacheBytes: cacheBytes, HeadGuard: headGuard, MustExist: node != nil && !opt.Init})
 	if err != nil {
 		closeNode()
+		if errors.Is(err, store.ErrMissing) && node != nil {
+			return nil, fmt.Errorf("%w (%s holds none: its keys were deleted, or no init made it)", err, node.Config().MetaURL())
+		}
 		return nil, err // "open store DIR: …" already
 	}
 	cs, err := corestate.Open(filepath.Join(abs, "state"), corestate.Options{NoSync: opt.NoSync})

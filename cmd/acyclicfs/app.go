@@ -20,6 +20,9 @@ import (
 // it reaches the store (opened directly, or the daemon's open Manager when
 // the daemon runs the command on the client's behalf).
 type app struct {
+	// initing lets manager() make the store of a node on etcd that its
+	// prefix does not hold yet (init).
+	initing   bool
 	storeFlag string
 	jsonOut   bool
 	quiet     bool
@@ -96,7 +99,7 @@ func (a *app) manager() (*workspace.Manager, error) {
 		return nil, err
 	}
 	a.bar = a.progress()
-	m, err := workspace.Open(dir, workspace.Options{Warn: a.warn, Progress: a.bar.update})
+	m, err := workspace.Open(dir, workspace.Options{Warn: a.warn, Progress: a.bar.update, Init: a.initing})
 	if err != nil {
 		return nil, err
 	}

@@ -49,6 +49,9 @@ the same configuration changes nothing (flags left out keep their values);
 with another one, or --meta on a local store, it is refused.`,
 		Args: rangeArgs(0, 1, "[STORE]"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// Init alone makes a node's store in etcd when its prefix
+			// holds none (other commands say it is missing).
+			a.initing = true
 			if len(args) == 1 {
 				if err := pathArg("init: STORE", args[0]); err != nil {
 					return err
@@ -89,7 +92,7 @@ with another one, or --meta on a local store, it is refused.`,
 			})
 		},
 	}
-	c.Flags().StringVar(&fl.meta, "meta", "", "keep the metadata in etcd: etcd://HOST:PORT[,HOST:PORT...]/PREFIX")
+	c.Flags().StringVar(&fl.meta, "meta", "", "keep the metadata in etcd: etcd[s]://[USER@]HOST:PORT[,HOST:PORT...]/PREFIX[?ca=FILE&cert=FILE&key=FILE&password-file=FILE]")
 	c.Flags().StringVar(&fl.blobs, "blobs", "", "keep every node's blobs in this shared directory or S3 bucket (s3://BUCKET[/PREFIX]?endpoint=HOST:PORT)")
 	c.Flags().StringVar(&fl.cacheSize, "cache-size", "", "with --blobs, bound this node's objects/ cache (bytes, or N[K|M|G|T])")
 	c.Flags().StringVar(&fl.node, "node", "", "this node's name (default HOST-HASH of the store path)")
@@ -152,11 +155,17 @@ func (a *app) initNode(fl initFlags, ttlGiven bool) error {
 	if err := workspace.CheckStoreDir(dir); err != nil {
 		return err
 	}
-	eps, prefix, err := cluster.ParseMetaURL(fl.meta)
+	cfg, err := cluster.ParseMeta(fl.meta)
 	if err != nil {
 		return err
 	}
-	cfg := cluster.Config{Version: cluster.ConfigVersion, Endpoints: eps, Prefix: prefix, Node: fl.node}
+	cfg.Version, cfg.Node = cluster.ConfigVersion, fl.node
+	// The TLS and password files as cluster.json keeps them: absolute.
+	for _, f := range []*string{&cfg.CAFile, &cfg.CertFile, &cfg.KeyFile, &cfg.PasswordFile} {
+		if *f != "" {
+			*f = a.abs(*f)
+		}
+	}
 	// "init --meta URL" again keeps what it does not say: the node's name,
 	// claim TTL, blobs and cache size.
 	old, found, err := cluster.Load(dir)

@@ -12,6 +12,7 @@ import (
 	"github.com/acyclicfs/acyclicfs/daemon"
 	"github.com/acyclicfs/acyclicfs/fusefs"
 	"github.com/acyclicfs/acyclicfs/internal/gitrepo"
+	"github.com/acyclicfs/acyclicfs/meta"
 	"github.com/acyclicfs/acyclicfs/store"
 	"github.com/acyclicfs/acyclicfs/workspace"
 )
@@ -90,8 +91,12 @@ func hint(err error) string {
 		return "those sessions still run in the mount (sessions that ended were waited for): let them finish or end them, then retry; an explicit lease ends with 'acyclicfs lease end MOUNTPOINT LEASE'"
 	case errors.Is(err, cluster.ErrClaimed):
 		return "unmount it on that node first ('acyclicfs status' shows which node holds which mount); a node that died or stopped loses its claims when its lease expires (--claim-ttl at init)"
-	case errors.Is(err, cluster.ErrUnreachable):
+	case errors.Is(err, cluster.ErrUnreachable), errors.Is(err, meta.ErrUnavailable):
 		return "check that etcd runs and that the endpoints are right ('etcdctl --endpoints HOST:PORT endpoint health')"
+	case errors.Is(err, cluster.ErrAuth):
+		return "check the user and its password ($ACYCLICFS_ETCD_PASSWORD or ?password-file=), the client certificate (?cert=, ?key=) and the CA (?ca=) of the --meta URL (docs/scale-out.md \"TLS and authentication\")"
+	case errors.Is(err, store.ErrMissing):
+		return "the store's keys are gone from etcd: restore them (etcdctl snapshot restore), or run 'acyclicfs init STORE --meta URL' to start a new, empty store there"
 	case errors.Is(err, cluster.ErrConfigDiffers):
 		return "a store directory is one node of one store: use a new directory for another node or another store"
 	case errors.Is(err, workspace.ErrInvalidName):

@@ -68,8 +68,9 @@ type Store struct {
 	c    *clientv3.Client
 	root string // encodeRoot(prefix)
 	ttl  int64  // session lease TTL, seconds
-	// timeout is Options.RequestTimeout.
+	// timeout is Options.RequestTimeout; attempt Options.ReadAttempt.
 	timeout time.Duration
+	attempt time.Duration
 	// keyCompared is Options.KeyCompared, each namespace as namespaceOf
 	// spells it (ending in NUL).
 	keyCompared map[string]bool
@@ -99,6 +100,15 @@ type Options struct {
 	// when the read set is too large and other reads are covered by their
 	// guards.
 	KeyCompared []meta.Space
+	// ReadAttempt bounds each attempt of a read (and of the session
+	// lease's grant), which is sent again when it times out while the
+	// request's own deadline allows (0: one attempt). A member that hangs
+	// (a stopped process keeps its connections open and answers nothing)
+	// then costs a read this long, not the whole request: the client's
+	// balancer sends the next attempt to another member. Commits are not
+	// retried so: a commit sent to a member that hangs may still be
+	// applied when it wakes (ErrOutcomeUnknown).
+	ReadAttempt time.Duration
 }
 
 // ErrNoAnswer: etcd did not answer a View or Update within
@@ -167,7 +177,29 @@ func NewWithOptions(client *clientv3.Client, prefix string, o Options) meta.Stor
 	for _, sp := range o.KeyCompared {
 		kc[string(namespaceOf(sp.Prefix(nil)))] = true
 	}
-	return &Store{c: client, root: encodeRoot(prefix), ttl: max(ttl, 1), timeout: o.RequestTimeout, keyCompared: kc}
+	return &Store{c: client, root: encodeRoot(prefix), ttl: max(ttl, 1), timeout: o.RequestTimeout, attempt: o.ReadAttempt, keyCompared: kc}
+}
+
+// retry runs op with a context bounded by Options.ReadAttempt, again
+// while an attempt ran out of its own time and ctx goes on.
+func retry[T any](s *Store, ctx context.Context, op func(context.Context) (T, error)) (T, error) {
+	if s.attempt <= 0 {
+		return op(ctx)
+	}
+	for {
+		actx, cancel := context.WithTimeout(ctx, s.attempt)
+		v, err := op(actx)
+		expired := actx.Err() != nil
+		cancel()
+		if err == nil || ctx.Err() != nil || !expired {
+			return v, err
+		}
+	}
+}
+
+// get is a Get with retry.
+func (s *Store) get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	return retry(s, ctx, func(ctx context.Context) (*clientv3.GetResponse, error) { return s.c.Get(ctx, key, opts...) })
 }
 
 func (s *Store) dataKey(k string) string  { return s.root + string(rune(tagData)) + k }
@@ -275,7 +307,7 @@ func (t *tx) fetch(key string, opts ...clientv3.OpOption) (*clientv3.GetResponse
 	if t.rev == 0 {
 		// The first read is linearizable: it sees every commit that
 		// finished before it, and its revision becomes the snapshot.
-		resp, err = t.s.c.Get(t.ctx, key, opts...)
+		resp, err = t.s.get(t.ctx, key, opts...)
 	} else {
 		// Later reads name the snapshot's revision, whose contents are
 		// the same on every member that applied it, so the member asked
@@ -283,9 +315,9 @@ func (t *tx) fetch(key string, opts ...clientv3.OpOption) (*clientv3.GetResponse
 		// one that has not applied it yet says so, and the read goes the
 		// linearizable way.
 		opts = append(opts, clientv3.WithRev(t.rev))
-		resp, err = t.s.c.Get(t.ctx, key, append(opts, clientv3.WithSerializable())...)
+		resp, err = t.s.get(t.ctx, key, append(opts, clientv3.WithSerializable())...)
 		if errors.Is(err, rpctypes.ErrFutureRev) {
-			resp, err = t.s.c.Get(t.ctx, key, opts...)
+			resp, err = t.s.get(t.ctx, key, opts...)
 		}
 	}
 	if err != nil {
@@ -637,7 +669,7 @@ func (s *Store) session(ctx context.Context) (clientv3.LeaseID, error) {
 	if s.lease != 0 {
 		return s.lease, nil
 	}
-	g, err := s.c.Grant(ctx, s.ttl)
+	g, err := retry(s, ctx, func(ctx context.Context) (*clientv3.LeaseGrantResponse, error) { return s.c.Grant(ctx, s.ttl) })
 	if err != nil {
 		return 0, err
 	}
