@@ -27,7 +27,7 @@ import (
 // with or without a daemon.
 
 // localOnly commands never forward.
-var localOnly = map[string]bool{"daemon": true, "exec": true, "help": true, "completion": true, "mcp": true, "fsmonitor": true}
+var localOnly = map[string]bool{"daemon": true, "exec": true, "run": true, "help": true, "completion": true, "mcp": true, "fsmonitor": true}
 
 // forward runs args in the daemon if one serves the store.
 func (a *app) forward(ctx context.Context, args []string) (int, bool) {

@@ -102,7 +102,7 @@ func (a *app) rootCommand() *cobra.Command {
 	root.AddCommand(
 		a.cmdInit(), a.cmdCreate(), a.cmdFork(), a.cmdCommit(), a.cmdList(), a.cmdLog(), a.cmdSessions(), a.cmdBlame(),
 		a.cmdDiff(), a.cmdExport(), a.cmdRebase(), a.cmdLand(), a.cmdUndo(), a.cmdRm(),
-		a.cmdStatus(), a.cmdGC(), a.cmdFsck(), a.cmdContext(), a.cmdResolve(), a.cmdCat(), a.cmdMCP(), a.cmdGit(),
+		a.cmdStatus(), a.cmdGC(), a.cmdFsck(), a.cmdContext(), a.cmdResolve(), a.cmdCat(), a.cmdMCP(), a.cmdGit(), a.cmdRun(),
 	)
 	a.addMountCommands(root)
 	root.AddCommand(a.fsmonitorCommand())
