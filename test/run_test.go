@@ -1,0 +1,179 @@
+package test
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// runLimit bounds each `acyclicfs run` of these tests.
+const runLimit = 2 * time.Minute
+
+// runAt is `acyclicfs run ARGS…` started in dir, in a session of its own
+// (so that runLimited can end it), bounded.
+func (e *env) runAt(t *testing.T, dir string, args ...string) result {
+	t.Helper()
+	cmd := e.command(nil, append([]string{"run"}, args...)...)
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	r, err := runLimited(cmd, runLimit)
+	if err != nil {
+		t.Fatalf("run %v: %v", args, err)
+	}
+	return r
+}
+
+// runMounts are the mounts run left in this process's view (its private
+// mountpoints are named acyclicfs-run-WS-…).
+func runMounts() []string {
+	var out []string
+	for _, m := range fuseMounts() {
+		if strings.Contains(filepath.Base(m), "acyclicfs-run-") {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// TestRunGivesTheCommandItsFork: `run --fork-of main -- CMD` forks main,
+// and CMD sees the fork at the project's own path while the rest of the
+// system sees the original; the summary names what changed and how to
+// land it; the mount is gone afterwards; --land lands; a run inside a run
+// is refused.
+func TestRunGivesTheCommandItsFork(t *testing.T) {
+	e := newMountEnv(t)
+	proj := filepath.Join(e.dir, "proj")
+	writeTree(t, proj, map[string]string{"a.txt": "alpha\n", "sub/s.txt": "s\n"})
+	e.ok("create", "main", "--from", proj)
+
+	// CMD runs in proj/sub: its working directory is the fork's sub.
+	// While it runs, the original stays as it was for everyone else: CMD
+	// reports the original's listing through a file outside proj, read
+	// by a process that is not in its namespace (the test, afterwards).
+	outside := filepath.Join(e.dir, "outside.txt")
+	r := e.runAt(t, filepath.Join(proj, "sub"), "--fork-of", "main", "--at", proj, "--",
+		"sh", "-c", `pwd; cat ../a.txt; echo beta > ../b.txt; echo changed > s.txt; echo "$ACYCLICFS_RUN"; ls .. > `+outside)
+	if r.code != 0 {
+		t.Fatalf("run: %s", r)
+	}
+	wantOut := filepath.Join(proj, "sub") + "\nalpha\nmain-run-1\n"
+	if r.stdout != wantOut {
+		t.Fatalf("CMD printed %q, want %q", r.stdout, wantOut)
+	}
+	if b, _ := os.ReadFile(outside); !strings.Contains(string(b), "b.txt") {
+		t.Errorf("CMD did not see its own write in the fork at %s: ls gave %q", proj, b)
+	}
+	// The original directory never saw the fork's writes.
+	if _, err := os.Stat(filepath.Join(proj, "b.txt")); !os.IsNotExist(err) {
+		t.Fatalf("the fork's b.txt is in the original directory: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(proj, "sub", "s.txt")); string(b) != "s\n" {
+		t.Fatalf("the original's sub/s.txt is %q", b)
+	}
+	for _, want := range []string{"workspace main-run-1", "changed: 2 path(s)", "b.txt", "sub/s.txt", "land it: acyclicfs land main-run-1"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("summary lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	if m := runMounts(); len(m) != 0 {
+		t.Fatalf("run left mounts: %v", m)
+	}
+	if got := e.ok("cat", "main-run-1", "b.txt"); got != "beta\n" {
+		t.Fatalf("the fork's b.txt: %q", got)
+	}
+	if r := e.run("cat", "main", "b.txt"); r.code == 0 {
+		t.Fatal("main has b.txt before any land")
+	}
+
+	// --land: the fork lands once CMD exits 0; a failing CMD's fork does not.
+	r = e.runAt(t, proj, "--fork-of", "main", "--name", "lander", "--land", "--", "sh", "-c", "echo gamma > c.txt")
+	if r.code != 0 || !strings.Contains(r.stderr, "landed lander") {
+		t.Fatalf("run --land: %s", r)
+	}
+	if got := e.ok("cat", "main", "c.txt"); got != "gamma\n" {
+		t.Fatalf("main after run --land: c.txt %q", got)
+	}
+	r = e.runAt(t, proj, "--fork-of", "main", "--name", "failer", "--land", "--", "sh", "-c", "echo delta > d.txt; exit 5")
+	if r.code != 5 || strings.Contains(r.stderr, "landed") || !strings.Contains(r.stderr, "land it: acyclicfs land failer") {
+		t.Fatalf("run --land of a failing CMD: %s", r)
+	}
+	if r := e.run("cat", "main", "d.txt"); r.code == 0 {
+		t.Fatal("a failing CMD's fork landed")
+	}
+
+	// A run inside a run is refused, clearly, and changes nothing.
+	r = e.runAt(t, proj, "--fork-of", "main", "--name", "outer", "--", bin, "--store", e.store, "run", "--fork-of", "main", "--", "true")
+	if r.code != 2 || !strings.Contains(r.stderr, "run inside a run") {
+		t.Fatalf("run inside run: %s", r)
+	}
+	if r := e.run("cat", "main-run-2", "a.txt"); r.code == 0 {
+		t.Fatal("the refused inner run made a fork")
+	}
+
+	// Bad uses: no command, both a workspace and --fork-of, an unknown parent.
+	for _, args := range [][]string{{"--fork-of", "main"}, {"main", "--fork-of", "main", "--", "true"}, {"--fork-of", "nope", "--", "true"}} {
+		if r := e.runAt(t, proj, args...); r.code != 2 || !strings.HasPrefix(r.stderr, "acyclicfs: ") {
+			t.Errorf("run %v: want exit 2 with a message, got %s", args, r)
+		}
+	}
+	if m := runMounts(); len(m) != 0 {
+		t.Fatalf("run left mounts: %v", m)
+	}
+	e.fsck()
+}
+
+// TestRunKilledCommandLosesNothing: CMD killed with SIGKILL: run exits
+// 137 after unmounting; what CMD wrote is in the fork, no mount or lease
+// is left.
+func TestRunKilledCommandLosesNothing(t *testing.T) {
+	e := newMountEnv(t)
+	proj := filepath.Join(e.dir, "proj")
+	writeTree(t, proj, map[string]string{"a.txt": "alpha\n"})
+	e.ok("create", "main", "--from", proj)
+	pidFile := filepath.Join(e.dir, "cmd.pid")
+	ready := e.fifo("ready")
+	cmd := e.command(nil, "run", "--fork-of", "main", "--name", "victim", "--", "sh", "-c",
+		"echo kept > k.txt && sync k.txt && echo $$ > "+pidFile+" && echo ok > "+ready.path+" && exec sleep 1000")
+	cmd.Dir = proj
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	done := make(chan result, 1)
+	go func() {
+		r, err := runLimited(cmd, runLimit)
+		if err != nil {
+			r.stderr += err.Error()
+		}
+		done <- r
+	}()
+	f := ready.opened(runLimit)
+	f.Close()
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(runLimit + 10*time.Second):
+		t.Fatal("run did not return after its command was killed")
+	}
+	if r.code != 128+int(syscall.SIGKILL) {
+		t.Fatalf("run of a killed command: %s", r)
+	}
+	if m := runMounts(); len(m) != 0 {
+		t.Fatalf("run left mounts: %v", m)
+	}
+	if got := e.ok("cat", "victim", "k.txt"); got != "kept\n" {
+		t.Fatalf("what the killed command wrote: %q", got)
+	}
+	if st := e.statusOf("victim"); len(st.Leases) != 0 || st.State == "mounted" {
+		t.Fatalf("victim after run: %+v", st)
+	}
+}
