@@ -82,7 +82,7 @@ func TestRunGivesTheCommandItsFork(t *testing.T) {
 	if m := runMounts(); len(m) != 0 {
 		t.Fatalf("run left mounts: %v", m)
 	}
-	if got := e.ok("cat", "main-run-1", "b.txt"); got != "beta\n" {
+	if got := e.ok("cat", "main-run-1", "b.txt"); strings.TrimSpace(got) != "beta" {
 		t.Fatalf("the fork's b.txt: %q", got)
 	}
 	if r := e.run("cat", "main", "b.txt"); r.code == 0 {
@@ -94,7 +94,7 @@ func TestRunGivesTheCommandItsFork(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stderr, "landed lander") {
 		t.Fatalf("run --land: %s", r)
 	}
-	if got := e.ok("cat", "main", "c.txt"); got != "gamma\n" {
+	if got := e.ok("cat", "main", "c.txt"); strings.TrimSpace(got) != "gamma" {
 		t.Fatalf("main after run --land: c.txt %q", got)
 	}
 	r = e.runAt(t, proj, "--fork-of", "main", "--name", "failer", "--land", "--", "sh", "-c", "echo delta > d.txt; exit 5")
@@ -137,7 +137,7 @@ func TestRunKilledCommandLosesNothing(t *testing.T) {
 	pidFile := filepath.Join(e.dir, "cmd.pid")
 	ready := e.fifo("ready")
 	cmd := e.command(nil, "run", "--fork-of", "main", "--name", "victim", "--", "sh", "-c",
-		"echo kept > k.txt && sync k.txt && echo $$ > "+pidFile+" && echo ok > "+ready.path+" && exec sleep 1000")
+		"echo kept > k.txt && sync k.txt && echo $$ > "+pidFile+" && read x < "+ready.path)
 	cmd.Dir = proj
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	done := make(chan result, 1)
@@ -148,8 +148,9 @@ func TestRunKilledCommandLosesNothing(t *testing.T) {
 		}
 		done <- r
 	}()
+	// The command blocks reading the fifo once it wrote and synced k.txt.
 	f := ready.opened(runLimit)
-	f.Close()
+	defer f.Close()
 	b, err := os.ReadFile(pidFile)
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +171,7 @@ func TestRunKilledCommandLosesNothing(t *testing.T) {
 	if m := runMounts(); len(m) != 0 {
 		t.Fatalf("run left mounts: %v", m)
 	}
-	if got := e.ok("cat", "victim", "k.txt"); got != "kept\n" {
+	if got := e.ok("cat", "victim", "k.txt"); strings.TrimSpace(got) != "kept" {
 		t.Fatalf("what the killed command wrote: %q", got)
 	}
 	if st := e.statusOf("victim"); len(st.Leases) != 0 || st.State == "mounted" {
