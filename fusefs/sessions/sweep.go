@@ -16,8 +16,10 @@ import (
 // procRec is one process found by a proc scan.
 type procRec struct {
 	pid   int
-	id    int // owner id under the tracker's By
+	id    int // owner id under the tracker's By; -1 for harnesses and their trees
 	start uint64
+	ppid  int
+	tree  int // harness.go: -1 a harness, C > 0 in harness child C's tree, 0 neither
 }
 
 // idleCandidate is an owner past its idle deadline whose processes still
@@ -25,6 +27,14 @@ type procRec struct {
 type idleCandidate struct {
 	o    *ownerState
 	pids []int
+}
+
+// owns reports whether scanned process p belongs to owner o.
+func (o *ownerState) owns(p procRec) bool {
+	if o.tree {
+		return p.tree == o.id
+	}
+	return p.id == o.id
 }
 
 func (t *Tracker) loop(interval time.Duration) {
@@ -59,9 +69,20 @@ func (t *Tracker) Sweep() {
 	}
 	live := make(map[int]uint64, len(procs)) // pid -> start time
 	counts := make(map[int]int)              // owner id -> live processes
+	treeCounts := make(map[int]int)          // harness child -> live processes of its tree
+	var trees map[int]treeMember
 	for _, p := range procs {
 		live[p.pid] = p.start
-		counts[p.id]++
+		switch {
+		case p.tree > 0:
+			treeCounts[p.tree]++
+			if trees == nil {
+				trees = map[int]treeMember{}
+			}
+			trees[p.pid] = treeMember{start: p.start, child: p.tree}
+		case p.tree == 0:
+			counts[p.id]++
+		}
 	}
 	checked := t.checkUnlisted(live)
 	now := t.now()
@@ -69,6 +90,16 @@ func (t *Tracker) Sweep() {
 	var ending []*ownerState
 	var idle, shells []idleCandidate
 	t.mu.Lock()
+	t.trees = trees
+	if len(t.harnesses) > 0 {
+		h := make(map[int]uint64, len(t.harnesses))
+		for pid, start := range t.harnesses {
+			if live[pid] == start {
+				h[pid] = start // a harness that exited is forgotten
+			}
+		}
+		t.harnesses = h
+	}
 	for pid, e := range t.pids {
 		if e.ignored {
 			continue
@@ -92,7 +123,10 @@ func (t *Tracker) Sweep() {
 			o.lastRequest = now // the request happened before now: errs late, never early
 			o.sweptEpoch = seen
 		}
-		if o.id >= 0 {
+		switch {
+		case o.tree:
+			o.livePIDs = treeCounts[o.id]
+		case o.id >= 0:
 			o.livePIDs = counts[o.id]
 		}
 		if o.binds > 0 || seen == epoch {
@@ -103,6 +137,10 @@ func (t *Tracker) Sweep() {
 			o.phase = phaseEnding
 			o.done = make(chan struct{})
 			ending = append(ending, o)
+		case o.tree: // pinned while it lives; a shell at its prompt aside
+			if t.shellClose {
+				shells = append(shells, idleCandidate{o: o})
+			}
 		case t.idleClose > 0 && now.Sub(o.lastRequest) >= t.idleClose:
 			idle = append(idle, idleCandidate{o: o})
 		case t.shellClose && o.id >= 0:
@@ -120,14 +158,21 @@ func (t *Tracker) Sweep() {
 	t.runEnds(ending)
 }
 
-// closeIdle checks the idle candidates' processes for a cwd or open fd
-// inside the mount (outside any lock: it reads the proc tree) and marks the
-// unused ones as ending, provided no request arrived meanwhile.
+// closeIdle checks the idle candidates' processes (outside any lock: it
+// reads the proc tree) and marks as ending those with no presence or work
+// in the mount (presence.go), provided no request arrived meanwhile.
 func (t *Tracker) closeIdle(idle []idleCandidate, procs []procRec) []*ownerState {
 	withPIDs(idle, procs)
+	var kids map[int][]int // pid -> live children
+	for _, p := range procs {
+		if kids == nil {
+			kids = map[int][]int{}
+		}
+		kids[p.ppid] = append(kids[p.ppid], p.pid)
+	}
 	var ending []*ownerState
 	for _, c := range idle {
-		if slices.ContainsFunc(c.pids, t.usesMount) {
+		if !t.absent(c.pids, kids) {
 			continue
 		}
 		if t.markEndingIfQuiet(c.o) {
@@ -139,13 +184,11 @@ func (t *Tracker) closeIdle(idle []idleCandidate, procs []procRec) []*ownerState
 
 // withPIDs fills each candidate's pids from a scan.
 func withPIDs(cands []idleCandidate, procs []procRec) {
-	byID := make(map[int]int, len(cands)) // owner id -> index in cands
-	for i, c := range cands {
-		byID[c.o.id] = i
-	}
 	for _, p := range procs {
-		if i, ok := byID[p.id]; ok {
-			cands[i].pids = append(cands[i].pids, p.pid)
+		for i := range cands {
+			if cands[i].o.owns(p) {
+				cands[i].pids = append(cands[i].pids, p.pid)
+			}
 		}
 	}
 }
@@ -218,8 +261,10 @@ func (t *Tracker) scan() ([]procRec, error) {
 		case ByPID:
 			id = pid // listed entries are thread-group leaders
 		}
-		procs = append(procs, procRec{pid: pid, id: id, start: si.start})
+		procs = append(procs, procRec{pid: pid, id: id, start: si.start, ppid: si.ppid})
 	}
+	h, trees := t.harnessMaps()
+	assignTrees(procs, h, trees)
 	return procs, nil
 }
 
@@ -268,7 +313,7 @@ func (t *Tracker) usesMount(pid int) bool {
 			return true
 		}
 	}
-	return false
+	return t.mapsInside(base)
 }
 
 func (t *Tracker) linkInside(path string) (bool, error) {
