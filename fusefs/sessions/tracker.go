@@ -76,7 +76,7 @@ const (
 // by Tracker.mu (owner and id never change after creation).
 type ownerState struct {
 	owner Owner
-	id    int // numeric id for liveness matching; -1 for foreign (explicit) owners
+	id    int  // numeric id for liveness matching; -1 for foreign (explicit) owners
 	tree  bool // a harness's tool tree: id is its root child, matched by ancestry
 	phase phase
 	binds int           // explicit Bind count; > 0 means never swept
