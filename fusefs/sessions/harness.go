@@ -52,7 +52,24 @@ const maxAncestry = 256
 // are resolved again, so a child that started before the declaration
 // moves to its tree's lease; the harness's former session lease ends at
 // the next sweep if nothing else of that session is left.
-func (t *Tracker) DeclareHarness(pid int) error {
+func (t *Tracker) DeclareHarness(pid int) error { return t.DeclareHarnessStarted(pid, 0) }
+
+// StartTime is pid's start time (stat field 22), which tells it from a
+// later process that reuses the pid.
+func StartTime(pid int) (uint64, error) {
+	tgid, err := readTgid("/proc", pid)
+	if err != nil {
+		return 0, err
+	}
+	var buf [statBufSize]byte
+	si, err := readStat("/proc", tgid, buf[:])
+	return si.start, err
+}
+
+// DeclareHarnessStarted is DeclareHarness for the process pid that started
+// at start (StartTime; 0: whichever runs now): if pid now names another
+// process, it fails with ErrNoProcess.
+func (t *Tracker) DeclareHarnessStarted(pid int, want uint64) error {
 	if pid <= 1 {
 		return fmt.Errorf("declare harness %d: %w", pid, ErrInvalidHarness)
 	}
@@ -67,6 +84,9 @@ func (t *Tracker) DeclareHarness(pid int) error {
 	si, err := readStat(t.procRoot, tgid, buf[:])
 	if err != nil {
 		return fmt.Errorf("declare harness %d: %w", pid, err)
+	}
+	if want != 0 && si.start != want {
+		return fmt.Errorf("declare harness %d: it exited (the pid is another process's now): %w", pid, ErrNoProcess)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -211,4 +231,30 @@ func assignTrees(procs []procRec, h map[int]uint64, trees map[int]treeMember) {
 			procs[i].id = -1
 		}
 	}
+}
+
+// rememberMember records that process pid (a thread id is resolved to its
+// process) is in harness child c's tree, so that it stays there if its
+// parent exits before the next sweep saw it.
+func (t *Tracker) rememberMember(pid, c int) {
+	tgid, err := readTgid(t.procRoot, pid)
+	if err != nil {
+		return
+	}
+	var buf [statBufSize]byte
+	si, err := readStat(t.procRoot, tgid, buf[:])
+	if err != nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if m, ok := t.trees[tgid]; ok && m == (treeMember{si.start, c}) {
+		return
+	}
+	tr := maps.Clone(t.trees)
+	if tr == nil {
+		tr = map[int]treeMember{}
+	}
+	tr[tgid] = treeMember{si.start, c}
+	t.trees = tr
 }

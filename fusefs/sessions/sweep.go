@@ -90,6 +90,16 @@ func (t *Tracker) Sweep() {
 	var ending []*ownerState
 	var idle, shells []idleCandidate
 	t.mu.Lock()
+	// Members remembered since the scan began (an admission resolved
+	// them) stay while they live.
+	for pid, m := range t.trees {
+		if _, ok := trees[pid]; !ok && live[pid] == m.start {
+			if trees == nil {
+				trees = map[int]treeMember{}
+			}
+			trees[pid] = m
+		}
+	}
 	t.trees = trees
 	if len(t.harnesses) > 0 {
 		h := make(map[int]uint64, len(t.harnesses))

@@ -297,6 +297,7 @@ func (t *Tracker) admitSlow(pid uint32, e *pidEntry) error {
 			return t.admitHarness(pid, start)
 		case harnessChild:
 			owner, id, tree = HarnessChildOwner(c), c, true
+			t.rememberMember(int(pid), c)
 		default:
 			id, err = ownerID(t.procRoot, int(pid), si, t.by)
 			if err != nil {
