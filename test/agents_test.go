@@ -272,7 +272,8 @@ func TestIdleSessionOutsideMountLetsGo(t *testing.T) {
 	e, mp := forkMounted(t, map[string]string{"f": "v1\n"})
 	e.ok("fork", "main", "sib")
 	g := e.fifo("listed")
-	cmd := exec.Command("setsid", "bash", "-c", `ls "$0" > "$1"; cd /; sleep 30`, mp, g.path)
+	// (ls alone may be answered from the kernel's caches; cat's open is not.)
+	cmd := exec.Command("setsid", "bash", "-c", `{ ls "$0"; cat "$0/f"; } > "$1"; cd /; sleep 30`, mp, g.path)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -280,13 +281,16 @@ func TestIdleSessionOutsideMountLetsGo(t *testing.T) {
 		syscall.Kill(cmd.Process.Pid, syscall.SIGKILL)
 		cmd.Wait()
 	})
-	r := g.reader(sessionLimit)
-	if !strings.Contains(r, "f") {
-		t.Fatalf("ls of the mount printed %q", r)
+	if r := g.reader(sessionLimit); r != "f\nv1\n" {
+		t.Fatalf("ls and cat in the mount printed %q", r)
 	}
 	e.waitIdle("child")
 	if err := syscall.Kill(cmd.Process.Pid, 0); err != nil {
 		t.Fatalf("the session ended early: %v", err)
+	}
+	// The session did hold a lease (it is in the session log).
+	if log := e.sessions("child"); len(log) != 1 || log[0].Owner != "sid:"+strconv.Itoa(cmd.Process.Pid) {
+		t.Fatalf("session log %+v, want one lease of sid:%d", log, cmd.Process.Pid)
 	}
 	e.landSibling("v2\n")
 	e.ok("land", "child")
