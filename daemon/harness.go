@@ -30,6 +30,11 @@ func (d *Daemon) DeclareHarness(pid int) ([]string, error) {
 	}
 	h := declared{pid, start}
 	d.mu.Lock()
+	// Harnesses that exited are forgotten here (and by applyHarnesses).
+	d.harnesses = slices.DeleteFunc(d.harnesses, func(x declared) bool {
+		st, err := sessions.StartTime(x.pid)
+		return err != nil || st != x.start
+	})
 	if !slices.Contains(d.harnesses, h) {
 		d.harnesses = append(d.harnesses, h)
 	}

@@ -329,3 +329,31 @@ func (f *fifo) reader(limit time.Duration) string {
 		return ""
 	}
 }
+
+// TestLeaseHarnessErrors: lease harness refuses what cannot be a harness
+// (exit 2) and, without --mount, applies to every mount of the daemon.
+func TestLeaseHarnessErrors(t *testing.T) {
+	t.Parallel()
+	e, mp := forkMounted(t, map[string]string{"f": "v1\n"})
+	for _, args := range [][]string{
+		{"lease", "harness", "x"},
+		{"lease", "harness", "1"},
+		{"lease", "harness", "0"},
+		{"lease", "harness", strconv.Itoa(e.daemonPID())},
+		{"lease", "harness", "2147483646"}, // no such process
+		{"lease", "harness", strconv.Itoa(os.Getpid()), "--mount", filepath.Join(e.dir, "nowhere")},
+	} {
+		if r := e.run(args...); r.code != 2 || !strings.HasPrefix(r.stderr, "acyclicfs: lease harness") {
+			t.Errorf("%s: %s, want exit 2 naming the command", strings.Join(args, " "), r)
+		}
+	}
+	sleeper := exec.Command("sleep", "60")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sleeper.Process.Kill(); sleeper.Wait() }()
+	if got := e.ok("lease", "harness", strconv.Itoa(sleeper.Process.Pid)); got != mp {
+		t.Fatalf("lease harness without --mount printed %q, want %s", got, mp)
+	}
+	e.unmount(mp)
+}
