@@ -21,7 +21,7 @@ const maxComm = 64
 // the proc tree. A foreign owner (an explicit lease's name) or one keyed
 // by another By has none. Only the busy paths call it; it allocates.
 func (t *Tracker) Processes(owner Owner) ([]Process, error) {
-	match := func(p procRec) bool { return false }
+	var match func(p procRec) bool
 	if c, ok := harnessChildOf(owner); ok {
 		match = func(p procRec) bool { return p.tree == c }
 	} else if by, id, ok := parseOwner(owner); ok && by == t.by {

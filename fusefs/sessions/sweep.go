@@ -5,7 +5,6 @@ import (
 	"errors"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -294,38 +293,9 @@ func (t *Tracker) checkUnlisted(live map[int]uint64) map[uint32]bool {
 	return checked
 }
 
-// usesMount reports whether pid has its cwd or an open fd under the mount
-// point. Errors other than "gone" count as in use: idle-close must not close
-// a lease it cannot prove unused. readlink on /proc never enters the FUSE
+// linkInside reads a /proc link (cwd, fd/N) and reports whether it
+// points under the mount point. readlink on /proc never enters the FUSE
 // mount, so this cannot deadlock against our own request handlers.
-func (t *Tracker) usesMount(pid int) bool {
-	base := t.procRoot + "/" + strconv.Itoa(pid)
-	if in, err := t.linkInside(base + "/cwd"); err != nil {
-		return !gone(err)
-	} else if in {
-		return true
-	}
-	d, err := os.Open(base + "/fd")
-	if err != nil {
-		return !gone(err)
-	}
-	names, err := d.Readdirnames(-1)
-	d.Close()
-	if err != nil {
-		return !gone(err)
-	}
-	for _, n := range names {
-		in, err := t.linkInside(base + "/fd/" + n)
-		if err != nil && !gone(err) {
-			return true
-		}
-		if in {
-			return true
-		}
-	}
-	return t.mapsInside(base)
-}
-
 func (t *Tracker) linkInside(path string) (bool, error) {
 	target, err := os.Readlink(path)
 	if err != nil {
