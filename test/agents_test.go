@@ -39,6 +39,7 @@ rl.on('close', () => process.exit(0));
 
 const pythonHarness = `
 import json, subprocess, sys
+held = open("f")  # kept open for the harness's whole life
 while True:
     line = sys.stdin.readline()
     if not line:
@@ -49,7 +50,8 @@ while True:
     with open("notes", "w") as fh:
         fh.write("turn %s\n" % n)
     tool = subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout
-    print(json.dumps({"own": own, "tool": tool}), flush=True)
+    held.seek(0)
+    print(json.dumps({"own": own, "tool": tool, "held": held.read()}), flush=True)
 `
 
 // harness is a running harness process.
@@ -109,6 +111,9 @@ func startHarness(t *testing.T, e *env, mp, interp, script string) *harness {
 type turnResult struct {
 	Own  string `json:"own"`
 	Tool string `json:"tool"`
+	// Held: what the python harness reads through a descriptor of f it
+	// opened at its start (a view switch under it must not break it).
+	Held *string `json:"held"`
 }
 
 // send starts turn n running cmd as its tool.
@@ -221,8 +226,14 @@ func testDeclaredHarness(t *testing.T, interp, script string) {
 		t.Fatalf("turn 3 (a sibling landed mid-tool): %+v, want v2 throughout", r)
 	}
 	e.waitIdle("child")
-	if r := h.turn(4, "cat f"); r.Own != "v3\n" || r.Tool != "v3\n" {
+	r := h.turn(4, "cat f")
+	if r.Own != "v3\n" || r.Tool != "v3\n" {
 		t.Fatalf("turn 4: %+v, want v3", r)
+	}
+	if r.Held != nil && *r.Held != "v1\n" && *r.Held != "v2\n" && *r.Held != "v3\n" {
+		t.Fatalf("through the descriptor it kept open the harness reads %q, not a version of f", *r.Held)
+	} else if r.Held != nil {
+		t.Logf("the descriptor opened at the start reads %q after three view switches", *r.Held)
 	}
 	e.waitIdle("child")
 	e.ok("land", "child")
