@@ -62,4 +62,11 @@
 //     namespace; processes in other mount namespaces may look idle.
 //     Processes whose cwd/fds cannot be read (permissions) count as busy.
 //   - If the proc tree cannot be listed a sweep ends nothing.
+//   - Harness trees: a descendant whose parent exits before any request or
+//     sweep saw it in the tree is reparented (to init or a subreaper) and
+//     keyed by its session from then on. A harness's declaration ends when
+//     it exits; its trees live on while their processes do.
+//   - The presence check reads /proc/PID/task/TID/syscall, which needs
+//     ptrace access to the process (the daemon runs as its user or root);
+//     unreadable counts as busy.
 package sessions
