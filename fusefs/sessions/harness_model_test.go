@@ -34,6 +34,8 @@ func (f *fakeProc) addP(pid, ppid, pgid, sid int, start uint64) {
 //   - everything else is owned by its session, which counts only its
 //     processes that are neither the harness nor in a tree;
 //   - a lease ends at the first sweep that finds no process of its owner.
+//
+// Pids are not reused before a sweep ran (see killed below).
 func TestHarnessModel(t *testing.T) {
 	base := t.TempDir()
 	const h = 50
@@ -58,6 +60,11 @@ func TestHarnessModel(t *testing.T) {
 		alive := map[int]bool{}
 		ppid := map[int]int{}
 		remembered := map[int]bool{}
+		// killed: pids that exited since the last sweep. They are not
+		// reused before a sweep ran: a pid reused within one sweep is
+		// attributed to its old entry (the package's pid-reuse caveat),
+		// which the kernel's cycling through the pid space makes rare.
+		killed := map[int]bool{}
 		declared := false
 		spawn := func(p int) {
 			gen++
@@ -105,8 +112,8 @@ func TestHarnessModel(t *testing.T) {
 			},
 			"spawn": func(rt *rapid.T) {
 				p := rapid.SampledFrom(pids).Draw(rt, "pid")
-				if alive[p] || parent[p] != 1 && !alive[parent[p]] {
-					rt.Skip("alive, or its parent is not")
+				if alive[p] || killed[p] || parent[p] != 1 && !alive[parent[p]] {
+					rt.Skip("alive, reused before a sweep, or its parent is not alive")
 				}
 				remembered[p] = false
 				spawn(p)
@@ -118,6 +125,7 @@ func TestHarnessModel(t *testing.T) {
 				}
 				fp.remove(p)
 				alive[p] = false
+				killed[p] = true
 				for _, c := range pids {
 					if alive[c] && ppid[c] == p { // reparented to init
 						ppid[c] = 1
@@ -144,6 +152,7 @@ func TestHarnessModel(t *testing.T) {
 			},
 			"sweep": func(rt *rapid.T) {
 				tr.Sweep()
+				clear(killed)
 				for _, p := range pids {
 					if alive[p] {
 						remember(p)
