@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -81,8 +82,15 @@ func (s *Mount) refuseIfActive(wait time.Duration) error {
 		}
 		if len(open) == 0 {
 			// A capture owed (it failed, for space say) holds changes the
-			// head lacks: store them first, or refuse.
+			// head lacks: store them first, or refuse. Changes made with
+			// no lease open (a harness's own edits, docs/windows.md
+			// "Harnesses") are captured now, so that what lands has them.
 			err := s.storeOwedCapture()
+			if err == nil {
+				if cerr := s.captureAndPublish(nil); cerr != nil && !errors.Is(cerr, errFencedOut) {
+					err = fmt.Errorf("capture %s before it moves: %w", s.ws, cerr)
+				}
+			}
 			s.release()
 			return err
 		}
@@ -118,10 +126,18 @@ func (s *Mount) sweepNow(wait time.Duration) bool {
 	}
 }
 
-// describeLeases names each lease's owner and live processes, e.g.
-// "sid:1234 (pid 1234 sleep, pid 1240 sh)". ended reports a session
-// lease none of whose processes is left: it exited after the sweep looked.
+// describeLeases names each lease's owner and those of its live
+// processes that are in the mount, with what they hold there, e.g.
+// "sid:1234 (pid 1240 sleep: cwd inside, 1 open)"; processes elsewhere
+// are only counted, and a lease none of whose processes is in the mount
+// says how long ago it made its last request (--idle-close ends it).
+// ended reports a session lease none of whose processes is left: it
+// exited after the sweep looked.
 func (s *Mount) describeLeases(open []openLease) (holders []string, ended bool) {
+	owners := map[sessions.Owner]sessions.OwnerInfo{}
+	for _, o := range s.tracker.Owners() {
+		owners[o.Owner] = o
+	}
 	for _, l := range open {
 		procs, err := s.tracker.Processes(l.owner)
 		var parts []string
@@ -133,12 +149,27 @@ func (s *Mount) describeLeases(open []openLease) (holders []string, ended bool) 
 		case l.explicit:
 			parts = append(parts, "exec")
 		}
-		for i, p := range procs {
-			if i == listedProcs {
-				parts = append(parts, fmt.Sprintf("and %d more", len(procs)-i))
+		listed, elsewhere := 0, 0
+		for _, p := range procs {
+			use := s.procUse(p.PID)
+			if use == "" {
+				elsewhere++
+				continue
+			}
+			if listed == listedProcs {
+				parts = append(parts, "more in the mount")
 				break
 			}
-			parts = append(parts, fmt.Sprintf("pid %d %s", p.PID, p.Comm))
+			listed++
+			parts = append(parts, fmt.Sprintf("pid %d %s: %s", p.PID, p.Comm, use))
+		}
+		if elsewhere > 0 {
+			parts = append(parts, fmt.Sprintf("%d process(es) outside the mount", elsewhere))
+		}
+		if listed == 0 && len(procs) > 0 {
+			if oi, ok := owners[l.owner]; ok && !oi.LastRequest.IsZero() {
+				parts = append(parts, fmt.Sprintf("none in the mount; last request %v ago", time.Since(oi.LastRequest).Round(10*time.Millisecond)))
+			}
 		}
 		if len(procs) == 0 && session {
 			if err != nil {
@@ -151,6 +182,23 @@ func (s *Mount) describeLeases(open []openLease) (holders []string, ended bool) 
 		holders = append(holders, fmt.Sprintf("%s (%s)", l.owner, strings.Join(parts, ", ")))
 	}
 	return holders, ended
+}
+
+// procUse says what process pid holds in the mount ("cwd inside, 2 open,
+// 1 mapped"), or "" for nothing.
+func (s *Mount) procUse(pid int) string {
+	cwd, open, mapped := mountUse(pid, s.mnt.Dev(), s.mp)
+	var use []string
+	if cwd {
+		use = append(use, "cwd inside")
+	}
+	if open > 0 {
+		use = append(use, fmt.Sprintf("%d open", open))
+	}
+	if mapped > 0 {
+		use = append(use, fmt.Sprintf("%d mapped", mapped))
+	}
+	return strings.Join(use, ", ")
 }
 
 // storeOwedCapture retries a capture that failed, if one is owed, and

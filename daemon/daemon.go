@@ -48,6 +48,9 @@ type Daemon struct {
 	mounts map[string]*Mount // by workspace name
 	// stopping is set once shutdown began; new mounts are refused.
 	stopping bool
+	// harnesses are pids declared harnesses of every mount (lease harness
+	// without --mount), applied to later mounts too; guarded by mu.
+	harnesses []declared
 	// lost lists what recoveries run by this daemon could not keep
 	// (fusefs.RecoverCaptureReport), for status; guarded by mu.
 	lost []string

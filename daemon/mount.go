@@ -334,6 +334,7 @@ func (d *Daemon) MountWorkspace(ws, mp string, opt MountOptions) (*Mount, []stri
 		return nil, notes, err
 	}
 	s.tracker = tr
+	d.applyHarnesses(tr)
 	s.inPlace = isInPlace
 	if isInPlace && mp == inPlace.Dir {
 		// Mounting over the directory itself: keep an fd to what is

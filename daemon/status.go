@@ -23,6 +23,8 @@ type Proc struct {
 	// its descriptors open on files in the mount.
 	CwdInside bool `json:"cwd_inside"`
 	OpenFiles int  `json:"open_files"`
+	// Mapped counts the files of the mount it maps (mmap).
+	Mapped int `json:"mapped,omitempty"`
 }
 
 // MountStatus is what status shows of a served mount.
@@ -86,19 +88,20 @@ func (s *Mount) LeaseHolders(label string) []Proc {
 	out := make([]Proc, 0, len(procs))
 	for _, p := range procs {
 		sp := Proc{PID: p.PID, Command: p.Comm}
-		sp.CwdInside, sp.OpenFiles = mountUse(p.PID, s.mnt.Dev(), s.mp)
+		sp.CwdInside, sp.OpenFiles, sp.Mapped = mountUse(p.PID, s.mnt.Dev(), s.mp)
 		out = append(out, sp)
 	}
 	return out
 }
 
 // mountUse reports whether process pid's working directory is in the
-// mount, and how many of its descriptors are open on files in it. It
-// compares device numbers (st_dev of the mount's file system), not paths:
-// after a detach the mountpoint's path names the directory underneath,
-// and the processes there do not use the mount. Nothing it does sends a
-// request to the mount (AT_STATX_DONT_SYNC).
-func mountUse(pid int, dev uint64, mp string) (cwdInside bool, open int) {
+// mount, how many of its descriptors are open on files in it, and how
+// many files of it it maps. It compares device numbers (st_dev of the
+// mount's file system), not paths: after a detach the mountpoint's path
+// names the directory underneath, and the processes there do not use the
+// mount. Nothing it does sends a request to the mount (AT_STATX_DONT_SYNC;
+// mappings are compared by the device /proc/PID/maps shows).
+func mountUse(pid int, dev uint64, mp string) (cwdInside bool, open, mapped int) {
 	in := func(p string) bool {
 		if dev == 0 { // identity unknown: by path
 			t, err := os.Readlink(p)
@@ -115,7 +118,29 @@ func mountUse(pid int, dev uint64, mp string) (cwdInside bool, open int) {
 			open++
 		}
 	}
-	return cwdInside, open
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid)); err == nil {
+		seen := map[string]bool{}
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 6 || seen[f[4]+" "+f[3]] {
+				continue
+			}
+			var maj, mnr uint32
+			if _, err := fmt.Sscanf(f[3], "%x:%x", &maj, &mnr); err != nil {
+				continue
+			}
+			hit := dev != 0 && unix.Mkdev(maj, mnr) == dev
+			if dev == 0 {
+				p := strings.Join(f[5:], " ")
+				hit = p == mp || strings.HasPrefix(p, mp+"/")
+			}
+			if hit {
+				seen[f[4]+" "+f[3]] = true
+				mapped++
+			}
+		}
+	}
+	return cwdInside, open, mapped
 }
 
 // WindowLease is one open lease of a workspace's window, for status.

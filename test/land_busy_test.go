@@ -146,7 +146,7 @@ func TestLandRefusesARunningSession(t *testing.T) {
 	sid := cmd.Process.Pid
 	head, mainHead := e.head("child"), e.head("main")
 	r := e.refusedFast("land", "child")
-	want := fmt.Sprintf("acyclicfs: land child: busy: child has open leases: sid:%d (pid %d sh, pid %s sleep)\n", sid, sid, sleepPID)
+	want := fmt.Sprintf("acyclicfs: land child: busy: child has open leases: sid:%d (pid %d sh: cwd inside, pid %s sleep: cwd inside)\n", sid, sid, sleepPID)
 	if !strings.HasPrefix(r.stderr, want) {
 		t.Fatalf("land with a running session said %q, want it to start %q", r.stderr, want)
 	}
@@ -178,7 +178,7 @@ func TestRebaseRefusesARunningSessionAndAnExplicitLease(t *testing.T) {
 	sid := cmd.Process.Pid
 	lease := e.ok("lease", "begin", mp, "--owner", "agent-7")
 	r := e.refusedFast("rebase", "child")
-	want := fmt.Sprintf("acyclicfs: rebase child: busy: child has open leases: explicit:agent-7 (lease %s); sid:%d (pid %d sleep)\n", lease, sid, sid)
+	want := fmt.Sprintf("acyclicfs: rebase child: busy: child has open leases: explicit:agent-7 (lease %s); sid:%d (pid %d sleep: 1 open)\n", lease, sid, sid)
 	if !strings.HasPrefix(r.stderr, want) {
 		t.Fatalf("rebase said %q, want it to start %q", r.stderr, want)
 	}
@@ -202,7 +202,7 @@ func TestLandRefusesARunningExec(t *testing.T) {
 	b := e.startExec(mp, `echo x > f; read x < "$G"`, "G="+gate.path)
 	w := gate.opened(30 * time.Second)
 	r := e.refusedFast("land", "child")
-	if !regexp.MustCompile(`: busy: child has open leases: sid:[0-9]+ \(exec, pid [0-9]+ sh\)\n`).MatchString(r.stderr) {
+	if !regexp.MustCompile(`: busy: child has open leases: sid:[0-9]+ \(exec, pid [0-9]+ sh: cwd inside\)\n`).MatchString(r.stderr) {
 		t.Fatalf("land during exec said %q, want the exec's session named", r.stderr)
 	}
 	release(t, w)

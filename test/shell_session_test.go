@@ -146,7 +146,10 @@ func TestPersistentShellHoldsNoLeaseWhileWaiting(t *testing.T) {
 	// A command that runs while the parent advances keeps its view from
 	// start to end: it holds a lease for its whole duration.
 	gate := e.fifo("gate")
-	sh.send(`cat f; cat "` + gate.path + `" >/dev/null; cat c 2>/dev/null || echo no-c; echo @@done`)
+	// (It holds f open while it waits, as a tool at work holds its files:
+	// one that only waited for input would let its lease go after
+	// --idle-close, docs/windows.md "Idle sessions".)
+	sh.send(`cat f; cat "` + gate.path + `" >/dev/null 3<f; cat c 2>/dev/null || echo no-c; echo @@done`)
 	w := gate.opened(sessionLimit) // the command is at its wait point, mid-command
 	if st := e.statusOf("child"); len(st.Leases) == 0 {
 		t.Fatalf("a running command holds no lease: %+v", st)

@@ -12,10 +12,14 @@ import (
 )
 
 // startInside starts sh -c script in its own session with working
-// directory dir and returns it running; the test's cleanup kills it.
+// directory dir and returns it running; the test's cleanup kills it. The
+// script holds dir open (fd 9) throughout, as a tool at work holds its
+// files: a session that only waits for input with its working directory
+// in a mount lets its lease go after --idle-close (docs/windows.md "Idle
+// sessions"), and these tests need a session that is still at work.
 func startInside(t *testing.T, dir, script string, env ...string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command("sh", "-c", script)
+	cmd := exec.Command("sh", "-c", "exec 9< . || exit 1; "+script)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

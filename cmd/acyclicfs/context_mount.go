@@ -126,7 +126,7 @@ func (a *app) cmdContextMount() *cobra.Command {
 	f.BoolVar(&opt.AllowOther, "allow-other", false, "let other users access the mounts")
 	f.DurationVar(&ttl, "lease-ttl", 10*time.Second, "lease lifetime without renewal (bounds a crashed daemon's leases)")
 	f.StringVar(&by, "lease-by", "sid", "lease owner key: sid, pgid or pid")
-	f.DurationVar(&idle, "idle-close", 0, "also end a lease after this long with no request, open file or cwd in the mount")
+	idleFlag(f, &idle)
 	f.BoolVar(&opt.Xattrs, "xattrs", false, "serve user xattrs")
 	f.BoolVar(&opt.NoFSMonitor, "no-fsmonitor", false, "do not set git's fsmonitor hook in repositories at the roots' mount roots (and remove it where an earlier mount set it)")
 	transportFlag(f, &opt)

@@ -11,6 +11,7 @@ import (
 	"github.com/acyclicfs/acyclicfs/corestate"
 	"github.com/acyclicfs/acyclicfs/daemon"
 	"github.com/acyclicfs/acyclicfs/fusefs"
+	"github.com/acyclicfs/acyclicfs/fusefs/sessions"
 	"github.com/acyclicfs/acyclicfs/internal/gitrepo"
 	"github.com/acyclicfs/acyclicfs/meta"
 	"github.com/acyclicfs/acyclicfs/store"
@@ -69,6 +70,8 @@ func exitCode(err error) int {
 		errors.Is(err, gitrepo.ErrNotRepo),
 		errors.Is(err, gitrepo.ErrNoRef),
 		errors.Is(err, gitrepo.ErrUnsupported),
+		errors.Is(err, sessions.ErrInvalidHarness),
+		errors.Is(err, sessions.ErrNoProcess),
 		errors.Is(err, store.ErrInvalidID),
 		errors.Is(err, store.ErrAmbiguous),
 		errors.Is(err, cluster.ErrBadConfig),
@@ -88,7 +91,7 @@ func hint(err error) string {
 	var ol *daemon.OpenLeasesError
 	switch {
 	case errors.As(err, &ol):
-		return "those sessions still run in the mount (sessions that ended were waited for): let them finish or end them, then retry; an explicit lease ends with 'acyclicfs lease end MOUNTPOINT LEASE'"
+		return "those leases' processes are in the mount or made a request within --idle-close (sessions that ended were waited for): let them finish or end them, then retry; an explicit lease ends with 'acyclicfs lease end MOUNTPOINT LEASE'"
 	case errors.Is(err, cluster.ErrClaimed):
 		return "unmount it on that node first ('acyclicfs status' shows which node holds which mount); a node that died or stopped loses its claims when its lease expires (--claim-ttl at init)"
 	case errors.Is(err, cluster.ErrUnreachable), errors.Is(err, meta.ErrUnavailable):

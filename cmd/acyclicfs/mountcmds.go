@@ -110,7 +110,7 @@ func (a *app) cmdMount() *cobra.Command {
 	f.BoolVar(&opt.AllowOther, "allow-other", false, "let other users access the mount")
 	f.DurationVar(&ttl, "lease-ttl", 10*time.Second, "lease lifetime without renewal (bounds a crashed daemon's leases)")
 	f.StringVar(&by, "lease-by", "sid", "lease owner key: sid, pgid or pid")
-	f.DurationVar(&idle, "idle-close", 0, "also end a lease after this long with no request, open file or cwd in the mount")
+	idleFlag(f, &idle)
 	f.BoolVar(&opt.Debug, "debug", false, "log every FUSE request to the daemon log")
 	transportFlag(f, &opt)
 	f.BoolVar(&opt.Xattrs, "xattrs", false, "serve user xattrs (off by default: with them the kernel asks for security.capability before every write)")
@@ -119,6 +119,16 @@ func (a *app) cmdMount() *cobra.Command {
 		"do not set git's fsmonitor hook in a repository at the mount's root (and remove it where an earlier mount set it)")
 	attributionFlag(f, &opt)
 	return c
+}
+
+// defaultIdleClose is --idle-close's default (docs/windows.md "Idle
+// sessions" weighs it).
+const defaultIdleClose = time.Second
+
+// idleFlag defines --idle-close.
+func idleFlag(f *pflag.FlagSet, idle *time.Duration) {
+	f.DurationVar(idle, "idle-close", defaultIdleClose,
+		"end a lease after this long with no request when its processes have no open file or mapping in the mount, and no cwd in it unless they wait for input (0: off)")
 }
 
 // attributionFlag defines --no-attribution.
@@ -198,9 +208,7 @@ func (a *app) mountForeground(ws, mp string, opt mountFlags) error {
 	if opt.AllowOther {
 		args = append(args, "--allow-other")
 	}
-	if opt.IdleClose > 0 {
-		args = append(args, "--idle-close", opt.IdleClose.String())
-	}
+	args = append(args, "--idle-close", opt.IdleClose.String())
 	if opt.Xattrs {
 		args = append(args, "--xattrs")
 	}
@@ -494,8 +502,59 @@ func (a *app) cmdLease() *cobra.Command {
 		},
 	}
 	bind.Flags().IntVar(&pid, "pid", 0, "session leader pid")
-	lease.AddCommand(begin, end, bind)
+	lease.AddCommand(begin, end, bind, a.cmdLeaseHarness())
 	return lease
+}
+
+// cmdLeaseHarness is `lease harness PID [--mount MP]`.
+func (a *app) cmdLeaseHarness() *cobra.Command {
+	var mp string
+	c := &cobra.Command{
+		Use:   "harness PID [--mount MOUNTPOINT]",
+		Short: "Declare PID a harness: it holds no lease, and each process tree it starts is one lease",
+		Long: `Declare the long-lived process PID (a coding agent's harness) a harness
+of the mount at MOUNTPOINT, or without --mount of every mount this daemon
+serves now or mounts later. While PID lives, its own requests open no lease
+(they see the current view; its working directory and open files pin
+nothing), and every process tree it starts (its direct child and all that
+child's descendants) is one lease, pinned while any process of the tree
+lives. See docs/windows.md "Harnesses".`,
+		Args: exactArgs(1, "PID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pid, err := strconv.Atoi(args[0])
+			if err != nil || pid <= 1 {
+				return usageError{fmt.Errorf("lease harness: %q is not a process id", args[0])}
+			}
+			var mps []string
+			if mp != "" {
+				s, err := a.servedAt("lease harness", mp)
+				if err != nil {
+					return err
+				}
+				if err := s.DeclareHarness(pid); err != nil {
+					return fmt.Errorf("lease harness %d: %w", pid, err)
+				}
+				mps = []string{s.Mountpoint()}
+			} else {
+				if err := a.needDaemon("lease harness"); err != nil {
+					return err
+				}
+				if mps, err = a.d.DeclareHarness(pid); err != nil {
+					return fmt.Errorf("lease harness %d: %w", pid, err)
+				}
+			}
+			if mps == nil {
+				mps = []string{}
+			}
+			return a.emit(map[string]any{"harness": pid, "mounts": mps}, func(w io.Writer) {
+				for _, m := range mps {
+					fmt.Fprintln(w, m)
+				}
+			})
+		},
+	}
+	c.Flags().StringVar(&mp, "mount", "", "only this mount (default: every mount of this daemon, now and later)")
+	return c
 }
 
 // servedAt is the daemon's mount at mp, for command what (its errors

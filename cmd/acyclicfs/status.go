@@ -291,6 +291,9 @@ func printStatus(out io.Writer, rep statusReport) {
 				if p.OpenFiles > 0 {
 					use = append(use, fmt.Sprintf("%d open", p.OpenFiles))
 				}
+				if p.Mapped > 0 {
+					use = append(use, fmt.Sprintf("%d mapped", p.Mapped))
+				}
 				held += fmt.Sprintf("%spid %d %s", sep, p.PID, p.Command)
 				if len(use) > 0 {
 					held += " (" + strings.Join(use, ", ") + ")"

@@ -11,11 +11,18 @@
 // its result. A background sweeper scans the proc tree every SweepInterval
 // and calls [Handler.End] for owners with no live process left and, with
 // --idle-close, for owners that made no request for IdleClose and have no
-// working directory or open file under the mount. A request from an owner
+// open file or mapping under the mount, and no working directory there
+// unless they wait for input from outside it (presence.go). A request from an owner
 // whose lease just ended opens a new one. [Tracker.Sweep] may also be
 // called on demand: the daemon does before land and rebase, so that a
 // session that just ended does not hold the window open until the next
 // tick, and then names the sessions still alive with [Tracker.Processes].
+//
+// A declared harness ([Tracker.DeclareHarness], harness.go) holds no
+// lease: its requests are admitted at once, and each process tree it
+// starts is one owner, "harness-child:C" (C its direct child), found by
+// ancestry through stat's parent field and pinned while any process of it
+// lives; harnesses and tree members do not count for their session.
 //
 // Explicit leases (exec, lease begin) are opened by the daemon, which
 // announces their owner with [Tracker.Bind]: requests from that owner are
@@ -55,4 +62,11 @@
 //     namespace; processes in other mount namespaces may look idle.
 //     Processes whose cwd/fds cannot be read (permissions) count as busy.
 //   - If the proc tree cannot be listed a sweep ends nothing.
+//   - Harness trees: a descendant whose parent exits before any request or
+//     sweep saw it in the tree is reparented (to init or a subreaper) and
+//     keyed by its session from then on. A harness's declaration ends when
+//     it exits; its trees live on while their processes do.
+//   - The presence check reads /proc/PID/task/TID/syscall, which needs
+//     ptrace access to the process (the daemon runs as its user or root);
+//     unreadable counts as busy.
 package sessions

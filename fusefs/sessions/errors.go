@@ -18,3 +18,7 @@ var (
 	// ErrInvalidConfig is returned by New when the Config is unusable.
 	ErrInvalidConfig = errors.New("invalid session tracker config")
 )
+
+// ErrInvalidHarness is returned by DeclareHarness for a pid that cannot be
+// a harness: init, the daemon itself, or not a positive pid.
+var ErrInvalidHarness = errors.New("not a process that can be a harness")

@@ -21,8 +21,12 @@ const maxComm = 64
 // the proc tree. A foreign owner (an explicit lease's name) or one keyed
 // by another By has none. Only the busy paths call it; it allocates.
 func (t *Tracker) Processes(owner Owner) ([]Process, error) {
-	by, id, ok := parseOwner(owner)
-	if !ok || by != t.by {
+	var match func(p procRec) bool
+	if c, ok := harnessChildOf(owner); ok {
+		match = func(p procRec) bool { return p.tree == c }
+	} else if by, id, ok := parseOwner(owner); ok && by == t.by {
+		match = func(p procRec) bool { return p.id == id }
+	} else {
 		return nil, nil
 	}
 	procs, err := t.scan()
@@ -32,7 +36,7 @@ func (t *Tracker) Processes(owner Owner) ([]Process, error) {
 	var out []Process
 	buf := make([]byte, statBufSize)
 	for _, p := range procs {
-		if p.id != id {
+		if !match(p) {
 			continue
 		}
 		b, err := readSmall(statPath(t.procRoot, p.pid), buf)

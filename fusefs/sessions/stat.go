@@ -83,6 +83,7 @@ type statInfo struct {
 	pgid  int    // field 5
 	sid   int    // field 6
 	start uint64 // field 22: start time in clock ticks since boot; detects pid reuse
+	ppid  int    // field 4: the parent process (a thread's is its process's)
 }
 
 // parseStat parses a /proc/<pid>/stat line. The comm field (2) is wrapped in
@@ -109,6 +110,12 @@ func parseStat(b []byte) (statInfo, error) {
 			return si, fmt.Errorf("stat: only %d fields after comm: %w", idx, ErrBadStat)
 		}
 		switch idx {
+		case 1: // ppid
+			v, ok := parseInt(tok)
+			if !ok {
+				return si, fmt.Errorf("stat: bad field 4: %w", ErrBadStat)
+			}
+			si.ppid = v
 		case 2, 3: // pgrp, session
 			v, ok := parseInt(tok)
 			if !ok {

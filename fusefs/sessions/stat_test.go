@@ -12,11 +12,11 @@ func TestParseStat(t *testing.T) {
 		line string
 		want statInfo
 	}{
-		{"plain", statLine(4242, "bash", 4242, 4200, 99887766), statInfo{4242, 4242, 4200, 99887766}},
-		{"spaces and parens in comm", statLine(7, "a) (b c) S 1 2 3", 8, 9, 10), statInfo{7, 8, 9, 10}},
-		{"empty comm", statLine(1, "", 1, 1, 1), statInfo{1, 1, 1, 1}},
-		{"no trailing newline", strings.TrimSuffix(statLine(5, "x", 6, 7, 8), "\n"), statInfo{5, 6, 7, 8}},
-		{"negative sid", statLine(2, "k", 0, -1, 3), statInfo{2, 0, -1, 3}},
+		{"plain", statLine(4242, "bash", 4242, 4200, 99887766), statInfo{4242, 4242, 4200, 99887766, 1}},
+		{"spaces and parens in comm", statLine(7, "a) (b c) S 1 2 3", 8, 9, 10), statInfo{7, 8, 9, 10, 1}},
+		{"empty comm", statLine(1, "", 1, 1, 1), statInfo{1, 1, 1, 1, 1}},
+		{"no trailing newline", strings.TrimSuffix(statLine(5, "x", 6, 7, 8), "\n"), statInfo{5, 6, 7, 8, 1}},
+		{"negative sid", statLine(2, "k", 0, -1, 3), statInfo{2, 0, -1, 3, 1}},
 	}
 	for _, c := range cases {
 		got, err := parseStat([]byte(c.line))
@@ -82,7 +82,7 @@ func FuzzParseStat(f *testing.F) {
 		if err != nil {
 			t.Fatalf("parseStat(%q): %v", line, err)
 		}
-		want := statInfo{321, int(pgid), int(sid), start}
+		want := statInfo{321, int(pgid), int(sid), start, 1}
 		if got != want {
 			t.Fatalf("parseStat(%q) = %+v, want %+v", line, got, want)
 		}

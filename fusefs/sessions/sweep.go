@@ -5,7 +5,6 @@ import (
 	"errors"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -16,8 +15,10 @@ import (
 // procRec is one process found by a proc scan.
 type procRec struct {
 	pid   int
-	id    int // owner id under the tracker's By
+	id    int // owner id under the tracker's By; -1 for harnesses and their trees
 	start uint64
+	ppid  int
+	tree  int // harness.go: -1 a harness, C > 0 in harness child C's tree, 0 neither
 }
 
 // idleCandidate is an owner past its idle deadline whose processes still
@@ -25,6 +26,14 @@ type procRec struct {
 type idleCandidate struct {
 	o    *ownerState
 	pids []int
+}
+
+// owns reports whether scanned process p belongs to owner o.
+func (o *ownerState) owns(p procRec) bool {
+	if o.tree {
+		return p.tree == o.id
+	}
+	return p.id == o.id
 }
 
 func (t *Tracker) loop(interval time.Duration) {
@@ -59,9 +68,20 @@ func (t *Tracker) Sweep() {
 	}
 	live := make(map[int]uint64, len(procs)) // pid -> start time
 	counts := make(map[int]int)              // owner id -> live processes
+	treeCounts := make(map[int]int)          // harness child -> live processes of its tree
+	var trees map[int]treeMember
 	for _, p := range procs {
 		live[p.pid] = p.start
-		counts[p.id]++
+		switch {
+		case p.tree > 0:
+			treeCounts[p.tree]++
+			if trees == nil {
+				trees = map[int]treeMember{}
+			}
+			trees[p.pid] = treeMember{start: p.start, child: p.tree}
+		case p.tree == 0:
+			counts[p.id]++
+		}
 	}
 	checked := t.checkUnlisted(live)
 	now := t.now()
@@ -69,6 +89,26 @@ func (t *Tracker) Sweep() {
 	var ending []*ownerState
 	var idle, shells []idleCandidate
 	t.mu.Lock()
+	// Members remembered since the scan began (an admission resolved
+	// them) stay while they live.
+	for pid, m := range t.trees {
+		if _, ok := trees[pid]; !ok && live[pid] == m.start {
+			if trees == nil {
+				trees = map[int]treeMember{}
+			}
+			trees[pid] = m
+		}
+	}
+	t.trees = trees
+	if len(t.harnesses) > 0 {
+		h := make(map[int]uint64, len(t.harnesses))
+		for pid, start := range t.harnesses {
+			if live[pid] == start {
+				h[pid] = start // a harness that exited is forgotten
+			}
+		}
+		t.harnesses = h
+	}
 	for pid, e := range t.pids {
 		if e.ignored {
 			continue
@@ -92,7 +132,10 @@ func (t *Tracker) Sweep() {
 			o.lastRequest = now // the request happened before now: errs late, never early
 			o.sweptEpoch = seen
 		}
-		if o.id >= 0 {
+		switch {
+		case o.tree:
+			o.livePIDs = treeCounts[o.id]
+		case o.id >= 0:
 			o.livePIDs = counts[o.id]
 		}
 		if o.binds > 0 || seen == epoch {
@@ -103,6 +146,10 @@ func (t *Tracker) Sweep() {
 			o.phase = phaseEnding
 			o.done = make(chan struct{})
 			ending = append(ending, o)
+		case o.tree: // pinned while it lives; a shell at its prompt aside
+			if t.shellClose {
+				shells = append(shells, idleCandidate{o: o})
+			}
 		case t.idleClose > 0 && now.Sub(o.lastRequest) >= t.idleClose:
 			idle = append(idle, idleCandidate{o: o})
 		case t.shellClose && o.id >= 0:
@@ -120,14 +167,21 @@ func (t *Tracker) Sweep() {
 	t.runEnds(ending)
 }
 
-// closeIdle checks the idle candidates' processes for a cwd or open fd
-// inside the mount (outside any lock: it reads the proc tree) and marks the
-// unused ones as ending, provided no request arrived meanwhile.
+// closeIdle checks the idle candidates' processes (outside any lock: it
+// reads the proc tree) and marks as ending those with no presence or work
+// in the mount (presence.go), provided no request arrived meanwhile.
 func (t *Tracker) closeIdle(idle []idleCandidate, procs []procRec) []*ownerState {
 	withPIDs(idle, procs)
+	var kids map[int][]int // pid -> live children
+	for _, p := range procs {
+		if kids == nil {
+			kids = map[int][]int{}
+		}
+		kids[p.ppid] = append(kids[p.ppid], p.pid)
+	}
 	var ending []*ownerState
 	for _, c := range idle {
-		if slices.ContainsFunc(c.pids, t.usesMount) {
+		if !t.absent(c.pids, kids) {
 			continue
 		}
 		if t.markEndingIfQuiet(c.o) {
@@ -139,13 +193,11 @@ func (t *Tracker) closeIdle(idle []idleCandidate, procs []procRec) []*ownerState
 
 // withPIDs fills each candidate's pids from a scan.
 func withPIDs(cands []idleCandidate, procs []procRec) {
-	byID := make(map[int]int, len(cands)) // owner id -> index in cands
-	for i, c := range cands {
-		byID[c.o.id] = i
-	}
 	for _, p := range procs {
-		if i, ok := byID[p.id]; ok {
-			cands[i].pids = append(cands[i].pids, p.pid)
+		for i := range cands {
+			if cands[i].o.owns(p) {
+				cands[i].pids = append(cands[i].pids, p.pid)
+			}
 		}
 	}
 }
@@ -218,8 +270,10 @@ func (t *Tracker) scan() ([]procRec, error) {
 		case ByPID:
 			id = pid // listed entries are thread-group leaders
 		}
-		procs = append(procs, procRec{pid: pid, id: id, start: si.start})
+		procs = append(procs, procRec{pid: pid, id: id, start: si.start, ppid: si.ppid})
 	}
+	h, trees := t.harnessMaps()
+	assignTrees(procs, h, trees)
 	return procs, nil
 }
 
@@ -239,38 +293,9 @@ func (t *Tracker) checkUnlisted(live map[int]uint64) map[uint32]bool {
 	return checked
 }
 
-// usesMount reports whether pid has its cwd or an open fd under the mount
-// point. Errors other than "gone" count as in use: idle-close must not close
-// a lease it cannot prove unused. readlink on /proc never enters the FUSE
+// linkInside reads a /proc link (cwd, fd/N) and reports whether it
+// points under the mount point. readlink on /proc never enters the FUSE
 // mount, so this cannot deadlock against our own request handlers.
-func (t *Tracker) usesMount(pid int) bool {
-	base := t.procRoot + "/" + strconv.Itoa(pid)
-	if in, err := t.linkInside(base + "/cwd"); err != nil {
-		return !gone(err)
-	} else if in {
-		return true
-	}
-	d, err := os.Open(base + "/fd")
-	if err != nil {
-		return !gone(err)
-	}
-	names, err := d.Readdirnames(-1)
-	d.Close()
-	if err != nil {
-		return !gone(err)
-	}
-	for _, n := range names {
-		in, err := t.linkInside(base + "/fd/" + n)
-		if err != nil && !gone(err) {
-			return true
-		}
-		if in {
-			return true
-		}
-	}
-	return false
-}
-
 func (t *Tracker) linkInside(path string) (bool, error) {
 	target, err := os.Readlink(path)
 	if err != nil {

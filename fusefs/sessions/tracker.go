@@ -76,7 +76,8 @@ const (
 // by Tracker.mu (owner and id never change after creation).
 type ownerState struct {
 	owner Owner
-	id    int // numeric id for liveness matching; -1 for foreign (explicit) owners
+	id    int  // numeric id for liveness matching; -1 for foreign (explicit) owners
+	tree  bool // a harness's tool tree: id is its root child, matched by ancestry
 	phase phase
 	binds int           // explicit Bind count; > 0 means never swept
 	done  chan struct{} // closed when a pending Begin or an ending End finishes
@@ -107,6 +108,8 @@ type pidEntry struct {
 	id      int
 	start   uint64 // stat field 22; a different value means the pid was reused
 	ignored bool   // Config.IgnorePIDs: admitted without a lease
+	harness bool   // a thread of a declared harness: admitted without a lease
+	tree    bool   // owner is a harness's tool tree (id: its root child)
 	os      *ownerState
 	// comm is an open /proc/PID/comm (-1: none), which ExecGen reads
 	// to notice an exec (procinfo.go); closed with mu held for writing
@@ -144,6 +147,12 @@ type Tracker struct {
 	// PruneProcs, never by sweeps, so that a writer that exited before
 	// the capture is still named.
 	procs map[uint32][]ProcInfo
+
+	// harnesses are the declared harnesses (pid -> start time) and trees
+	// the members of their tool trees the last sweep saw (harness.go);
+	// both guarded by mu and replaced, never changed in place.
+	harnesses map[int]uint64
+	trees     map[int]treeMember
 
 	// sweepMu serialises sweeps (background loop, Sweep, EndAll) so that
 	// their proc scans and decisions do not interleave; taken before mu.
@@ -229,7 +238,7 @@ func (t *Tracker) Admit(pid uint32) error {
 	t.mu.RLock()
 	e := t.pids[pid]
 	if e != nil {
-		if e.ignored {
+		if e.ignored || e.harness {
 			t.mu.RUnlock()
 			return nil
 		}
@@ -253,7 +262,7 @@ func (t *Tracker) AdmitsNow(pid uint32) bool {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	e := t.pids[pid]
-	return e != nil && (e.ignored || e.os != nil && e.os.phase == phaseHeld)
+	return e != nil && (e.ignored || e.harness || e.os != nil && e.os.phase == phaseHeld)
 }
 
 // admitSlow resolves pid's owner (from the cache entry e when present,
@@ -262,9 +271,10 @@ func (t *Tracker) admitSlow(pid uint32, e *pidEntry) error {
 	var owner Owner
 	var id int
 	var start uint64
+	var tree bool
 	comm := -1
 	if e != nil {
-		owner, id, start = e.owner, e.id, e.start
+		owner, id, start, tree = e.owner, e.id, e.start, e.tree
 	} else {
 		// FUSE reports thread ids: a thread of an ignored process (the
 		// daemon itself, e.g. go-fuse's mount probe) is ignored too.
@@ -281,11 +291,20 @@ func (t *Tracker) admitSlow(pid uint32, e *pidEntry) error {
 		if err != nil {
 			return fmt.Errorf("admit: %w", err)
 		}
-		id, err = ownerID(t.procRoot, int(pid), si, t.by)
-		if err != nil {
-			return fmt.Errorf("admit: %w", err)
+		start = si.start
+		switch kind, c := t.classify(int(pid), si); kind {
+		case harnessSelf:
+			return t.admitHarness(pid, start)
+		case harnessChild:
+			owner, id, tree = HarnessChildOwner(c), c, true
+			t.rememberMember(int(pid), c)
+		default:
+			id, err = ownerID(t.procRoot, int(pid), si, t.by)
+			if err != nil {
+				return fmt.Errorf("admit: %w", err)
+			}
+			owner = MakeOwner(t.by, id)
 		}
-		owner, start = MakeOwner(t.by, id), si.start
 		pi := readProcInfo(t.procRoot, pid, owner, t.now())
 		comm = openComm(t.procRoot, pid)
 		t.mu.Lock()
@@ -304,14 +323,14 @@ func (t *Tracker) admitSlow(pid uint32, e *pidEntry) error {
 			if pe != nil {
 				closeComm(pe.comm)
 			}
-			pe = &pidEntry{owner: owner, id: id, start: start, comm: comm}
+			pe = &pidEntry{owner: owner, id: id, start: start, tree: tree, comm: comm}
 			comm = -1
 			t.pids[pid] = pe
 		}
 		o := t.owners[owner]
 		switch {
 		case o == nil:
-			o = &ownerState{owner: owner, id: id, phase: phasePending, done: make(chan struct{})}
+			o = &ownerState{owner: owner, id: id, tree: tree, phase: phasePending, done: make(chan struct{})}
 			t.owners[owner] = o
 			pe.os = o
 			t.mu.Unlock()
@@ -483,7 +502,7 @@ func (t *Tracker) Release(owner Owner) bool {
 // then a scan of the proc tree (a child that has not sent a request yet;
 // true when the tree cannot be read: keeping a lease is the safe side).
 func (t *Tracker) anyAlive(id int) bool {
-	cs := t.cachedPids(func(_ uint32, e *pidEntry) bool { return e.id == id })
+	cs := t.cachedPids(func(_ uint32, e *pidEntry) bool { return e.id == id && !e.tree && !e.harness })
 	buf := make([]byte, statBufSize)
 	for _, c := range cs {
 		if t.running(c, buf) {
@@ -500,6 +519,25 @@ func (t *Tracker) anyAlive(id int) bool {
 		}
 	}
 	return false
+}
+
+// admitHarness caches pid as a thread of a harness: admitted at once, no
+// lease. Its description is kept for write attribution.
+func (t *Tracker) admitHarness(pid uint32, start uint64) error {
+	pi := readProcInfo(t.procRoot, pid, "harness", t.now())
+	comm := openComm(t.procRoot, pid)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		closeComm(comm)
+		return nil
+	}
+	if pe := t.pids[pid]; pe != nil {
+		closeComm(pe.comm)
+	}
+	t.pids[pid] = &pidEntry{id: -1, start: start, harness: true, comm: comm}
+	t.procs[pid] = []ProcInfo{pi}
+	return nil
 }
 
 // cachedPid is a request cache entry's thread and its start time.
