@@ -473,7 +473,7 @@ func specialEntry(name string, st *unix.Stat_t) *store.Entry {
 	if !ok || k.IsDevice() && st.Rdev > store.MaxRdev {
 		return nil
 	}
-	e := store.SpecialEntry(name, k, st.Rdev, st.Mtim.Nano())
+	e := store.SpecialEntry(name, k, st.Rdev, st.Mtim.Nano()).WithPerm(st.Mode)
 	return &e
 }
 
@@ -485,7 +485,11 @@ func refEntry(name string, ref store.BaseRef, id store.ID) *store.Entry {
 	if ref.Kind == store.KindDir {
 		size = 0
 	}
-	return &store.Entry{Name: name, Kind: ref.Kind, Size: size, Mtime: ref.Mtime, ID: id}
+	e := &store.Entry{Name: name, Kind: ref.Kind, Size: size, Mtime: ref.Mtime, ID: id}
+	if ref.Git == "" { // a git object reference records no mode: the kind's
+		e.SetPerm(ref.Mode)
+	}
+	return e
 }
 
 // entry checks one entry e of the materialized tree at path p against cur,
@@ -731,7 +735,9 @@ func (d detector) result(e, cur *store.Entry, out *lazyTree, changed bool) (*sto
 	if err != nil {
 		return nil, err
 	}
-	return &store.Entry{Name: e.Name, Kind: store.KindDir, Mtime: cur.Mtime, ID: id}, nil
+	out2 := &store.Entry{Name: e.Name, Kind: store.KindDir, Mtime: cur.Mtime, ID: id}
+	out2.SetPerm(cur.Perm())
+	return out2, nil
 }
 
 // sameContent compares a file acyclicfs holds as a blob with DIR's file

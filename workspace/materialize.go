@@ -73,6 +73,27 @@ type matEdit struct {
 	Pre      store.ID   `json:"pre,omitempty"`
 	PreMtime int64      `json:"pre_mtime,omitempty"`
 	PreRdev  uint64     `json:"pre_rdev,omitempty"`
+	// Mode and PreMode: the permission bits where they are not the
+	// kind's default (absent in journals from before modes were kept).
+	Mode    *uint32 `json:"mode,omitempty"`
+	PreMode *uint32 `json:"pre_mode,omitempty"`
+}
+
+// permOf is e's mode for a journal: nil for its kind's default.
+func permOf(e *store.Entry) *uint32 {
+	if !e.HasPerm() {
+		return nil
+	}
+	p := e.Perm()
+	return &p
+}
+
+// editPerm is the mode a journal's edit writes a kind with.
+func editPerm(k store.Kind, p *uint32) uint32 {
+	if p == nil {
+		return store.DefaultPerm(k)
+	}
+	return *p & store.PermMask
 }
 
 func (m *inPlaces) materializeInPlace(name string, st inPlaceState, rev uint64, to store.ID) (int, error) {
@@ -133,7 +154,7 @@ func (m *inPlaces) planEdits(fromRoot, toRoot store.ID, changes []rebase.Change)
 				if err != nil {
 					return nil, fmt.Errorf("preimage of %s: %w", c.Path, err)
 				}
-				removes = append(removes, matEdit{Op: "remove", Path: c.Path, PreKind: c.Old.Kind, Pre: pre, PreMtime: c.Old.Mtime, PreRdev: c.Old.Rdev()})
+				removes = append(removes, matEdit{Op: "remove", Path: c.Path, PreKind: c.Old.Kind, Pre: pre, PreMtime: c.Old.Mtime, PreRdev: c.Old.Rdev(), PreMode: permOf(c.Old)})
 			}
 		}
 		if c.New != nil {
@@ -148,13 +169,13 @@ func (m *inPlaces) planEdits(fromRoot, toRoot store.ID, changes []rebase.Change)
 			if err != nil {
 				return nil, fmt.Errorf("content of %s: %w", c.Path, err)
 			}
-			w := matEdit{Op: "write", Path: c.Path, Kind: c.New.Kind, ID: id, Mtime: c.New.Mtime, Rdev: c.New.Rdev()}
+			w := matEdit{Op: "write", Path: c.Path, Kind: c.New.Kind, ID: id, Mtime: c.New.Mtime, Rdev: c.New.Rdev(), Mode: permOf(c.New)}
 			if c.Old != nil && c.Kind != rebase.TypeChg {
 				pre, err := m.preserve(c.Old)
 				if err != nil {
 					return nil, fmt.Errorf("preimage of %s: %w", c.Path, err)
 				}
-				w.PreKind, w.Pre, w.PreMtime, w.PreRdev = c.Old.Kind, pre, c.Old.Mtime, c.Old.Rdev()
+				w.PreKind, w.Pre, w.PreMtime, w.PreRdev, w.PreMode = c.Old.Kind, pre, c.Old.Mtime, c.Old.Rdev(), permOf(c.Old)
 			}
 			writes = append(writes, w)
 		}
@@ -336,7 +357,7 @@ func (m *inPlaces) prepareWrites(d *dirfd.Dir, j *matJournal, from int) ([]strin
 		i := from + k
 		e := &j.Edits[i]
 		g.Go(func() error {
-			temps[k], files[k], errs[k] = m.writeTemp(d, e.Path, e.Kind, e.ID, e.Rdev, e.Mtime, fmt.Sprintf("%s%s-%d", matTempPrefix, j.Op[:8], i), true)
+			temps[k], files[k], errs[k] = m.writeTemp(d, e.Path, e.Kind, editPerm(e.Kind, e.Mode), e.ID, e.Rdev, e.Mtime, fmt.Sprintf("%s%s-%d", matTempPrefix, j.Op[:8], i), true)
 			return nil
 		})
 	}
@@ -395,7 +416,7 @@ func (m *inPlaces) applyEdit(d *dirfd.Dir, j *matJournal, i int) error {
 			return fmt.Errorf("create directory %s: %w", e.Path, err)
 		}
 	case "write":
-		return m.writeEntry(d, e.Path, e.Kind, e.ID, e.Rdev, e.Mtime, fmt.Sprintf("%s%s-%d", matTempPrefix, j.Op[:8], i))
+		return m.writeEntry(d, e.Path, e.Kind, editPerm(e.Kind, e.Mode), e.ID, e.Rdev, e.Mtime, fmt.Sprintf("%s%s-%d", matTempPrefix, j.Op[:8], i))
 	default:
 		return fmt.Errorf("%w: materialization edit %q", store.ErrCorrupt, e.Op)
 	}
@@ -404,8 +425,8 @@ func (m *inPlaces) applyEdit(d *dirfd.Dir, j *matJournal, i int) error {
 
 // writeEntry places a file, symlink or special file at p: written in full
 // under a temporary name in the same directory, synced, then renamed over p.
-func (m *inPlaces) writeEntry(d *dirfd.Dir, p string, kind store.Kind, id store.ID, rdev uint64, mtime int64, tempName string) error {
-	tmp, _, err := m.writeTemp(d, p, kind, id, rdev, mtime, tempName, false)
+func (m *inPlaces) writeEntry(d *dirfd.Dir, p string, kind store.Kind, perm uint32, id store.ID, rdev uint64, mtime int64, tempName string) error {
+	tmp, _, err := m.writeTemp(d, p, kind, perm, id, rdev, mtime, tempName, false)
 	if err != nil {
 		return err
 	}
@@ -413,10 +434,10 @@ func (m *inPlaces) writeEntry(d *dirfd.Dir, p string, kind store.Kind, id store.
 }
 
 // writeTemp writes p's new content under tempName in p's directory, with
-// its mode and mtime, and returns the temporary's path. With keep, a file
+// its mode (perm) and mtime, and returns the temporary's path. With keep, a file
 // is left open and unsynced and returned (the caller syncs and closes it);
 // otherwise it is synced and closed.
-func (m *inPlaces) writeTemp(d *dirfd.Dir, p string, kind store.Kind, id store.ID, rdev uint64, mtime int64, tempName string, keep bool) (string, *os.File, error) {
+func (m *inPlaces) writeTemp(d *dirfd.Dir, p string, kind store.Kind, perm uint32, id store.ID, rdev uint64, mtime int64, tempName string, keep bool) (string, *os.File, error) {
 	tmp := joinRel(path.Dir(p), tempName)
 	if path.Dir(p) == "." {
 		tmp = tempName
@@ -429,8 +450,7 @@ func (m *inPlaces) writeTemp(d *dirfd.Dir, p string, kind store.Kind, id store.I
 		// A FIFO, socket node or device: a name, nothing to sync but the
 		// directory. A device needs CAP_MKNOD: without it the error
 		// rolls the materialization back and says so.
-		perm := store.SpecialPerm(kind)
-		if err := d.Mknod(tmp, store.SpecialMode(kind)|perm, rdev); err != nil {
+		if err := d.Mknod(tmp, store.SpecialMode(kind)|perm&0o777, rdev); err != nil {
 			return "", nil, fmt.Errorf("create %s %s: %w", kind, p, err)
 		}
 		if err := d.Chmod(tmp, perm); err != nil { // umask may have narrowed it
@@ -446,17 +466,14 @@ func (m *inPlaces) writeTemp(d *dirfd.Dir, p string, kind store.Kind, id store.I
 			return "", nil, fmt.Errorf("symlink %s: %w", p, err)
 		}
 	} else {
-		mode := uint32(0o644)
-		if kind == store.KindExec {
-			mode = 0o755
-		}
-		f, err := d.OpenFile(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, mode)
+		// Private while written, then the recorded mode (fchmod: no umask).
+		f, err := d.OpenFile(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
 		if err != nil {
 			return "", nil, fmt.Errorf("write %s: %w", p, err)
 		}
 		_, err = m.st.CopyBlob(id, f) // keeps a sparse blob's holes
 		if err == nil {
-			err = f.Chmod(fs.FileMode(mode)) // umask may have narrowed it
+			err = unix.Fchmod(int(f.Fd()), perm)
 		}
 		if err == nil && !keep {
 			err = f.Sync()
@@ -531,7 +548,7 @@ func (m *inPlaces) rollbackEdits(d *dirfd.Dir, j *matJournal, upto int) error {
 					err = nil
 				}
 			default:
-				err = m.writeEntry(d, e.Path, e.PreKind, e.Pre, e.PreRdev, e.PreMtime, fmt.Sprintf("%s%s-r%d", matTempPrefix, j.Op[:8], i))
+				err = m.writeEntry(d, e.Path, e.PreKind, editPerm(e.PreKind, e.PreMode), e.Pre, e.PreRdev, e.PreMtime, fmt.Sprintf("%s%s-r%d", matTempPrefix, j.Op[:8], i))
 			}
 		}
 		if err != nil {
