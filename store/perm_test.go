@@ -69,7 +69,6 @@ func TestTreeModesRoundTrip(t *testing.T) {
 		{store.KindDir, 0o700, store.KindDir},
 		{store.KindDir, 0o1777, store.KindDir},
 		{store.KindFIFO, 0o600, store.KindFIFO},
-		{store.KindCharDev, 0o666, store.KindCharDev},
 	}
 	for _, c := range cases {
 		e := store.Entry{Name: "x", Kind: c.kind, Size: 3, ID: blob}
@@ -107,11 +106,15 @@ func TestTreeModesRoundTrip(t *testing.T) {
 	if !bytes.Equal(plain, same) || plain[0] != 1 {
 		t.Fatalf("default mode changed the encoding: %x vs %x", plain, same)
 	}
-	// A symlink has no mode.
+	// A symlink has no mode; a device keeps 0600.
 	l := store.Entry{Name: "l", Kind: store.KindSymlink, Size: 3, ID: blob}
 	l.SetPerm(0o600)
 	if l.Perm() != 0o777 || l.HasPerm() {
 		t.Fatalf("symlink perm %04o", l.Perm())
+	}
+	d := store.SpecialEntry("null", store.KindCharDev, 1<<8|3, 0).WithPerm(0o666)
+	if d.Perm() != 0o600 || d.HasPerm() {
+		t.Fatalf("device perm %04o", d.Perm())
 	}
 }
 
@@ -129,8 +132,10 @@ func TestTreeModesNonCanonical(t *testing.T) {
 		"file kind with exec bit":      entry(1, 0o100),
 		"symlink with a mode":          entry(3, 0o7),
 	}
+	b := []byte{2, 1, 'x', 7, 0o66, 0, 0} // a character device 0066
+	bad["device with a mode"] = append(b, make([]byte, 32)...)
 	// 0644 needs two uvarint bytes.
-	b := []byte{2, 1, 'x', 1, 0xa4, 0x03, 1, 0}
+	b = []byte{2, 1, 'x', 1, 0xa4, 0x03, 1, 0}
 	bad["version 2 with only defaults"] = append(b, blob[:]...)
 	b = []byte{2, 1, 'x', 1, 0x80, 0x40, 1, 0} // 0o10000: beyond 07777
 	bad["mode beyond 07777"] = append(b, blob[:]...)

@@ -99,14 +99,15 @@ func SpecialEntry(name string, k Kind, rdev uint64, mtime int64) Entry {
 // mode every entry showed before trees kept modes. A regular file's kind
 // follows its mode: KindExec exactly when an execute bit is set.
 type Entry struct {
-	Name  string
-	Kind  Kind
+	Name string
+	Kind Kind
+	// perm is 0 for the kind's default, else permSet|bits. Normalised by
+	// SetPerm and DecodeTree so that == compares modes. Beside Kind it
+	// takes no room (the padding before Size).
+	perm  uint16
 	Size  int64
 	Mtime int64
 	ID    ID
-	// perm is 0 for the kind's default, else permSet|bits. Normalised by
-	// SetPerm and DecodeTree so that == compares modes.
-	perm uint16
 }
 
 const permSet = 1 << 15
@@ -118,7 +119,7 @@ const PermMask = 0o7777
 // another: what every entry of a tree from before modes were kept shows.
 // A file 0644, an executable and a directory 0755, a symlink 0777 (a
 // symlink has no mode of its own: SetPerm leaves it 0777), a special file
-// SpecialPerm.
+// SpecialPerm (a device keeps it: SetPerm leaves it 0600).
 func DefaultPerm(k Kind) uint32 {
 	switch k {
 	case KindExec, KindDir:
@@ -145,11 +146,12 @@ func (e *Entry) HasPerm() bool { return e.perm != 0 }
 
 // SetPerm sets e's permission bits to p&07777; set the kind first. A
 // regular file's kind becomes KindExec or KindFile as p has an execute
-// bit or not; a symlink keeps 0777.
+// bit or not. A symlink keeps 0777 and a device 0600 (SpecialPerm: a
+// stored device never opens to other users).
 func (e *Entry) SetPerm(p uint32) {
 	p &= PermMask
 	switch {
-	case e.Kind == KindSymlink:
+	case e.Kind == KindSymlink, e.Kind.IsDevice():
 		e.perm = 0
 		return
 	case e.Kind.IsRegular():
@@ -268,8 +270,9 @@ func (t *Tree) Encode() ([]byte, error) {
 }
 
 // checkPerm enforces the canonical form of an entry's mode: a regular
-// file's kind agrees with its execute bits, a symlink has none of its own,
-// and a recorded mode is not the kind's default (SetPerm's normal form).
+// file's kind agrees with its execute bits, a symlink and a device have
+// their default, and a recorded mode is not the kind's default (SetPerm's
+// normal form).
 func checkPerm(e *Entry) error {
 	if e.perm == 0 {
 		return nil
@@ -278,8 +281,8 @@ func checkPerm(e *Entry) error {
 	switch {
 	case e.perm&^(permSet|PermMask) != 0 || e.perm&permSet == 0:
 		return fmt.Errorf("%w: bad mode %#x for %q", ErrCorrupt, e.perm, e.Name)
-	case e.Kind == KindSymlink:
-		return fmt.Errorf("%w: symlink %q with mode %04o", ErrCorrupt, e.Name, p)
+	case e.Kind == KindSymlink, e.Kind.IsDevice():
+		return fmt.Errorf("%w: %s %q with mode %04o", ErrCorrupt, e.Kind, e.Name, p)
 	case e.Kind.IsRegular() && (p&0o111 != 0) != (e.Kind == KindExec):
 		return fmt.Errorf("%w: %s %q with mode %04o", ErrCorrupt, e.Kind, e.Name, p)
 	case p == DefaultPerm(e.Kind):
