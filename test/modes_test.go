@@ -135,3 +135,40 @@ func TestModeOnlyChangeIsADiff(t *testing.T) {
 	}
 	e.unmount(mp)
 }
+
+// TestInPlaceModes: an in-place workspace shows DIR's modes, writes a
+// changed file back with its mode (a 0600 file stays 0600, a chmod alone
+// is written), and takes an external chmod in as a change.
+func TestInPlaceModes(t *testing.T) {
+	t.Parallel()
+	e := newMountEnv(t)
+	dir := filepath.Join(e.dir, "work")
+	writeTree(t, dir, map[string]string{".env": "KEY=1\n", "f": "f\n", "sub/k": "k\n"})
+	for p, m := range map[string]os.FileMode{".env": 0o600, "sub": 0o700} {
+		if err := os.Chmod(filepath.Join(dir, p), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.ok("create", "ws", "--in-place", dir)
+	e.ok("mount", "ws")
+	if got := modesOf(t, dir, ".env", "f", "sub"); got != "600 .env\n644 f\n700 sub\n" {
+		t.Fatalf("the in-place mount shows\n%s", got)
+	}
+	e.execOK(dir, "echo KEY=2 >> .env && chmod 640 f")
+	e.unmount(dir)
+	if got := modesOf(t, dir, ".env", "f", "sub"); got != "600 .env\n640 f\n700 sub\n" {
+		t.Fatalf("DIR after the unmount\n%s", got)
+	}
+	if got := readFile(t, filepath.Join(dir, ".env")); got != "KEY=1\nKEY=2\n" {
+		t.Fatalf(".env after the unmount: %q", got)
+	}
+	if err := os.Chmod(filepath.Join(dir, "f"), 0o604); err != nil {
+		t.Fatal(err)
+	}
+	e.ok("mount", "ws")
+	if got := modesOf(t, dir, "f"); got != "604 f\n" {
+		t.Fatalf("an external chmod: the mount shows %s", got)
+	}
+	e.unmount(dir)
+	e.fsck()
+}
