@@ -492,6 +492,18 @@ func refEntry(name string, ref store.BaseRef, id store.ID) *store.Entry {
 	return e
 }
 
+// samePerm returns e, unchanged, for a path whose content DIR still holds
+// — or, where DIR's mode is not the one e records (a chmod in DIR, or a
+// tree made before trees kept modes), e with DIR's mode, as a change.
+func samePerm(e, cur *store.Entry) (*store.Entry, bool, error) {
+	if e.Perm() == cur.Perm() {
+		return e, false, nil
+	}
+	c := *e
+	c.SetPerm(cur.Perm())
+	return &c, true, nil
+}
+
 // entry checks one entry e of the materialized tree at path p against cur,
 // what DIR holds there now (nil: nothing). rs is e's reference status when
 // the caller looked it up already (directories of a listing), else nil.
@@ -509,7 +521,7 @@ func (d detector) entry(p string, e, cur *store.Entry, rs *store.RefStatus) (*st
 		return cur, true, nil
 	}
 	if e.Kind != store.KindDir && cur.ID == e.ID {
-		return e, false, nil
+		return samePerm(e, cur)
 	}
 	if rs == nil {
 		st, err := d.m.st.RefStatuses([]store.ID{e.ID})
@@ -557,7 +569,7 @@ func (d detector) entry(p string, e, cur *store.Entry, rs *store.RefStatus) (*st
 			}
 		}
 		if same {
-			return e, false, nil
+			return samePerm(e, cur)
 		}
 		// What acyclicfs itself last wrote (or restored) at p.
 		if p != "" && !d.st.Shadow.IsZero() {
