@@ -138,7 +138,8 @@ func TestModeOnlyChangeIsADiff(t *testing.T) {
 
 // TestInPlaceModes: an in-place workspace shows DIR's modes, writes a
 // changed file back with its mode (a 0600 file stays 0600, a chmod alone
-// is written), and takes an external chmod in as a change.
+// is written), makes a new directory with its mode and chmods a directory
+// whose mode alone changed, and takes an external chmod in as a change.
 func TestInPlaceModes(t *testing.T) {
 	t.Parallel()
 	e := newMountEnv(t)
@@ -154,9 +155,9 @@ func TestInPlaceModes(t *testing.T) {
 	if got := modesOf(t, dir, ".env", "f", "sub"); got != "600 .env\n644 f\n700 sub\n" {
 		t.Fatalf("the in-place mount shows\n%s", got)
 	}
-	e.execOK(dir, "echo KEY=2 >> .env && chmod 640 f")
+	e.execOK(dir, "echo KEY=2 >> .env && chmod 640 f && mkdir -m 700 new && echo s > new/s && chmod 750 sub")
 	e.unmount(dir)
-	if got := modesOf(t, dir, ".env", "f", "sub"); got != "600 .env\n640 f\n700 sub\n" {
+	if got := modesOf(t, dir, ".env", "f", "sub", "new"); got != "600 .env\n640 f\n750 sub\n700 new\n" {
 		t.Fatalf("DIR after the unmount\n%s", got)
 	}
 	if got := readFile(t, filepath.Join(dir, ".env")); got != "KEY=1\nKEY=2\n" {
@@ -166,7 +167,7 @@ func TestInPlaceModes(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.ok("mount", "ws")
-	if got := modesOf(t, dir, "f"); got != "604 f\n" {
+	if got := modesOf(t, dir, "f", "sub", "new"); got != "604 f\n750 sub\n700 new\n" {
 		t.Fatalf("an external chmod: the mount shows %s", got)
 	}
 	e.unmount(dir)

@@ -59,7 +59,8 @@ type matJournal struct {
 }
 
 // matEdit is one step. Ops: "remove" (a file or symlink), "rmdir" (an empty
-// directory), "mkdir", "write" (a file or symlink, replacing what is there).
+// directory), "mkdir", "chmod" (a directory's mode alone changed), "write"
+// (a file or symlink, replacing what is there).
 type matEdit struct {
 	Op    string     `json:"op"`
 	Path  string     `json:"path"`
@@ -137,7 +138,7 @@ func (m *inPlaces) planEdits(fromRoot, toRoot store.ID, changes []rebase.Change)
 	if err := m.preserveReplaced(fromRoot, toRoot); err != nil {
 		return nil, err
 	}
-	var removes, mkdirs, writes []matEdit
+	var removes, mkdirs, chmods, writes []matEdit
 	removedDirs := map[string]store.Entry{}
 	addedDirs := map[string]store.Entry{}
 	for _, c := range changes {
@@ -163,6 +164,12 @@ func (m *inPlaces) planEdits(fromRoot, toRoot store.ID, changes []rebase.Change)
 			}
 			if c.New.Kind == store.KindDir {
 				addedDirs[c.Path] = *c.New
+				if c.Old != nil && c.Old.Kind == store.KindDir {
+					// Both directories: the differ reports one only for
+					// its own mode.
+					chmods = append(chmods, matEdit{Op: "chmod", Path: c.Path, Kind: store.KindDir, Mode: permOf(c.New),
+						PreKind: store.KindDir, PreMode: permOf(c.Old)})
+				}
 				continue
 			}
 			id, err := m.preserve(c.New)
@@ -206,19 +213,32 @@ func (m *inPlaces) planEdits(fromRoot, toRoot store.ID, changes []rebase.Change)
 			return nil, err
 		}
 		if inFrom != store.KindDir {
-			mkdirs = append(mkdirs, matEdit{Op: "mkdir", Path: d, Kind: store.KindDir})
+			to, err := m.entryIn(trees, toRoot, d)
+			if err != nil {
+				return nil, err
+			}
+			mkdirs = append(mkdirs, matEdit{Op: "mkdir", Path: d, Kind: store.KindDir, Mode: permOf(&to)})
 		}
 	}
 	sort.Slice(removes, func(i, j int) bool { return removes[i].Path > removes[j].Path })
 	sort.Slice(mkdirs, func(i, j int) bool { return mkdirs[i].Path < mkdirs[j].Path })
+	sort.Slice(chmods, func(i, j int) bool { return chmods[i].Path < chmods[j].Path })
 	sort.Slice(writes, func(i, j int) bool { return writes[i].Path < writes[j].Path })
 	out := append(removes, mkdirs...)
+	out = append(out, chmods...)
 	return append(out, writes...), nil
 }
 
 // kindAt is the kind of the entry at p in root, 0 when absent. Trees it
 // loads are kept in trees (by ID; never modified).
 func (m *inPlaces) kindAt(trees map[store.ID]*store.Tree, root store.ID, p string) (store.Kind, error) {
+	e, err := m.entryIn(trees, root, p)
+	return e.Kind, err
+}
+
+// entryIn is the entry at p below root (kind 0: none), loading trees
+// through the cache trees.
+func (m *inPlaces) entryIn(trees map[store.ID]*store.Tree, root store.ID, p string) (store.Entry, error) {
 	id := root
 	parts := strings.Split(p, "/")
 	for i, name := range parts {
@@ -226,23 +246,34 @@ func (m *inPlaces) kindAt(trees map[store.ID]*store.Tree, root store.ID, p strin
 		if t == nil {
 			var err error
 			if t, err = m.st.GetTree(id); err != nil {
-				return 0, err
+				return store.Entry{}, err
 			}
 			trees[id] = t
 		}
 		e, ok := t.Lookup(name)
 		if !ok {
-			return 0, nil
+			return store.Entry{}, nil
 		}
 		if i == len(parts)-1 {
-			return e.Kind, nil
+			return e, nil
 		}
 		if e.Kind != store.KindDir {
-			return 0, nil
+			return store.Entry{}, nil
 		}
 		id = e.ID
 	}
-	return store.KindDir, nil
+	return store.Entry{Kind: store.KindDir, ID: root}, nil
+}
+
+// dirPerm is the mode a materialization gives a directory of mode p: p,
+// with the owner's rwx added unless the daemon is root (which writes into
+// any directory), so that what goes into it can be written.
+func dirPerm(p *uint32) uint32 {
+	perm := editPerm(store.KindDir, p)
+	if os.Geteuid() != 0 {
+		perm |= 0o700
+	}
+	return perm
 }
 
 // preserve makes sure e's content is a stored blob and returns its ID: a
@@ -408,12 +439,19 @@ func (m *inPlaces) applyEdit(d *dirfd.Dir, j *matJournal, i int) error {
 			return fmt.Errorf("remove directory %s: %w", e.Path, err)
 		}
 	case "mkdir":
-		err := d.Mkdir(e.Path, 0o755)
+		err := d.Mkdir(e.Path, 0o700)
 		if errors.Is(err, fs.ErrExist) {
 			err = replaceSpecial(d, e.Path)
 		}
+		if err == nil {
+			err = d.Chmod(e.Path, dirPerm(e.Mode)) // its mode; umask does not apply
+		}
 		if err != nil {
 			return fmt.Errorf("create directory %s: %w", e.Path, err)
+		}
+	case "chmod":
+		if err := d.Chmod(e.Path, dirPerm(e.Mode)); err != nil && !dirfd.Missing(err) {
+			return fmt.Errorf("chmod directory %s: %w", e.Path, err)
 		}
 	case "write":
 		return m.writeEntry(d, e.Path, e.Kind, editPerm(e.Kind, e.Mode), e.ID, e.Rdev, e.Mtime, fmt.Sprintf("%s%s-%d", matTempPrefix, j.Op[:8], i))
@@ -539,6 +577,10 @@ func (m *inPlaces) rollbackEdits(d *dirfd.Dir, j *matJournal, upto int) error {
 			}
 		case "rmdir":
 			if err = d.Mkdir(e.Path, 0o755); errors.Is(err, fs.ErrExist) {
+				err = nil
+			}
+		case "chmod":
+			if err = d.Chmod(e.Path, dirPerm(e.PreMode)); dirfd.Missing(err) {
 				err = nil
 			}
 		case "remove", "write":
