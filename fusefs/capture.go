@@ -184,6 +184,7 @@ func (o *overlay) planDir(d *inode) *planDir {
 		switch {
 		case c.isDir():
 			e = store.Entry{Name: name, Kind: store.KindDir, Mtime: c.mtime, ID: c.lower.ID}
+			e.SetPerm(c.mode)
 			if c.subSeq != 0 && c.children != nil {
 				p.subdirs[i] = o.planDir(c)
 			}
@@ -196,6 +197,7 @@ func (o *overlay) planDir(d *inode) *planDir {
 			}
 		case c.isSpecial():
 			e = store.SpecialEntry(name, c.kind(), uint64(c.rdev), c.mtime)
+			e.SetPerm(c.mode)
 		default:
 			if c.upper {
 				p.files[i] = c
@@ -203,6 +205,9 @@ func (o *overlay) planDir(d *inode) *planDir {
 			} else if c.seq != 0 {
 				e.Kind, e.Mtime = c.kind(), c.mtime
 			}
+			// The inode's mode, not the lower entry's: a chmod is a change
+			// (and the log does not keep a lower entry's mode).
+			e.SetPerm(c.mode)
 		}
 		p.entries[i] = e
 	}

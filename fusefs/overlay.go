@@ -389,23 +389,26 @@ func (o *overlay) install(d *inode, t *store.Tree) {
 	}
 }
 
-func modeForKind(k store.Kind) uint32 {
+// typeForKind is the stat file type (S_IFMT bits) of kind k.
+func typeForKind(k store.Kind) uint32 {
 	switch k {
-	case store.KindExec:
-		return syscall.S_IFREG | 0o755
 	case store.KindSymlink:
-		return syscall.S_IFLNK | 0o777
+		return syscall.S_IFLNK
 	case store.KindDir:
-		return syscall.S_IFDIR | 0o755
+		return syscall.S_IFDIR
 	case store.KindFIFO, store.KindSocket, store.KindCharDev, store.KindBlockDev:
-		return store.SpecialMode(k) | store.SpecialPerm(k)
+		return store.SpecialMode(k)
 	}
-	return syscall.S_IFREG | 0o644
+	return syscall.S_IFREG
 }
+
+// modeFor is the stat mode a lower entry shows: its type and the
+// permission bits the tree records.
+func modeFor(e *store.Entry) uint32 { return typeForKind(e.Kind) | e.Perm() }
 
 // newLowerInode makes a clean inode for a lower entry. Caller holds mu.
 func (o *overlay) newLowerInode(e store.Entry) *inode {
-	c := &inode{num: o.nextIno, mode: modeForKind(e.Kind), rdev: uint32(e.Rdev()), uid: o.uid, gid: o.gid,
+	c := &inode{num: o.nextIno, mode: modeFor(&e), rdev: uint32(e.Rdev()), uid: o.uid, gid: o.gid,
 		atime: e.Mtime, mtime: e.Mtime, ctime: e.Mtime, lower: e, hasLower: true}
 	c.lower.Name = ""
 	o.nextIno++

@@ -202,7 +202,7 @@ func (o *overlay) hashRacy() map[*inode]racyHash {
 // device number when it first looks it up, so another number takes a new
 // inode).
 func sameType(c *inode, e store.Entry) bool {
-	return c.mode&syscall.S_IFMT == modeForKind(e.Kind)&syscall.S_IFMT && uint64(c.rdev) == e.Rdev()
+	return c.mode&syscall.S_IFMT == typeForKind(e.Kind) && uint64(c.rdev) == e.Rdev()
 }
 
 // reconcileDir makes d show e's tree plus the changes made after the last
@@ -217,9 +217,10 @@ func (o *overlay) reconcileDir(d *inode, e store.Entry, path []string, notes *[]
 		// Clean below and the same tree in the new view: nothing below
 		// can differ, so the loaded subtree (a warm-up loads thousands of
 		// directories) is not walked. Only the entry's own mtime may move.
-		if d.mtime != e.Mtime {
+		if d.mtime != e.Mtime || d.mode != modeFor(&e) {
 			addNote(notes, path[:max(len(path)-1, 0)], lastName(path), true)
 			d.mtime = e.Mtime
+			d.mode = modeFor(&e)
 		}
 		d.seq = 0
 		d.capTree = e.ID
@@ -230,6 +231,9 @@ func (o *overlay) reconcileDir(d *inode, e store.Entry, path []string, notes *[]
 		if !nsKept {
 			d.seq = 0
 			d.mtime = e.Mtime
+			if d != o.root {
+				d.mode = modeFor(&e)
+			}
 		}
 		d.subSeq = d.seq
 		return d.subSeq != 0, nil
@@ -317,12 +321,13 @@ func (o *overlay) reconcileDir(d *inode, e store.Entry, path []string, notes *[]
 	if nsKept {
 		d.subSeq = max(d.seq, maxSeq)
 	} else {
-		if d.mtime != e.Mtime && d != o.root {
+		if (d.mtime != e.Mtime || d.mode != modeFor(&e)) && d != o.root {
 			addNote(notes, path[:max(len(path)-1, 0)], lastName(path), true)
 		}
 		d.seq = 0
 		if d != o.root {
 			d.mtime = e.Mtime
+			d.mode = modeFor(&e)
 		}
 		d.subSeq = maxSeq
 		d.capTree = e.ID // the names now are e's: the reference for later switches
@@ -367,7 +372,7 @@ func (o *overlay) reconcileLeaf(c *inode, ne store.Entry, dir []string, name str
 	default:
 		oldContent = c.lower.ID
 	}
-	changed := oldContent != ne.ID || c.kind() != ne.Kind || c.mtime != ne.Mtime
+	changed := oldContent != ne.ID || c.kind() != ne.Kind || c.mtime != ne.Mtime || c.mode != modeFor(&ne)
 	c.lower, c.hasLower = ne, true
 	if c.upper {
 		// Unchanged since the capture (checked above): if the new view
@@ -379,9 +384,7 @@ func (o *overlay) reconcileLeaf(c *inode, ne store.Entry, dir []string, name str
 		}
 	}
 	c.target = nil
-	if c.kind() != ne.Kind {
-		c.mode = modeForKind(ne.Kind)
-	}
+	c.mode = modeFor(&ne)
 	c.mtime, c.ctime = ne.Mtime, ne.Mtime
 	c.seq = 0
 	if changed {
@@ -430,9 +433,7 @@ func (o *overlay) replaceOpenUpper(c *inode, ne store.Entry) error {
 	if err := syscall.Stat(path, &st); err != nil {
 		return err
 	}
-	if c.kind() != ne.Kind {
-		c.mode = modeForKind(ne.Kind)
-	}
+	c.mode = modeFor(&ne)
 	c.mtime, c.ctime = ne.Mtime, ne.Mtime
 	c.capStat, c.capID, c.capRacy = statOf(&st), ne.ID, true
 	o.markRacy(c)

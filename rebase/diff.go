@@ -78,6 +78,10 @@ func (d *differ) entry(dir string, a, b *store.Entry) error {
 	case b == nil:
 		return d.whole(p, a, Deleted)
 	case a.Kind == store.KindDir && b.Kind == store.KindDir:
+		if a.Perm() != b.Perm() {
+			// The directory's own mode changed: a change of its own.
+			d.out = append(d.out, Change{Path: p, Kind: Modified, Old: clone(a), New: clone(b)})
+		}
 		return d.dir(p, a.ID, b.ID)
 	case category(a.Kind) == category(b.Kind):
 		d.out = append(d.out, Change{Path: p, Kind: Modified, Old: clone(a), New: clone(b)})

@@ -10,7 +10,7 @@ import (
 )
 
 // treesFromBytes decodes fuzz input into three small trees over propPaths:
-// per tree a count byte, then (path, kind, content) byte triples. Tree 1
+// per tree a count byte, then (path, kind and mode, content) byte triples. Tree 1
 // and 2 start from tree 0 so that they share most of it.
 func treesFromBytes(data []byte) [3]Fs {
 	next := func() byte {
@@ -22,6 +22,8 @@ func treesFromBytes(data []byte) [3]Fs {
 		return b
 	}
 	kinds := []store.Kind{store.KindFile, store.KindExec, store.KindSymlink, store.KindFile}
+	// The kind byte's higher values pick a mode (0: the kind's default).
+	modes := []uint32{0, 0o600, 0o4755, 0o640, 0o700, 0o000}
 	var out [3]Fs
 	for i := range out {
 		fs := Fs{}
@@ -36,7 +38,16 @@ func treesFromBytes(data []byte) [3]Fs {
 				next()
 				continue
 			}
-			fs[p] = F{Kind: kinds[int(k)%len(kinds)], Data: propContents[int(next())%len(propContents)]}
+			f := F{Kind: kinds[int(k)%len(kinds)], Data: propContents[int(next())%len(propContents)]}
+			if m := modes[int(k)/len(kinds)%len(modes)]; m != 0 && f.Kind != store.KindSymlink {
+				e := store.Entry{Kind: f.Kind}
+				e.SetPerm(m)
+				f.Kind, f.Mode = e.Kind, e.Perm()
+				if !e.HasPerm() {
+					f.Mode = 0
+				}
+			}
+			fs[p] = f
 		}
 		out[i] = normalize(fs)
 	}
@@ -47,6 +58,9 @@ func FuzzMerge3(f *testing.F) {
 	f.Add([]byte{3, 0, 0, 0, 2, 1, 1, 3, 1, 0, 1, 1, 0, 2, 2, 0, 2, 1, 0, 3})
 	f.Add([]byte{4, 5, 0, 0, 3, 2, 0, 5, 1, 1, 0, 2, 0xf0, 0, 1, 5, 2, 1})
 	f.Add([]byte{7, 0, 0, 0, 1, 0, 0, 2, 0, 0, 3, 0, 0, 4, 0, 0, 5, 0, 0, 6, 0, 0, 2, 4, 0xff, 0, 2, 3, 5, 0, 3, 2, 0xff, 0, 3, 1, 1})
+	// Modes: a chmod on one side, a content change on the other, and two
+	// different chmods (a mode conflict).
+	f.Add([]byte{2, 0, 0, 0, 1, 0, 0, 2, 0, 4, 0, 1, 8, 0, 2, 0, 0, 1, 12, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		fs := treesFromBytes(data)
 		mem := rebasetest.NewMem()

@@ -240,14 +240,34 @@ func ZipEntries(b, o, t *store.Tree, fn func(name string, b, o, t *store.Entry) 
 }
 
 // SameContent reports whether two optional entries are the same content:
-// both absent, or the same kind and ID — and for special files (no
-// content, zero ID) the same device number. Names, mtimes and file sizes
-// are not compared.
+// both absent, or the same kind, mode and ID — and for special files (no
+// content, zero ID) the same device number (store.SameMeta). Names, mtimes
+// and file sizes are not compared; a mode-only change is a change.
 func SameContent(a, b *store.Entry) bool {
 	if a == nil || b == nil {
 		return a == nil && b == nil
 	}
-	return a.Kind == b.Kind && a.ID == b.ID && (!a.Kind.IsSpecial() || a.Size == b.Size)
+	return store.SameMeta(a, b)
+}
+
+// mergePerm merges the permission bits of three versions of a path as git
+// merges a file's mode: a side that kept base's takes the other's; both
+// changed them alike, that; both changed them differently, ours — and ok
+// is false (a mode conflict for a regular file; a directory or special
+// file keeps ours without a conflict, so that its subtree still merges).
+func mergePerm(b, o, t *store.Entry) (perm uint32, ok bool) {
+	op, tp := o.Perm(), t.Perm()
+	switch {
+	case op == tp:
+		return op, true
+	case b == nil:
+		return op, false
+	case op == b.Perm():
+		return tp, true
+	case tp == b.Perm():
+		return op, true
+	}
+	return op, false
 }
 
 // category groups kinds whose changes can merge: regular files (plain or
@@ -350,7 +370,14 @@ func (m *merger) bothChanged(path string, b, o, t *store.Entry) (*store.Entry, e
 		c.Kind = ConflictType
 		return m.conflict(c, nil, 0)
 	case o.Kind == store.KindDir:
-		return m.mergeSubdir(path, b.ID, o, t)
+		return m.mergeSubdir(path, b, o, t)
+	case o.Kind.IsSpecial() && o.Kind == t.Kind && o.Size == t.Size:
+		// The same special file on both sides but for its mode.
+		e := clone(o)
+		perm, _ := mergePerm(b, o, t)
+		e.SetPerm(perm)
+		e.Mtime = max(o.Mtime, t.Mtime)
+		return e, nil
 	case o.Kind == store.KindSymlink, o.Kind.IsSpecial():
 		// A special file has no content to merge: two different device
 		// numbers conflict like two symlink targets.
@@ -360,7 +387,11 @@ func (m *merger) bothChanged(path string, b, o, t *store.Entry) (*store.Entry, e
 	return m.mergeRegular(c, b, o, t)
 }
 
-func (m *merger) mergeSubdir(path string, bid store.ID, o, t *store.Entry) (*store.Entry, error) {
+func (m *merger) mergeSubdir(path string, b, o, t *store.Entry) (*store.Entry, error) {
+	var bid store.ID
+	if b != nil {
+		bid = b.ID
+	}
 	id, _, err := m.mergeDir(path, bid, o.ID, t.ID)
 	if err != nil {
 		return nil, err
@@ -368,6 +399,8 @@ func (m *merger) mergeSubdir(path string, bid store.ID, o, t *store.Entry) (*sto
 	e := clone(o)
 	e.ID = id
 	e.Mtime = max(o.Mtime, t.Mtime)
+	perm, _ := mergePerm(b, o, t) // both changed: ours (mergePerm)
+	e.SetPerm(perm)
 	return e, nil
 }
 
@@ -377,11 +410,12 @@ func (m *merger) bothAdded(c Conflict, o, t *store.Entry) (*store.Entry, error) 
 		c.Kind = ConflictType
 		return m.conflict(c, nil, 0)
 	case o.Kind == store.KindDir:
-		return m.mergeSubdir(c.Path, store.ID{}, o, t)
+		return m.mergeSubdir(c.Path, nil, o, t)
 	case o.Kind == store.KindSymlink, o.Kind.IsSpecial():
 		c.Kind = ConflictAddAdd
 		return m.conflict(c, nil, 0)
 	case o.ID == t.ID:
+		// Same content, different modes (SameContent was false).
 		c.Kind = ConflictMode
 		return m.conflict(c, nil, 0)
 	}
@@ -404,7 +438,7 @@ func (m *merger) bothAdded(c Conflict, o, t *store.Entry) (*store.Entry, error) 
 			e.Mtime = max(o.Mtime, t.Mtime)
 			return e, nil
 		}
-		return m.conflict(c, merged, o.Kind)
+		return m.conflict(c, merged, o.Perm())
 	}
 	var markers []byte
 	if m.opt.Markers && m.opt.Prefer == PreferNone {
@@ -416,25 +450,27 @@ func (m *merger) bothAdded(c Conflict, o, t *store.Entry) (*store.Entry, error) 
 			markers, _ = MergeText(nil, oc, tc)
 		}
 	}
-	return m.conflict(c, markers, o.Kind)
+	return m.conflict(c, markers, o.Perm())
 }
 
-// mergeRegular merges two edits of a regular file: the exec bit 3-way,
-// the content 3-way and, if both changed it, line by line.
+// mergeRegular merges two edits of a regular file: the mode (permission
+// bits, exec bit included) 3-way as a whole (mergePerm; two different
+// changes are a mode conflict), the content 3-way and, if both changed
+// it, line by line. A content conflict is reported as such whatever the
+// modes; clean content with conflicting modes is a mode conflict (ours
+// stands in; resolved with Options.Markers, the merged content with ours'
+// mode).
 func (m *merger) mergeRegular(c Conflict, b, o, t *store.Entry) (*store.Entry, error) {
-	kind := o.Kind
-	if o.Kind == b.Kind {
-		kind = t.Kind
-	}
+	perm, permOK := mergePerm(b, o, t)
 	e := clone(o)
-	e.Kind = kind
+	e.SetPerm(perm)
 	e.Mtime = max(o.Mtime, t.Mtime)
 	switch {
 	case o.ID == b.ID:
 		e.ID, e.Size = t.ID, t.Size
-		return e, nil
+		return m.permConflict(c, e, permOK)
 	case t.ID == b.ID, o.ID == t.ID:
-		return e, nil
+		return m.permConflict(c, e, permOK)
 	}
 	mode, name, err := m.contentMode(c.Path)
 	if err != nil {
@@ -446,14 +482,29 @@ func (m *merger) mergeRegular(c Conflict, b, o, t *store.Entry) (*store.Entry, e
 	}
 	c.Kind = ConflictContent
 	if merged == nil {
-		return m.conflict(c, nil, kind)
+		return m.conflict(c, nil, perm)
 	}
 	if !clean {
-		return m.conflict(c, merged, kind)
+		return m.conflict(c, merged, perm)
 	}
 	e.ID = m.queueBlob(merged)
 	e.Size = int64(len(merged))
-	return e, nil
+	return m.permConflict(c, e, permOK)
+}
+
+// permConflict returns the merged entry e of a regular file, or, when
+// both sides changed its mode differently (!ok), records a mode conflict
+// for which e (the merged content with ours' mode) stands in.
+func (m *merger) permConflict(c Conflict, e *store.Entry, ok bool) (*store.Entry, error) {
+	if ok {
+		return e, nil
+	}
+	c.Kind = ConflictMode
+	got, err := m.conflict(c, nil, 0)
+	if err != nil || !m.opt.Markers || m.opt.Prefer != PreferNone {
+		return got, err // ours stands in, as at every conflict
+	}
+	return e, nil // resolved with markers: the merged content, ours' mode
 }
 
 // readSides reads the blobs of a text merge. ok is false when any side is
@@ -467,9 +518,9 @@ func (m *merger) readSides(path string, b, o, t *store.Entry) (bc, oc, tc []byte
 }
 
 // conflict records c and resolves it when Options say so. markers is the
-// diff3 text for a text conflict (nil otherwise) and kind the entry kind a
-// marker blob gets.
-func (m *merger) conflict(c Conflict, markers []byte, kind store.Kind) (*store.Entry, error) {
+// diff3 text for a text conflict (nil otherwise) and perm the mode a
+// marker blob gets (a regular file's; its kind follows).
+func (m *merger) conflict(c Conflict, markers []byte, perm uint32) (*store.Entry, error) {
 	m.nconflict++
 	if m.nconflict > m.lim.MaxConflicts {
 		return nil, fmt.Errorf("%w: more than %d conflicts (at %q)", ErrLimit, m.lim.MaxConflicts, c.Path)
@@ -492,7 +543,7 @@ func (m *merger) conflict(c Conflict, markers []byte, kind store.Kind) (*store.E
 	switch {
 	case markers != nil:
 		e := clone(c.Ours)
-		e.Kind = kind
+		e.SetPerm(perm)
 		e.ID = m.queueBlob(markers)
 		e.Size = int64(len(markers))
 		if c.Theirs != nil {
@@ -526,7 +577,7 @@ func (m *merger) sameContent(path string, a, b store.ID) (bool, error) {
 	}
 	for i := range at.Entries {
 		x, y := &at.Entries[i], &bt.Entries[i]
-		if x.Name != y.Name || x.Kind != y.Kind {
+		if x.Name != y.Name || x.Kind != y.Kind || x.Perm() != y.Perm() {
 			return false, nil
 		}
 		if x.Kind != store.KindDir {

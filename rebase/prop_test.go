@@ -30,9 +30,26 @@ func genFile(t *rapid.T, label string) F {
 		if k.IsDevice() {
 			rdev = rapid.SampledFrom([]uint64{1<<8 | 3, 1<<8 | 5}).Draw(t, label+"-rdev")
 		}
-		return F{Kind: k, Rdev: rdev}
+		return withMode(t, label, F{Kind: k, Rdev: rdev})
 	}
-	return F{Kind: k, Data: rapid.SampledFrom(propContents).Draw(t, label+"-data")}
+	return withMode(t, label, F{Kind: k, Data: rapid.SampledFrom(propContents).Draw(t, label+"-data")})
+}
+
+// withMode gives f one of a few permission bits (0: its kind's default),
+// normalised as a tree keeps them: a regular file's kind follows its exec
+// bits, a mode equal to the default is none, a symlink has none.
+func withMode(t *rapid.T, label string, f F) F {
+	m := rapid.SampledFrom([]uint32{0, 0, 0o600, 0o4755, 0o640, 0o700}).Draw(t, label+"-mode")
+	if m == 0 || f.Kind == store.KindSymlink {
+		return f
+	}
+	e := store.Entry{Kind: f.Kind}
+	e.SetPerm(m)
+	f.Kind, f.Mode = e.Kind, 0
+	if e.HasPerm() {
+		f.Mode = e.Perm()
+	}
+	return f
 }
 
 // normalize drops paths under a path that is a file, so fs is a valid tree.
@@ -171,7 +188,7 @@ func TestMerge3Properties(t *testing.T) {
 			for _, side := range []Fs{xf, yf} {
 				for p, f := range side {
 					if _, inBase := bf[p]; !inBase {
-						if g, ok := got[p]; !ok || g.Kind != f.Kind || g.Data != f.Data || g.Rdev != f.Rdev {
+						if g, ok := got[p]; !ok || g.Kind != f.Kind || g.Data != f.Data || g.Rdev != f.Rdev || g.Mode != f.Mode {
 							t.Fatalf("added %s = %+v lost: got %+v", p, f, g)
 						}
 					}

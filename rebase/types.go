@@ -177,9 +177,12 @@ const (
 	ConflictAddAdd ConflictKind = "add/add"
 	// ConflictType: the sides disagree on file vs directory vs symlink.
 	ConflictType ConflictKind = "type"
-	// ConflictMode: both sides added the same content, one executable and
-	// one not. (With a base present the exec bit merges 3-way and cannot
-	// conflict: it has only two values.)
+	// ConflictMode: both sides gave a regular file different permission
+	// bits — added with the same content and different modes, or both
+	// changed base's mode, differently (as git's merge conflicts on a
+	// file's mode). Its content still merges; the stand-in has ours' mode.
+	// A directory or special file whose mode both sides changed keeps
+	// ours' without a conflict.
 	ConflictMode ConflictKind = "mode"
 )
 

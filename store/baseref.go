@@ -282,8 +282,8 @@ func SpecialMode(k Kind) uint32 {
 	return 0
 }
 
-// SpecialPerm is the permission bits a special file of kind k is shown
-// and recreated with (trees keep no permission bits): a FIFO 0644 and a
+// SpecialPerm is the default permission bits of a special file of kind k
+// (DefaultPerm; all a tree from before modes were kept shows): a FIFO 0644 and a
 // socket 0755, as mkfifo(1) and bind(2) make them under umask 022; a
 // device 0600, so a device never opens to other users by default.
 func SpecialPerm(k Kind) uint32 {

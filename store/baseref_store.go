@@ -952,7 +952,7 @@ func (s *Store) expandRef(id ID, r BaseRef) (*Tree, error) {
 			if e.Stat.Rdev > MaxRdev {
 				continue // a device number no tree (nor FUSE) can carry
 			}
-			t.Entries = append(t.Entries, SpecialEntry(e.Name, k, e.Stat.Rdev, e.Stat.Mtim.Nano()))
+			t.Entries = append(t.Entries, SpecialEntry(e.Name, k, e.Stat.Rdev, e.Stat.Mtim.Nano()).WithPerm(e.Stat.Mode))
 			continue
 		}
 		c, ok := baseRefFromStat(r.Base, joinRefPath(r.Path, e.Name), &e.Stat)
@@ -960,7 +960,7 @@ func (s *Store) expandRef(id ID, r BaseRef) (*Tree, error) {
 			continue // a path too long to name, or a device number out of range
 		}
 		children[len(t.Entries)] = c
-		t.Entries = append(t.Entries, Entry{Name: e.Name, Kind: c.Kind, Size: c.Size, Mtime: c.Mtime, ID: c.ID()})
+		t.Entries = append(t.Entries, Entry{Name: e.Name, Kind: c.Kind, Size: c.Size, Mtime: c.Mtime, ID: c.ID()}.WithPerm(c.Mode))
 	}
 	// ReadDir sorts by name, as trees are.
 	m.mu.Lock()

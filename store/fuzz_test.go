@@ -23,6 +23,15 @@ func treeSeeds() [][]byte {
 			store.SpecialEntry("pipe", store.KindFIFO, 0, 3),
 			store.SpecialEntry("sock", store.KindSocket, 0, -2),
 		}},
+		// Version 2: modes other than the defaults.
+		{Entries: []store.Entry{
+			store.Entry{Name: ".env", Kind: store.KindFile, Size: 3, Mtime: 9, ID: store.BlobID([]byte("abc"))}.WithPerm(0o600),
+			store.Entry{Name: "priv", Kind: store.KindDir, ID: store.EmptyTreeID()}.WithPerm(0o700),
+			{Name: "run", Kind: store.KindExec, Size: 1, ID: store.BlobID([]byte("x"))},
+			store.Entry{Name: "suid", Kind: store.KindFile, Size: 1, ID: store.BlobID([]byte("x"))}.WithPerm(0o4755),
+			store.SpecialEntry("tmp", store.KindFIFO, 0, 1).WithPerm(0o1777),
+			store.Entry{Name: "zero", Kind: store.KindFile, ID: store.BlobID(nil)}.WithPerm(0),
+		}},
 	} {
 		enc, err := tr.Encode()
 		if err != nil {

@@ -77,6 +77,10 @@ type Side struct {
 	ID    ID    `json:"id"`
 	Size  int64 `json:"size,omitempty"`
 	Mtime int64 `json:"mtime,omitempty"`
+	// Mode is the entry's permission bits where they are not its kind's
+	// default (Entry.Perm); absent otherwise, so sides from before modes
+	// were kept encode as they did.
+	Mode *uint32 `json:"mode,omitempty"`
 }
 
 // SideOf returns e as a Side (nil for nil).
@@ -84,7 +88,12 @@ func SideOf(e *Entry) *Side {
 	if e == nil {
 		return nil
 	}
-	return &Side{Kind: e.Kind, ID: e.ID, Size: e.Size, Mtime: e.Mtime}
+	sd := &Side{Kind: e.Kind, ID: e.ID, Size: e.Size, Mtime: e.Mtime}
+	if e.HasPerm() {
+		p := e.Perm()
+		sd.Mode = &p
+	}
+	return sd
 }
 
 // Entry returns the side as a tree entry called name (nil for nil).
@@ -92,7 +101,11 @@ func (sd *Side) Entry(name string) *Entry {
 	if sd == nil {
 		return nil
 	}
-	return &Entry{Name: name, Kind: sd.Kind, ID: sd.ID, Size: sd.Size, Mtime: sd.Mtime}
+	e := &Entry{Name: name, Kind: sd.Kind, ID: sd.ID, Size: sd.Size, Mtime: sd.Mtime}
+	if sd.Mode != nil && *sd.Mode <= PermMask {
+		e.perm = permSet | uint16(*sd.Mode)
+	}
+	return e
 }
 
 // Sides returns the conflict's base, ours and theirs in that order.
@@ -113,7 +126,14 @@ func validConflicts(cs []Conflict) error {
 			if !sd.Kind.Valid() || sd.ID.IsZero() != sd.Kind.IsSpecial() || sd.Size < 0 {
 				return fmt.Errorf("%w: generation conflict %q: bad side", ErrCorrupt, c.Path)
 			}
-			if err := checkSpecial(*sd.Entry(c.Path)); err != nil {
+			if sd.Mode != nil && *sd.Mode > PermMask {
+				return fmt.Errorf("%w: generation conflict %q: bad side mode", ErrCorrupt, c.Path)
+			}
+			e := sd.Entry(c.Path)
+			if err := checkSpecial(*e); err != nil {
+				return fmt.Errorf("generation conflict %q: %w", c.Path, err)
+			}
+			if err := checkPerm(e); err != nil {
 				return fmt.Errorf("generation conflict %q: %w", c.Path, err)
 			}
 		}

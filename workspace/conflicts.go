@@ -217,16 +217,16 @@ func (m *Manager) setEntries(root store.ID, edits map[string]*store.Entry) (stor
 	}
 	for name, sub := range below {
 		cur, ok := t.Lookup(name)
-		subRoot := store.EmptyTreeID()
-		mtime := int64(0)
+		dir := store.Entry{Kind: store.KindDir, ID: store.EmptyTreeID()}
 		if ok && cur.Kind == store.KindDir {
-			subRoot, mtime = cur.ID, cur.Mtime
+			dir = cur // keeps its mtime and mode
 		}
-		id, err := m.setEntries(subRoot, sub)
+		id, err := m.setEntries(dir.ID, sub)
 		if err != nil {
 			return store.ID{}, err
 		}
-		put(name, &store.Entry{Kind: store.KindDir, ID: id, Mtime: mtime})
+		dir.ID = id
+		put(name, &dir)
 	}
 	for name, e := range here {
 		put(name, e)

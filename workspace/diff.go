@@ -64,12 +64,12 @@ func (m *Manager) WriteUnified(w io.Writer, changes []rebase.Change) error {
 		if _, err := fmt.Fprintf(w, "diff --acyclicfs a/%s b/%s\n", c.Path, c.Path); err != nil {
 			return err
 		}
-		if c.Old != nil && c.New != nil && c.Old.Kind != c.New.Kind {
-			fmt.Fprintf(w, "old mode %s\nnew mode %s\n", modeString(c.Old.Kind), modeString(c.New.Kind))
+		if c.Old != nil && c.New != nil && modeString(c.Old) != modeString(c.New) {
+			fmt.Fprintf(w, "old mode %s\nnew mode %s\n", modeString(c.Old), modeString(c.New))
 		} else if c.Old == nil {
-			fmt.Fprintf(w, "new file mode %s\n", modeString(c.New.Kind))
+			fmt.Fprintf(w, "new file mode %s\n", modeString(c.New))
 		} else if c.New == nil {
-			fmt.Fprintf(w, "deleted file mode %s\n", modeString(c.Old.Kind))
+			fmt.Fprintf(w, "deleted file mode %s\n", modeString(c.Old))
 		}
 		writeDevices(w, c.Old, c.New)
 		if old.binary || nw.binary {
@@ -131,20 +131,18 @@ func writeDevices(w io.Writer, old, nw *store.Entry) {
 	}
 }
 
-// modeString is a kind's mode as git prints it; special files (which git
-// does not store) with their file type and the permission bits a mount
-// shows them with.
-func modeString(k store.Kind) string {
-	if k.IsSpecial() {
-		return fmt.Sprintf("%06o", store.SpecialMode(k)|store.SpecialPerm(k))
-	}
-	switch k {
-	case store.KindExec:
-		return "100755"
-	case store.KindSymlink:
+// modeString is an entry's mode as git prints it (file type and
+// permission bits: 100644, 100755, 120000), with the permission bits the
+// tree records — 100600, 104755 — and for what git does not store,
+// directories (040755, 040700) and special files, their type and bits.
+func modeString(e *store.Entry) string {
+	switch k := e.Kind; {
+	case k.IsSpecial():
+		return fmt.Sprintf("%06o", store.SpecialMode(k)|e.Perm())
+	case k == store.KindSymlink:
 		return "120000"
-	case store.KindDir:
-		return "040000"
+	case k == store.KindDir:
+		return fmt.Sprintf("%06o", 0o40000|e.Perm())
 	}
-	return "100644"
+	return fmt.Sprintf("%06o", 0o100000|e.Perm())
 }

@@ -342,7 +342,9 @@ func (m *Manager) materializeAt(ctx context.Context, root store.ID, dfd int, dir
 		}
 		switch e.Kind {
 		case store.KindDir:
-			if err := unix.Mkdirat(dfd, e.Name, 0o755); err != nil {
+			// Private while it is filled (a 0500 directory could not be),
+			// then its recorded mode.
+			if err := unix.Mkdirat(dfd, e.Name, 0o700); err != nil {
 				return fmt.Errorf("export %s: %w", p, err)
 			}
 			sub, err := unix.Openat(dfd, e.Name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -350,6 +352,11 @@ func (m *Manager) materializeAt(ctx context.Context, root store.ID, dfd int, dir
 				return fmt.Errorf("export %s: %w", p, err)
 			}
 			err = m.materializeAt(ctx, e.ID, sub, p, count, progress)
+			if err == nil {
+				if err = unix.Fchmod(sub, e.Perm()); err != nil {
+					err = fmt.Errorf("export %s: %w", p, err)
+				}
+			}
 			unix.Close(sub)
 			if err != nil {
 				return err
@@ -390,8 +397,8 @@ func (m *Manager) materializeAt(ctx context.Context, root store.ID, dfd int, dir
 // node. A device the caller may not create (no CAP_MKNOD) is skipped with
 // a warning and made is false; everything else is written or an error.
 func (m *Manager) mknodAt(dfd int, name, p string, e store.Entry) (made bool, err error) {
-	perm := store.SpecialPerm(e.Kind)
-	if err := unix.Mknodat(dfd, name, store.SpecialMode(e.Kind)|perm, int(e.Rdev())); err != nil {
+	perm := e.Perm()
+	if err := unix.Mknodat(dfd, name, store.SpecialMode(e.Kind)|perm&0o777, int(e.Rdev())); err != nil {
 		if e.Kind.IsDevice() && errors.Is(err, unix.EPERM) {
 			m.opt.Warn(fmt.Sprintf("skipped %s %s: creating a device node needs CAP_MKNOD", e.Kind, p))
 			return false, nil
@@ -407,18 +414,17 @@ func (m *Manager) mknodAt(dfd int, name, p string, e store.Entry) (made bool, er
 // writeFileAt writes e's content as name in the directory open as dfd (p
 // is its path, for messages).
 func (m *Manager) writeFileAt(dfd int, name, p string, e store.Entry) error {
-	mode := uint32(0o644)
-	if e.Kind == store.KindExec {
-		mode = 0o755
-	}
-	fd, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+	// Created private (a 0600 file is never readable by others, not even
+	// while it is written), then given its recorded mode — set-uid,
+	// set-gid and sticky included; umask does not apply to fchmod.
+	fd, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return fmt.Errorf("export %s: %w", p, err)
 	}
 	f := os.NewFile(uintptr(fd), p)
 	_, err = m.st.CopyBlob(e.ID, f) // keeps a sparse blob's holes
 	if err == nil {
-		err = f.Chmod(os.FileMode(mode)) // umask may have narrowed it
+		err = unix.Fchmod(int(f.Fd()), e.Perm())
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr

@@ -155,6 +155,7 @@ func (m *Manager) scanDir(ctx context.Context, n *importNode, jobs *[]fileJob, s
 		switch {
 		case mode.IsDir():
 			e.Kind = store.KindDir
+			e.SetPerm(statPerm(li))
 			child := &importNode{path: p, hl: n.hl}
 			if prev != nil {
 				if pe, ok := prev.Lookup(name); ok && pe.Kind == store.KindDir {
@@ -167,9 +168,7 @@ func (m *Manager) scanDir(ctx context.Context, n *importNode, jobs *[]fileJob, s
 			continue
 		case mode.IsRegular():
 			e.Kind = store.KindFile
-			if mode&0o111 != 0 {
-				e.Kind = store.KindExec
-			}
+			e.SetPerm(statPerm(li)) // KindExec with an execute bit
 			e.Size = li.Size()
 			st, _ := li.Sys().(*syscall.Stat_t)
 			n.hl.add(p, st)
@@ -192,7 +191,7 @@ func (m *Manager) scanDir(ctx context.Context, n *importNode, jobs *[]fileJob, s
 			// A FIFO, socket or device: the entry is all there is.
 			n.hl.add(p, st)
 			stats.Files++
-			n.entries = append(n.entries, store.SpecialEntry(name, k, st.Rdev, e.Mtime))
+			n.entries = append(n.entries, store.SpecialEntry(name, k, st.Rdev, e.Mtime).WithPerm(st.Mode))
 			continue
 		}
 		stats.Files++
@@ -326,4 +325,13 @@ func (m *Manager) putImportedTrees(root *importNode) (store.ID, error) {
 		return store.ID{}, fmt.Errorf("store trees: %w", err)
 	}
 	return ids[root], nil
+}
+
+// statPerm is the permission bits (07777, set-uid, set-gid and sticky
+// included) of an lstat result.
+func statPerm(fi fs.FileInfo) uint32 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Mode & store.PermMask
+	}
+	return uint32(fi.Mode().Perm())
 }

@@ -473,7 +473,7 @@ func specialEntry(name string, st *unix.Stat_t) *store.Entry {
 	if !ok || k.IsDevice() && st.Rdev > store.MaxRdev {
 		return nil
 	}
-	e := store.SpecialEntry(name, k, st.Rdev, st.Mtim.Nano())
+	e := store.SpecialEntry(name, k, st.Rdev, st.Mtim.Nano()).WithPerm(st.Mode)
 	return &e
 }
 
@@ -485,7 +485,23 @@ func refEntry(name string, ref store.BaseRef, id store.ID) *store.Entry {
 	if ref.Kind == store.KindDir {
 		size = 0
 	}
-	return &store.Entry{Name: name, Kind: ref.Kind, Size: size, Mtime: ref.Mtime, ID: id}
+	e := &store.Entry{Name: name, Kind: ref.Kind, Size: size, Mtime: ref.Mtime, ID: id}
+	if ref.Git == "" { // a git object reference records no mode: the kind's
+		e.SetPerm(ref.Mode)
+	}
+	return e
+}
+
+// samePerm returns e, unchanged, for a path whose content DIR still holds
+// — or, where DIR's mode is not the one e records (a chmod in DIR, or a
+// tree made before trees kept modes), e with DIR's mode, as a change.
+func samePerm(e, cur *store.Entry) (*store.Entry, bool, error) {
+	if e.Perm() == cur.Perm() {
+		return e, false, nil
+	}
+	c := *e
+	c.SetPerm(cur.Perm())
+	return &c, true, nil
 }
 
 // entry checks one entry e of the materialized tree at path p against cur,
@@ -505,7 +521,7 @@ func (d detector) entry(p string, e, cur *store.Entry, rs *store.RefStatus) (*st
 		return cur, true, nil
 	}
 	if e.Kind != store.KindDir && cur.ID == e.ID {
-		return e, false, nil
+		return samePerm(e, cur)
 	}
 	if rs == nil {
 		st, err := d.m.st.RefStatuses([]store.ID{e.ID})
@@ -553,7 +569,7 @@ func (d detector) entry(p string, e, cur *store.Entry, rs *store.RefStatus) (*st
 			}
 		}
 		if same {
-			return e, false, nil
+			return samePerm(e, cur)
 		}
 		// What acyclicfs itself last wrote (or restored) at p.
 		if p != "" && !d.st.Shadow.IsZero() {
@@ -731,7 +747,9 @@ func (d detector) result(e, cur *store.Entry, out *lazyTree, changed bool) (*sto
 	if err != nil {
 		return nil, err
 	}
-	return &store.Entry{Name: e.Name, Kind: store.KindDir, Mtime: cur.Mtime, ID: id}, nil
+	out2 := &store.Entry{Name: e.Name, Kind: store.KindDir, Mtime: cur.Mtime, ID: id}
+	out2.SetPerm(cur.Perm())
+	return out2, nil
 }
 
 // sameContent compares a file acyclicfs holds as a blob with DIR's file

@@ -59,7 +59,8 @@ type matJournal struct {
 }
 
 // matEdit is one step. Ops: "remove" (a file or symlink), "rmdir" (an empty
-// directory), "mkdir", "write" (a file or symlink, replacing what is there).
+// directory), "mkdir", "chmod" (a directory's mode alone changed), "write"
+// (a file or symlink, replacing what is there).
 type matEdit struct {
 	Op    string     `json:"op"`
 	Path  string     `json:"path"`
@@ -73,6 +74,27 @@ type matEdit struct {
 	Pre      store.ID   `json:"pre,omitempty"`
 	PreMtime int64      `json:"pre_mtime,omitempty"`
 	PreRdev  uint64     `json:"pre_rdev,omitempty"`
+	// Mode and PreMode: the permission bits where they are not the
+	// kind's default (absent in journals from before modes were kept).
+	Mode    *uint32 `json:"mode,omitempty"`
+	PreMode *uint32 `json:"pre_mode,omitempty"`
+}
+
+// permOf is e's mode for a journal: nil for its kind's default.
+func permOf(e *store.Entry) *uint32 {
+	if !e.HasPerm() {
+		return nil
+	}
+	p := e.Perm()
+	return &p
+}
+
+// editPerm is the mode a journal's edit writes a kind with.
+func editPerm(k store.Kind, p *uint32) uint32 {
+	if p == nil {
+		return store.DefaultPerm(k)
+	}
+	return *p & store.PermMask
 }
 
 func (m *inPlaces) materializeInPlace(name string, st inPlaceState, rev uint64, to store.ID) (int, error) {
@@ -116,7 +138,7 @@ func (m *inPlaces) planEdits(fromRoot, toRoot store.ID, changes []rebase.Change)
 	if err := m.preserveReplaced(fromRoot, toRoot); err != nil {
 		return nil, err
 	}
-	var removes, mkdirs, writes []matEdit
+	var removes, mkdirs, chmods, writes []matEdit
 	removedDirs := map[string]store.Entry{}
 	addedDirs := map[string]store.Entry{}
 	for _, c := range changes {
@@ -133,7 +155,7 @@ func (m *inPlaces) planEdits(fromRoot, toRoot store.ID, changes []rebase.Change)
 				if err != nil {
 					return nil, fmt.Errorf("preimage of %s: %w", c.Path, err)
 				}
-				removes = append(removes, matEdit{Op: "remove", Path: c.Path, PreKind: c.Old.Kind, Pre: pre, PreMtime: c.Old.Mtime, PreRdev: c.Old.Rdev()})
+				removes = append(removes, matEdit{Op: "remove", Path: c.Path, PreKind: c.Old.Kind, Pre: pre, PreMtime: c.Old.Mtime, PreRdev: c.Old.Rdev(), PreMode: permOf(c.Old)})
 			}
 		}
 		if c.New != nil {
@@ -142,19 +164,25 @@ func (m *inPlaces) planEdits(fromRoot, toRoot store.ID, changes []rebase.Change)
 			}
 			if c.New.Kind == store.KindDir {
 				addedDirs[c.Path] = *c.New
+				if c.Old != nil && c.Old.Kind == store.KindDir {
+					// Both directories: the differ reports one only for
+					// its own mode.
+					chmods = append(chmods, matEdit{Op: "chmod", Path: c.Path, Kind: store.KindDir, Mode: permOf(c.New),
+						PreKind: store.KindDir, PreMode: permOf(c.Old)})
+				}
 				continue
 			}
 			id, err := m.preserve(c.New)
 			if err != nil {
 				return nil, fmt.Errorf("content of %s: %w", c.Path, err)
 			}
-			w := matEdit{Op: "write", Path: c.Path, Kind: c.New.Kind, ID: id, Mtime: c.New.Mtime, Rdev: c.New.Rdev()}
+			w := matEdit{Op: "write", Path: c.Path, Kind: c.New.Kind, ID: id, Mtime: c.New.Mtime, Rdev: c.New.Rdev(), Mode: permOf(c.New)}
 			if c.Old != nil && c.Kind != rebase.TypeChg {
 				pre, err := m.preserve(c.Old)
 				if err != nil {
 					return nil, fmt.Errorf("preimage of %s: %w", c.Path, err)
 				}
-				w.PreKind, w.Pre, w.PreMtime, w.PreRdev = c.Old.Kind, pre, c.Old.Mtime, c.Old.Rdev()
+				w.PreKind, w.Pre, w.PreMtime, w.PreRdev, w.PreMode = c.Old.Kind, pre, c.Old.Mtime, c.Old.Rdev(), permOf(c.Old)
 			}
 			writes = append(writes, w)
 		}
@@ -185,19 +213,32 @@ func (m *inPlaces) planEdits(fromRoot, toRoot store.ID, changes []rebase.Change)
 			return nil, err
 		}
 		if inFrom != store.KindDir {
-			mkdirs = append(mkdirs, matEdit{Op: "mkdir", Path: d, Kind: store.KindDir})
+			to, err := m.entryIn(trees, toRoot, d)
+			if err != nil {
+				return nil, err
+			}
+			mkdirs = append(mkdirs, matEdit{Op: "mkdir", Path: d, Kind: store.KindDir, Mode: permOf(&to)})
 		}
 	}
 	sort.Slice(removes, func(i, j int) bool { return removes[i].Path > removes[j].Path })
 	sort.Slice(mkdirs, func(i, j int) bool { return mkdirs[i].Path < mkdirs[j].Path })
+	sort.Slice(chmods, func(i, j int) bool { return chmods[i].Path < chmods[j].Path })
 	sort.Slice(writes, func(i, j int) bool { return writes[i].Path < writes[j].Path })
 	out := append(removes, mkdirs...)
+	out = append(out, chmods...)
 	return append(out, writes...), nil
 }
 
 // kindAt is the kind of the entry at p in root, 0 when absent. Trees it
 // loads are kept in trees (by ID; never modified).
 func (m *inPlaces) kindAt(trees map[store.ID]*store.Tree, root store.ID, p string) (store.Kind, error) {
+	e, err := m.entryIn(trees, root, p)
+	return e.Kind, err
+}
+
+// entryIn is the entry at p below root (kind 0: none), loading trees
+// through the cache trees.
+func (m *inPlaces) entryIn(trees map[store.ID]*store.Tree, root store.ID, p string) (store.Entry, error) {
 	id := root
 	parts := strings.Split(p, "/")
 	for i, name := range parts {
@@ -205,23 +246,34 @@ func (m *inPlaces) kindAt(trees map[store.ID]*store.Tree, root store.ID, p strin
 		if t == nil {
 			var err error
 			if t, err = m.st.GetTree(id); err != nil {
-				return 0, err
+				return store.Entry{}, err
 			}
 			trees[id] = t
 		}
 		e, ok := t.Lookup(name)
 		if !ok {
-			return 0, nil
+			return store.Entry{}, nil
 		}
 		if i == len(parts)-1 {
-			return e.Kind, nil
+			return e, nil
 		}
 		if e.Kind != store.KindDir {
-			return 0, nil
+			return store.Entry{}, nil
 		}
 		id = e.ID
 	}
-	return store.KindDir, nil
+	return store.Entry{Kind: store.KindDir, ID: root}, nil
+}
+
+// dirPerm is the mode a materialization gives a directory of mode p: p,
+// with the owner's rwx added unless the daemon is root (which writes into
+// any directory), so that what goes into it can be written.
+func dirPerm(p *uint32) uint32 {
+	perm := editPerm(store.KindDir, p)
+	if os.Geteuid() != 0 {
+		perm |= 0o700
+	}
+	return perm
 }
 
 // preserve makes sure e's content is a stored blob and returns its ID: a
@@ -336,7 +388,7 @@ func (m *inPlaces) prepareWrites(d *dirfd.Dir, j *matJournal, from int) ([]strin
 		i := from + k
 		e := &j.Edits[i]
 		g.Go(func() error {
-			temps[k], files[k], errs[k] = m.writeTemp(d, e.Path, e.Kind, e.ID, e.Rdev, e.Mtime, fmt.Sprintf("%s%s-%d", matTempPrefix, j.Op[:8], i), true)
+			temps[k], files[k], errs[k] = m.writeTemp(d, e.Path, e.Kind, editPerm(e.Kind, e.Mode), e.ID, e.Rdev, e.Mtime, fmt.Sprintf("%s%s-%d", matTempPrefix, j.Op[:8], i), true)
 			return nil
 		})
 	}
@@ -387,15 +439,22 @@ func (m *inPlaces) applyEdit(d *dirfd.Dir, j *matJournal, i int) error {
 			return fmt.Errorf("remove directory %s: %w", e.Path, err)
 		}
 	case "mkdir":
-		err := d.Mkdir(e.Path, 0o755)
+		err := d.Mkdir(e.Path, 0o700)
 		if errors.Is(err, fs.ErrExist) {
 			err = replaceSpecial(d, e.Path)
+		}
+		if err == nil {
+			err = d.Chmod(e.Path, dirPerm(e.Mode)) // its mode; umask does not apply
 		}
 		if err != nil {
 			return fmt.Errorf("create directory %s: %w", e.Path, err)
 		}
+	case "chmod":
+		if err := d.Chmod(e.Path, dirPerm(e.Mode)); err != nil && !dirfd.Missing(err) {
+			return fmt.Errorf("chmod directory %s: %w", e.Path, err)
+		}
 	case "write":
-		return m.writeEntry(d, e.Path, e.Kind, e.ID, e.Rdev, e.Mtime, fmt.Sprintf("%s%s-%d", matTempPrefix, j.Op[:8], i))
+		return m.writeEntry(d, e.Path, e.Kind, editPerm(e.Kind, e.Mode), e.ID, e.Rdev, e.Mtime, fmt.Sprintf("%s%s-%d", matTempPrefix, j.Op[:8], i))
 	default:
 		return fmt.Errorf("%w: materialization edit %q", store.ErrCorrupt, e.Op)
 	}
@@ -404,8 +463,8 @@ func (m *inPlaces) applyEdit(d *dirfd.Dir, j *matJournal, i int) error {
 
 // writeEntry places a file, symlink or special file at p: written in full
 // under a temporary name in the same directory, synced, then renamed over p.
-func (m *inPlaces) writeEntry(d *dirfd.Dir, p string, kind store.Kind, id store.ID, rdev uint64, mtime int64, tempName string) error {
-	tmp, _, err := m.writeTemp(d, p, kind, id, rdev, mtime, tempName, false)
+func (m *inPlaces) writeEntry(d *dirfd.Dir, p string, kind store.Kind, perm uint32, id store.ID, rdev uint64, mtime int64, tempName string) error {
+	tmp, _, err := m.writeTemp(d, p, kind, perm, id, rdev, mtime, tempName, false)
 	if err != nil {
 		return err
 	}
@@ -413,10 +472,10 @@ func (m *inPlaces) writeEntry(d *dirfd.Dir, p string, kind store.Kind, id store.
 }
 
 // writeTemp writes p's new content under tempName in p's directory, with
-// its mode and mtime, and returns the temporary's path. With keep, a file
+// its mode (perm) and mtime, and returns the temporary's path. With keep, a file
 // is left open and unsynced and returned (the caller syncs and closes it);
 // otherwise it is synced and closed.
-func (m *inPlaces) writeTemp(d *dirfd.Dir, p string, kind store.Kind, id store.ID, rdev uint64, mtime int64, tempName string, keep bool) (string, *os.File, error) {
+func (m *inPlaces) writeTemp(d *dirfd.Dir, p string, kind store.Kind, perm uint32, id store.ID, rdev uint64, mtime int64, tempName string, keep bool) (string, *os.File, error) {
 	tmp := joinRel(path.Dir(p), tempName)
 	if path.Dir(p) == "." {
 		tmp = tempName
@@ -429,8 +488,7 @@ func (m *inPlaces) writeTemp(d *dirfd.Dir, p string, kind store.Kind, id store.I
 		// A FIFO, socket node or device: a name, nothing to sync but the
 		// directory. A device needs CAP_MKNOD: without it the error
 		// rolls the materialization back and says so.
-		perm := store.SpecialPerm(kind)
-		if err := d.Mknod(tmp, store.SpecialMode(kind)|perm, rdev); err != nil {
+		if err := d.Mknod(tmp, store.SpecialMode(kind)|perm&0o777, rdev); err != nil {
 			return "", nil, fmt.Errorf("create %s %s: %w", kind, p, err)
 		}
 		if err := d.Chmod(tmp, perm); err != nil { // umask may have narrowed it
@@ -446,17 +504,14 @@ func (m *inPlaces) writeTemp(d *dirfd.Dir, p string, kind store.Kind, id store.I
 			return "", nil, fmt.Errorf("symlink %s: %w", p, err)
 		}
 	} else {
-		mode := uint32(0o644)
-		if kind == store.KindExec {
-			mode = 0o755
-		}
-		f, err := d.OpenFile(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, mode)
+		// Private while written, then the recorded mode (fchmod: no umask).
+		f, err := d.OpenFile(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
 		if err != nil {
 			return "", nil, fmt.Errorf("write %s: %w", p, err)
 		}
 		_, err = m.st.CopyBlob(id, f) // keeps a sparse blob's holes
 		if err == nil {
-			err = f.Chmod(fs.FileMode(mode)) // umask may have narrowed it
+			err = unix.Fchmod(int(f.Fd()), perm)
 		}
 		if err == nil && !keep {
 			err = f.Sync()
@@ -524,6 +579,10 @@ func (m *inPlaces) rollbackEdits(d *dirfd.Dir, j *matJournal, upto int) error {
 			if err = d.Mkdir(e.Path, 0o755); errors.Is(err, fs.ErrExist) {
 				err = nil
 			}
+		case "chmod":
+			if err = d.Chmod(e.Path, dirPerm(e.PreMode)); dirfd.Missing(err) {
+				err = nil
+			}
 		case "remove", "write":
 			switch {
 			case e.PreKind == 0:
@@ -531,7 +590,7 @@ func (m *inPlaces) rollbackEdits(d *dirfd.Dir, j *matJournal, upto int) error {
 					err = nil
 				}
 			default:
-				err = m.writeEntry(d, e.Path, e.PreKind, e.Pre, e.PreRdev, e.PreMtime, fmt.Sprintf("%s%s-r%d", matTempPrefix, j.Op[:8], i))
+				err = m.writeEntry(d, e.Path, e.PreKind, editPerm(e.PreKind, e.PreMode), e.Pre, e.PreRdev, e.PreMtime, fmt.Sprintf("%s%s-r%d", matTempPrefix, j.Op[:8], i))
 			}
 		}
 		if err != nil {

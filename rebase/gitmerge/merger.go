@@ -432,16 +432,21 @@ func (j *job) newBlobEntry(data []byte, o, t *store.Entry) (*store.Entry, error)
 	e := &store.Entry{Kind: store.KindFile, Mtime: j.stamp}
 	if o != nil && o.Kind.IsRegular() {
 		e.Kind, e.Mtime = o.Kind, o.Mtime
+		e.SetPerm(o.Perm())
 	}
 	if t != nil {
 		if o == nil {
 			e.Kind = t.Kind
 			e.Mtime = t.Mtime
+			if t.Kind.IsRegular() {
+				e.SetPerm(t.Perm())
+			}
 		}
 		e.Mtime = max(e.Mtime, t.Mtime)
 	}
 	if !e.Kind.IsRegular() {
 		e.Kind = store.KindFile
+		e.SetPerm(store.DefaultPerm(store.KindFile))
 	}
 	e.ID, e.Size = id, n
 	return e, nil

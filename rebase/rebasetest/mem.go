@@ -101,12 +101,16 @@ func (m *Mem) Objects() int {
 // File is one non-directory path of a Files map. Kind is KindFile, KindExec
 // or KindSymlink (Data is then the target), KindDir for an empty
 // directory (Data ignored), or a special kind (Data ignored; Rdev is a
-// device's number). Mtime is copied into the entry.
+// device's number). Mtime is copied into the entry. Mode is the entry's
+// permission bits, 0 for its kind's default (store.DefaultPerm); for a
+// regular file it sets the kind (store.Entry.SetPerm), and Flatten reports
+// the kind that results.
 type File struct {
 	Kind  store.Kind
 	Data  string
 	Mtime int64
 	Rdev  uint64
+	Mode  uint32
 }
 
 // Files maps slash-separated paths to files. Intermediate directories are
@@ -191,6 +195,9 @@ func (m *Mem) write(n *node) (store.ID, error) {
 			}
 			e.Kind, e.ID = store.KindDir, id
 		}
+		if c.file != nil && c.file.Mode != 0 {
+			e.SetPerm(c.file.Mode)
+		}
 		t.Entries = append(t.Entries, e)
 	}
 	t.Sort()
@@ -224,7 +231,7 @@ func (m *Mem) flatten(prefix string, id store.ID, fs Files) error {
 				return err
 			}
 			if len(sub.Entries) == 0 {
-				fs[p] = File{Kind: store.KindDir, Mtime: e.Mtime}
+				fs[p] = File{Kind: store.KindDir, Mtime: e.Mtime, Mode: modeOf(&e)}
 				continue
 			}
 			if err := m.flatten(p, e.ID, fs); err != nil {
@@ -233,7 +240,7 @@ func (m *Mem) flatten(prefix string, id store.ID, fs Files) error {
 			continue
 		}
 		if e.Kind.IsSpecial() {
-			fs[p] = File{Kind: e.Kind, Mtime: e.Mtime, Rdev: e.Rdev()}
+			fs[p] = File{Kind: e.Kind, Mtime: e.Mtime, Rdev: e.Rdev(), Mode: modeOf(&e)}
 			continue
 		}
 		m.mu.Lock()
@@ -242,9 +249,17 @@ func (m *Mem) flatten(prefix string, id store.ID, fs Files) error {
 		if !ok {
 			return fmt.Errorf("rebasetest: blob of %q: %w", p, store.ErrNotFound)
 		}
-		fs[p] = File{Kind: e.Kind, Data: string(data), Mtime: e.Mtime}
+		fs[p] = File{Kind: e.Kind, Data: string(data), Mtime: e.Mtime, Mode: modeOf(&e)}
 	}
 	return nil
+}
+
+// modeOf is e's Mode as a File records it: 0 for the kind's default.
+func modeOf(e *store.Entry) uint32 {
+	if e.HasPerm() {
+		return e.Perm()
+	}
+	return 0
 }
 
 // Paths returns the sorted paths of fs.
