@@ -397,6 +397,7 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc("GET /ping", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
 	mux.HandleFunc("POST /run", d.handleRun)
 	mux.HandleFunc("POST /fsmonitor", d.handleFSMonitor)
+	d.debugRoutes(mux)
 	return d.checkPeer(mux)
 }
 

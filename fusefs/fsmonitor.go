@@ -478,3 +478,6 @@ func (o *overlay) fsmList(id store.ID, path string, set map[string]bool) bool {
 	}
 	return true
 }
+
+// size is the number of paths the bookkeeping holds.
+func (s *fsmState) size() int { return len(s.log) + len(s.writers) }
