@@ -73,3 +73,10 @@ func countNodes(m *Mount) int {
 	walk(m.rootNode.EmbeddedInode())
 	return len(seen)
 }
+
+// fsmBytes is the fsmonitor log's memory (fsmLogBytes bounds it).
+func (o *overlay) fsmBytes() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.fsm.bytes
+}

@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/acyclicfs/acyclicfs/store"
 )
 
 // TestRetainedStateBoundedAcrossRounds: rounds of creating many files,
@@ -60,8 +63,8 @@ func TestRetainedStateBoundedAcrossRounds(t *testing.T) {
 		t.Errorf("overlay inodes grew from %d to %d, attribution records from %d to %d, over 8 rounds that end where they began",
 			first.Inodes, last.Inodes, first.Writers, last.Writers)
 	}
-	if last.FsmPaths > fsmLogMax+1 {
-		t.Errorf("fsmonitor log holds %d paths, bound %d", last.FsmPaths, fsmLogMax)
+	if b := m.ov.fsmBytes(); b > fsmLogBytes+fsmEntryBytes+4096 {
+		t.Errorf("fsmonitor log holds %d bytes, bound %d", b, fsmLogBytes)
 	}
 	if false {
 		t.Errorf("overlay inodes grew from %d to %d over 8 rounds that end where they began", first.Inodes, last.Inodes)
@@ -70,5 +73,25 @@ func TestRetainedStateBoundedAcrossRounds(t *testing.T) {
 	// inodes (it is swept once it doubles), never more.
 	if bound := 2*first.Inodes + inosSweepSlack; last.Inos > bound {
 		t.Errorf("inode-number table holds %d entries after 8 rounds (first round %d, bound %d): numbers of removed files are kept", last.Inos, first.Inos, bound)
+	}
+}
+
+// TestFSMonitorLogBounded: the fsmonitor log drops its older half at
+// fsmLogBytes (its entries and their paths), and a token from before the
+// drop is answered "everything" (the floor moved past it).
+func TestFSMonitorLogBounded(t *testing.T) {
+	o := newOverlay(newFakeObjects(t), t.TempDir(), store.ID{})
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	long := strings.Repeat("d/", 30)
+	for i := range 200_000 {
+		o.seq++
+		o.fsmRecord(fmt.Sprintf("%sf%d", long, i))
+		if o.fsm.bytes > fsmLogBytes+fsmEntryBytes+len(long)+10 || len(o.fsm.log) > fsmLogMax {
+			t.Fatalf("after %d records the log holds %d entries, %d bytes (bounds %d, %d)", i+1, len(o.fsm.log), o.fsm.bytes, fsmLogMax, fsmLogBytes)
+		}
+	}
+	if o.fsm.floor == 0 || o.fsm.floor < o.fsm.log[0].seq-1 {
+		t.Fatalf("floor %d, first kept entry at %d: tokens from before the drop must be refused", o.fsm.floor, o.fsm.log[0].seq)
 	}
 }
