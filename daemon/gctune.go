@@ -8,13 +8,13 @@ import (
 
 // daemonGCSlack bounds how far the heap may grow past its live size
 // before the collector runs, once the live heap is large enough that
-// daemonGCPercent would allow more (above 16 MiB live): the percent is
+// daemonGCPercent would allow more (above 8 MiB live): the percent is
 // lowered to keep the growth at this many bytes, down to
-// daemonGCMinPercent (100, Go's default) for a live heap above 64 MiB,
+// daemonGCMinPercent (100, Go's default) for a live heap above 32 MiB,
 // where the growth is the live size. At daemonGCPercent alone the
-// resident size was five times the live heap: 8 mounts under load (untar,
-// git commit, land, three rounds) grew the daemon from 56 to 682 MB while
-// its live heap was about 100 MB.
+// resident size followed five times the live heap: 8 mounts under load
+// (untar, git commit, land, three rounds) grew the daemon from 56 to
+// 682 MB.
 const (
 	daemonGCSlack      = 32 << 20
 	daemonGCMinPercent = 100
