@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"sort"
 	"strconv"
 	"strings"
@@ -62,10 +63,17 @@ func (d *Daemon) handleMemory(w http.ResponseWriter, r *http.Request) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	rep := MemoryReport{HeapInuse: ms.HeapInuse, HeapAlloc: ms.HeapAlloc, HeapSys: ms.HeapSys,
-		StackInuse: ms.StackInuse, Sys: ms.Sys, MemoryLimit: debug.SetMemoryLimit(-1),
-		Mounts: map[string]fusefs.MemoryCounts{}}
-	rep.GCPercent = debug.SetGCPercent(-1)
-	debug.SetGCPercent(rep.GCPercent)
+		StackInuse: ms.StackInuse, Sys: ms.Sys, Mounts: map[string]fusefs.MemoryCounts{}}
+	// Read, not set: debug.SetGCPercent(-1) would turn the collector off
+	// for a moment and race with tuneGC.
+	gc := []metrics.Sample{{Name: "/gc/gogc:percent"}, {Name: "/gc/gomemlimit:bytes"}}
+	metrics.Read(gc)
+	if gc[0].Value.Kind() == metrics.KindUint64 {
+		rep.GCPercent = int(gc[0].Value.Uint64())
+	}
+	if gc[1].Value.Kind() == metrics.KindUint64 {
+		rep.MemoryLimit = int64(gc[1].Value.Uint64())
+	}
 	rep.RSSAnon, rep.RSSFile = procRSS()
 	d.mu.Lock()
 	names := make([]string, 0, len(d.mounts))
