@@ -161,7 +161,9 @@ func Run(storeDir string, ready io.WriteCloser, cfg Config) error {
 	gcLog := "GOGC=" + os.Getenv("GOGC") // the user's, as set
 	if percent > 0 {
 		debug.SetGCPercent(percent)
-		gcLog = "GC percent " + strconv.Itoa(percent)
+		gcLog = "GC percent " + strconv.Itoa(percent) + ", lowered to keep the heap within " +
+			strconv.Itoa(daemonGCSlack>>20) + " MiB of its live size (at least " + strconv.Itoa(daemonGCMinPercent) + ")"
+		tuneGC()
 	}
 	if limit > 0 {
 		debug.SetMemoryLimit(limit)
@@ -400,6 +402,7 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc("GET /ping", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
 	mux.HandleFunc("POST /run", d.handleRun)
 	mux.HandleFunc("POST /fsmonitor", d.handleFSMonitor)
+	d.debugRoutes(mux)
 	return d.checkPeer(mux)
 }
 

@@ -42,3 +42,27 @@ func TestDaemonGC(t *testing.T) {
 		t.Error("sysinfo reports no memory")
 	}
 }
+
+// TestGCPercentFor: the daemon's GC percent stays daemonGCPercent while
+// the heap's growth past its live size fits daemonGCSlack, then keeps the
+// growth at the slack, and never goes under daemonGCMinPercent.
+func TestGCPercentFor(t *testing.T) {
+	for _, c := range []struct {
+		live uint64
+		want int
+	}{
+		{0, daemonGCPercent},
+		{1 << 20, daemonGCPercent},
+		{daemonGCSlack * 100 / daemonGCPercent, daemonGCPercent},
+		{daemonGCSlack, 100},
+		{daemonGCSlack / 2, 200},
+		{4 * daemonGCSlack, daemonGCMinPercent},
+	} {
+		if got := gcPercentFor(c.live); got != c.want {
+			t.Errorf("gcPercentFor(%d MiB) = %d, want %d", c.live>>20, got, c.want)
+		}
+		if g := gcPercentFor(c.live); c.live > 0 && uint64(g)*c.live/100 > max(daemonGCSlack, c.live*daemonGCMinPercent/100) {
+			t.Errorf("live %d MiB: growth %d MiB past the slack", c.live>>20, uint64(g)*c.live/100>>20)
+		}
+	}
+}

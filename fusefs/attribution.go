@@ -236,6 +236,15 @@ func (m *Mount) WritersRecorded() {
 		o.walRemovedChanged(p)
 	}
 	o.taken, o.takenRemoved = nil, nil
+	// TakeWriters reports the inodes it finds from the root: the earlier
+	// writers of one that is gone (removed, or replaced by a view switch,
+	// and not open) are never reported, and were kept, with the inode,
+	// for the mount's life.
+	for in := range o.moreWriters {
+		if in.opens == 0 && !o.attached(in) {
+			delete(o.moreWriters, in)
+		}
+	}
 	o.mu.Unlock()
 	if m.dirs != nil && m.dirs.flush != nil {
 		m.dirs.flush(before)
@@ -319,4 +328,23 @@ func (o *overlay) emitWriters(in *inode, paths []string, out *[]PathWriters) {
 	if o.taken != nil {
 		o.taken[in] = slices.Clone(ws)
 	}
+}
+
+// attached reports whether in is reachable from the root by one of its
+// names. Caller holds mu.
+func (o *overlay) attached(in *inode) bool {
+	for in != o.root {
+		up := (*inode)(nil)
+		for _, l := range in.links {
+			if l.dir != nil && l.dir.children[l.name] == in {
+				up = l.dir
+				break
+			}
+		}
+		if up == nil {
+			return false
+		}
+		in = up
+	}
+	return true
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"sort"
 	"strings"
+	"unsafe"
 
 	"github.com/acyclicfs/acyclicfs/internal/fsmtoken"
 	"github.com/acyclicfs/acyclicfs/store"
@@ -26,10 +27,15 @@ import (
 // token, a log that overflowed, a directory moved, a diff too big) is
 // answered with "everything may have changed", which makes git scan.
 
-// fsmLogMax bounds the log and fsmMaxPaths an answer; past either the
-// answer is "everything".
+// fsmLogMax bounds the log's entries and fsmLogBytes its memory (an
+// entry's fsmEntryBytes plus its path), fsmMaxPaths an answer; past
+// either bound of the log its older half is dropped (a token from before
+// it is answered "everything"), past fsmMaxPaths the answer is
+// "everything". Without the byte bound the log of a busy mount held 65,536
+// entries of 96 bytes plus their paths, 8 MiB per mount, kept for good.
 const (
 	fsmLogMax   = 1 << 16
+	fsmLogBytes = 2 << 20
 	fsmMaxPaths = 1 << 17
 	// fsmReuseSwitches: an unchanged token is handed back while at most
 	// this many view switches came after it.
@@ -40,11 +46,16 @@ const (
 // "/"-separated; a trailing "/" names a directory's whole cone), or a
 // view switch from tree oldRoot to newRoot.
 type fsmEntry struct {
-	seq              uint64
-	path             string
-	switched         bool
-	oldRoot, newRoot store.ID
+	seq  uint64
+	path string
+	sw   *fsmSwitch // a view switch (rare: a pointer keeps entries small)
 }
+
+// fsmSwitch is a view switch's trees.
+type fsmSwitch struct{ oldRoot, newRoot store.ID }
+
+// fsmEntryBytes is what an entry costs besides its path's bytes.
+const fsmEntryBytes = int(unsafe.Sizeof(fsmEntry{}))
 
 // fsmState is the overlay's fsmonitor bookkeeping, guarded by overlay.mu.
 type fsmState struct {
@@ -55,6 +66,8 @@ type fsmState struct {
 	floor uint64
 	// writers counts the writable handles open on each inode.
 	writers map[*inode]int
+	// bytes is the log's memory (fsmLogBytes).
+	bytes int
 }
 
 func newEpoch() string {
@@ -65,12 +78,24 @@ func newEpoch() string {
 
 // fsmRecord logs path at the current seq. Caller holds mu.
 func (o *overlay) fsmRecord(path string) {
-	if len(o.fsm.log) >= fsmLogMax {
+	o.fsmAppend(fsmEntry{seq: o.seq, path: path})
+}
+
+// fsmAppend adds e to the log, first dropping its older half if it is
+// full (fsmLogMax, fsmLogBytes). Caller holds mu.
+func (o *overlay) fsmAppend(e fsmEntry) {
+	if len(o.fsm.log) >= fsmLogMax || o.fsm.bytes >= fsmLogBytes {
 		drop := len(o.fsm.log) / 2
 		o.fsm.floor = max(o.fsm.floor, o.fsm.log[drop-1].seq)
 		o.fsm.log = append(o.fsm.log[:0], o.fsm.log[drop:]...)
+		clear(o.fsm.log[len(o.fsm.log):cap(o.fsm.log)]) // let the dropped paths go
+		o.fsm.bytes = 0
+		for _, k := range o.fsm.log {
+			o.fsm.bytes += fsmEntryBytes + len(k.path)
+		}
 	}
-	o.fsm.log = append(o.fsm.log, fsmEntry{seq: o.seq, path: path})
+	o.fsm.log = append(o.fsm.log, e)
+	o.fsm.bytes += fsmEntryBytes + len(e.path)
 }
 
 // fsmRemoved logs that d/name (c) went away. Caller holds mu, after the
@@ -129,7 +154,7 @@ func (o *overlay) fsmSwitching(newRoot store.ID) {
 	for _, p := range dirty {
 		o.fsmRecord(p)
 	}
-	o.fsm.log = append(o.fsm.log, fsmEntry{seq: o.seq, switched: true, oldRoot: o.rootID, newRoot: newRoot})
+	o.fsmAppend(fsmEntry{seq: o.seq, sw: &fsmSwitch{oldRoot: o.rootID, newRoot: newRoot}})
 }
 
 func joinPath(dir, name string) string {
@@ -220,7 +245,7 @@ func (o *overlay) fsmonitor(token, prefix string) FSMonitorAnswer {
 	ans := FSMonitorAnswer{Token: next.String(), All: true}
 	var (
 		raw      []string // mount-relative paths
-		switches []fsmEntry
+		switches []fsmSwitch
 		diffFrom store.ID // clean token of another overlay: diff its tree with the lower tree
 		ok       = perr == nil
 	)
@@ -234,8 +259,8 @@ func (o *overlay) fsmonitor(token, prefix string) FSMonitorAnswer {
 		if ok {
 			i := sort.Search(len(o.fsm.log), func(i int) bool { return o.fsm.log[i].seq > tok.Seq })
 			for _, e := range o.fsm.log[i:] {
-				if e.switched {
-					switches = append(switches, e)
+				if e.sw != nil {
+					switches = append(switches, *e.sw)
 				} else {
 					raw = append(raw, e.path)
 				}
@@ -245,12 +270,12 @@ func (o *overlay) fsmonitor(token, prefix string) FSMonitorAnswer {
 		ok = o.fsm.floor == 0 && o.fsmWalk(o.root, "", 0, gitDir, &raw)
 		if ok {
 			for _, e := range o.fsm.log {
-				if !e.switched {
+				if e.sw == nil {
 					raw = append(raw, e.path)
 				}
 			}
 			diffFrom = store.ID(tok.Tree)
-			switches = append(switches, fsmEntry{switched: true, oldRoot: diffFrom, newRoot: o.rootID})
+			switches = append(switches, fsmSwitch{oldRoot: diffFrom, newRoot: o.rootID})
 		}
 	default:
 		ok = false // a dirty token of another overlay: its changes are unknown here
@@ -478,3 +503,6 @@ func (o *overlay) fsmList(id store.ID, path string, set map[string]bool) bool {
 	}
 	return true
 }
+
+// size is the number of paths the bookkeeping holds.
+func (s *fsmState) size() int { return len(s.log) + len(s.writers) }

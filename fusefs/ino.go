@@ -68,3 +68,38 @@ func (o *overlay) numberTree(d *inode) {
 		}
 	}
 }
+
+// inosSweepSlack is how many entries the inode-number table may gain
+// over twice its size at the last sweep before it is swept again.
+const inosSweepSlack = 1024
+
+// sweepInos forgets the numbers of inodes that are gone: the table keeps
+// an entry for every number handed out, and without a sweep it grew by
+// one per file ever created in the mount (a mount that untars and removes
+// a tree every round kept every round's numbers). It runs when no file
+// handle is open, so that every live inode has a name under the root
+// (an unlinked file lives on only while open; a kernel that still caches
+// a dead inode's node is told a new file's number, as a disk file system
+// reuses inode numbers), and only once the table has doubled since the
+// last sweep, so that its walk costs O(1) per number handed out. Caller
+// holds mu.
+func (o *overlay) sweepInos() {
+	if o.openHandles != 0 || len(o.inos) < 2*o.inosSwept+inosSweepSlack {
+		return
+	}
+	live := make(map[uint64]uint64, o.inosSwept+inosSweepSlack/2)
+	var walk func(d *inode)
+	walk = func(d *inode) {
+		for _, c := range d.children {
+			if owner, ok := o.inos[c.ino]; ok && owner == c.num {
+				live[c.ino] = c.num
+			}
+			if c.isDir() && c.children != nil {
+				walk(c)
+			}
+		}
+	}
+	walk(o.root)
+	o.inos = live
+	o.inosSwept = len(live)
+}

@@ -135,6 +135,15 @@ type Config struct {
 	WarmWalkers int
 }
 
+// maxWrite is the largest WRITE the kernel sends (and so the size of
+// each request buffer); idleReaders bounds the buffers a /dev/fuse mount
+// keeps checked out (MaxInflightRequestBytes above): 4 MiB per mount
+// instead of 9.
+const (
+	maxWrite    = 1 << 20
+	idleReaders = 4
+)
+
 // Mount is a live FUSE mount of an overlay view.
 type Mount struct {
 	cfg        Config
@@ -256,14 +265,23 @@ func mountAt(mountpoint string, cfg Config) (*Mount, error) {
 		// allow_other the kernel would let every user read it.
 		NullPermissions: true,
 		MountOptions: fuse.MountOptions{
-			AllowOther:    cfg.AllowOther,
-			Debug:         cfg.Debug,
-			FsName:        cfg.FsName,
-			Name:          "acyclicfs",
-			DirectMount:   true,
-			MaxWrite:      1 << 20,
-			MaxReadAhead:  1 << 20,
-			DisableXAttrs: !cfg.EnableXattrs,
+			AllowOther:   cfg.AllowOther,
+			Debug:        cfg.Debug,
+			FsName:       cfg.FsName,
+			Name:         "acyclicfs",
+			DirectMount:  true,
+			MaxWrite:     maxWrite,
+			MaxReadAhead: 1 << 20,
+			// Every reader blocked in read(2) on /dev/fuse holds a
+			// request buffer of MaxWrite; go-fuse keeps up to
+			// GOMAXPROCS+1 of them per mount (9 MiB at the daemon's 8
+			// Ps), live heap that the daemon's GC percent multiplies.
+			// The budget bounds the buffers checked out (blocked
+			// readers and WRITEs being served) to idleReaders: other
+			// requests give theirs back as soon as they are read, so
+			// how many are served at once is not bounded by it.
+			MaxInflightRequestBytes: idleReaders * (maxWrite + 64<<10),
+			DisableXAttrs:           !cfg.EnableXattrs,
 			// Symlink targets are cached in the page cache; a view switch
 			// invalidates changed ones with the inode's content.
 			EnableSymlinkCaching: true,

@@ -163,10 +163,12 @@ type overlay struct {
 	// inos maps each path-derived inode number handed out in this mount
 	// to the overlay inode that reports it (ino.go), so that none is
 	// handed out twice.
-	inos    map[uint64]uint64
-	nextIno uint64
-	seq     uint64 // last sequence number handed out
-	capSeq  uint64 // seq at the last Capture (0: never captured)
+	inos map[uint64]uint64
+	// inosSwept is the table's size after its last sweep (sweepInos).
+	inosSwept int
+	nextIno   uint64
+	seq       uint64 // last sequence number handed out
+	capSeq    uint64 // seq at the last Capture (0: never captured)
 
 	// unsnapped is set by every change the snapshot records and cleared
 	// when one is encoded, so an fsync with nothing new to record costs

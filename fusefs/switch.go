@@ -97,6 +97,7 @@ func (o *overlay) switchView(newRoot store.ID, links [][]string, notes *[]note) 
 	}
 	o.rootID = newRoot
 	o.unsnapped = true
+	o.sweepInos()
 	return keep, nil
 }
 

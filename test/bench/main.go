@@ -66,6 +66,7 @@ type config struct {
 	noInPlace   bool
 	noFSMon     bool
 	noSandbox   bool
+	noMemory    bool
 	noCluster   bool
 	onlyClust   bool // -only-cluster: the cluster group alone, spliced into the report
 	clusterRuns int
@@ -115,6 +116,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&cfg.transport, "transport", "auto", "acyclicfs and floorfs mounts' --transport: auto (io_uring where the fuse module's enable_uring is on), io_uring or dev-fuse")
 	fs.BoolVar(&cfg.noFSMon, "no-fsmonitor", false, "skip the acyclicfs-only git status measurements with and without the fsmonitor hook (the Go tree committed to git)")
 	fs.BoolVar(&cfg.noSandbox, "no-sandbox", false, "skip the acyclicfs-only time to a ready agent sandbox: fork, mount and first git status of a create --from-git workspace of the Go tree")
+	fs.BoolVar(&cfg.noMemory, "no-memory", false, "skip the acyclicfs-only daemon memory measurement: 4 mounts, 3 rounds of untar + git commit + land")
 	fs.BoolVar(&cfg.noInPlace, "no-inplace", false, "skip the acyclicfs-only in-place workspace measurements (1,000/10,000/100,000 files; -quick: up to 10,000)")
 	fs.BoolVar(&cfg.noCluster, "no-cluster", false, "skip the cluster group: a store on etcd (one member embedded in the harness) with two nodes sharing a blob directory, against a local store")
 	fs.BoolVar(&cfg.onlyClust, "only-cluster", false, "run the cluster group alone and replace its section in the existing -out report (nothing else is measured or rewritten)")
@@ -298,6 +300,11 @@ func run(ctx context.Context, cfg *config) (err error) {
 	}
 	if !cfg.noSandbox && contains(cfg.systems, sysAcyclicfs) {
 		if err := runSandbox(ctx, env, res); err != nil {
+			return err
+		}
+	}
+	if !cfg.noMemory && contains(cfg.systems, sysAcyclicfs) {
+		if err := runMemory(ctx, env, res); err != nil {
 			return err
 		}
 	}

@@ -37,6 +37,8 @@ type results struct {
 	fsmonitor *fsmonitorGit
 	// sandbox: fork + mount + first git status of a git workspace.
 	sandbox *sandboxResult
+	// memory: the daemon's memory under mounts at work.
+	memory *memoryResult
 	// gitPublish is git publish against git add + commit.
 	gitPublish *gitPublishResult
 	inplace    *inplaceResult
@@ -263,6 +265,9 @@ func (r *results) markdown() string {
 	}
 	if r.sandbox != nil {
 		r.sandboxMarkdown(&b)
+	}
+	if r.memory != nil {
+		r.memoryMarkdown(&b)
 	}
 	if r.cluster != nil {
 		r.clusterMarkdown(&b)
