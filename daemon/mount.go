@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -357,20 +358,28 @@ func (d *Daemon) MountWorkspace(ws, mp string, opt MountOptions) (*Mount, []stri
 	if !isInPlace && !s.readOnly.Load() && !opt.NoFSMonitor && hasGitDir(m.Store(), root) {
 		warm, walkers = fsmonitorWarm(opt, indexHasUntrackedCache(m.Store(), root))
 	}
+	// Listed before the kernel mount exists: from then on a thread of this
+	// daemon may wait on it (the warm-up starts inside MountAt), and if
+	// the daemon is killed then, ReapDead must find it.
+	d.setConn(ws, &ConnRecord{Workspace: ws, Mountpoint: mp})
 	mnt, err := fusefs.MountAt(mp, fusefs.Config{Objects: storeObjects{m.Store()}, Root: root, Links: links, StateDir: stateDir, WarmWalkers: walkers,
 		Admitter: tr, DescribeWriter: s.describeWriter, AllowOther: opt.AllowOther, BaseInodes: m.DerivesFromInPlace(ws), Debug: opt.Debug, FsName: "acyclicfs:" + ws, Passthrough: true, EnableXattrs: opt.Xattrs,
 		NoAttribution: opt.NoAttribution, WarmEntries: warm, Uring: opt.Transport == TransportUring, PreferUring: opt.Transport == TransportAuto,
 		ReadOnly: s.readOnly.Load()})
 	if err != nil {
+		d.setConn(ws, nil)
 		tr.Close()
 		s.closeBase()
 		_ = m.ClearMountRecord(ws)
 		return nil, notes, fmt.Errorf("mount %s at %s: %w", ws, mp, err)
 	}
 	s.mnt, s.view = mnt, mnt
-	var st unix.Stat_t
-	if err := unix.Stat(mp, &st); err == nil {
-		s.dev = fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
+	// From mountinfo, not a stat of the mountpoint: the daemon asks its
+	// own mount nothing it need not (reap.go).
+	if dev, _, found := fusectl.FindDev(mp); found {
+		s.dev = dev
+		_, minor, _ := strings.Cut(dev, ":")
+		d.setConn(ws, &ConnRecord{Workspace: ws, Mountpoint: mp, Conn: minor})
 	}
 	d.mu.Lock()
 	d.mounts[ws] = s
@@ -1133,6 +1142,7 @@ func (s *Mount) Unmount(lazy bool) (res workspace.Result, err error) {
 	// The kernel mount is gone: whatever fails below, the daemon forgets
 	// it (a record left behind is recovered by the next mount or unmount
 	// of the workspace, as a dead daemon's).
+	s.d.setConn(s.ws, nil)
 	defer func() {
 		s.d.mu.Lock()
 		delete(s.d.mounts, s.ws)

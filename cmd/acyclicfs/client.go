@@ -45,8 +45,20 @@ func (a *app) forward(ctx context.Context, args []string) (int, bool) {
 	}
 	c := newClient(dir)
 	if !c.alive() {
+		// No daemon answers. One killed while a thread of it waited on
+		// its own mount cannot exit and still holds the store (and its
+		// mounts hang every process touching them) until its FUSE
+		// connections are aborted: this command does it and says so.
+		notes, err := daemon.ReapDead(dir)
+		for _, n := range notes {
+			fmt.Fprintf(a.stderr, "acyclicfs: %s\n", n)
+		}
+		if err != nil {
+			reportError(a.stderr, fmt.Errorf("%s: %w", cmd, err))
+			return exitError, true
+		}
 		if startsDaemon(line) {
-			if err := startDaemon(dir); err != nil {
+			if err := startDaemon(dir, a.stderr); err != nil {
 				reportError(a.stderr, fmt.Errorf("%s: start daemon: %w", cmd, err))
 				return exitError, true
 			}
@@ -63,7 +75,7 @@ func (a *app) forward(ctx context.Context, args []string) (int, bool) {
 		if !startsDaemon(line) {
 			return 0, false
 		}
-		if err := startDaemon(dir); err != nil {
+		if err := startDaemon(dir, a.stderr); err != nil {
 			reportError(a.stderr, fmt.Errorf("%s: start daemon: %w", cmd, err))
 			return exitError, true
 		}
@@ -159,8 +171,9 @@ func (c *client) call(ctx context.Context, path string, in, out any) error {
 }
 
 // startDaemon launches `acyclicfs --store DIR daemon` detached in its own
-// session and waits until it signals readiness on a pipe (or dies).
-func startDaemon(storeDir string) error {
+// session and waits until it signals readiness on a pipe (or dies). The
+// notes it writes first (daemon.ReadyNote) go to stderr.
+func startDaemon(storeDir string, stderr io.Writer) error {
 	if err := os.MkdirAll(storeDir, 0o700); err != nil {
 		return fmt.Errorf("create store %s: %w", storeDir, err)
 	}
@@ -198,6 +211,15 @@ func startDaemon(storeDir string) error {
 	pr.SetReadDeadline(time.Now().Add(30 * time.Second))
 	// The daemon writes "ready\n" and closes, or writes its error and exits.
 	buf, err := io.ReadAll(io.LimitReader(pr, 64<<10))
+	for {
+		line, rest, ok := bytes.Cut(buf, []byte("\n"))
+		note, isNote := bytes.CutPrefix(line, []byte(daemon.ReadyNote))
+		if !ok || !isNote {
+			break
+		}
+		fmt.Fprintf(stderr, "acyclicfs: %s\n", note)
+		buf = rest
+	}
 	if string(buf) == "ready\n" {
 		return nil
 	}
