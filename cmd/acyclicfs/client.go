@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -67,7 +68,14 @@ func (a *app) forward(ctx context.Context, args []string) (int, bool) {
 		}
 	}
 	req := daemon.RunRequest{Args: args, Cwd: a.cwd, StderrTTY: a.stderrTTY, ClientPID: os.Getpid(), GitEnv: clientGitEnv()}
-	resp, err := c.run(ctx, req)
+	resp, reaped, err := c.runWatched(ctx, req)
+	for _, n := range reaped {
+		fmt.Fprintf(a.stderr, "acyclicfs: %s\n", n)
+	}
+	if err != nil && len(reaped) > 0 {
+		reportError(a.stderr, fmt.Errorf("%s: the daemon was killed while it ran the command: %w", cmd, err))
+		return exitError, true
+	}
 	if err != nil && (isGone(err) || errors.Is(err, errDaemonExiting) || (isReset(err) && c.socketGone())) {
 		// The daemon exited, or is exiting, between the ping and the call
 		// (it stops after its last unmount): the store is ours again, or
@@ -79,7 +87,10 @@ func (a *app) forward(ctx context.Context, args []string) (int, bool) {
 			reportError(a.stderr, fmt.Errorf("%s: start daemon: %w", cmd, err))
 			return exitError, true
 		}
-		resp, err = c.run(ctx, req)
+		resp, reaped, err = c.runWatched(ctx, req)
+		for _, n := range reaped {
+			fmt.Fprintf(a.stderr, "acyclicfs: %s\n", n)
+		}
 	}
 	if err != nil && ctx.Err() != nil {
 		// Interrupted: the connection closed, which cancels the command
@@ -140,6 +151,42 @@ func (c *client) run(ctx context.Context, r daemon.RunRequest) (daemon.RunRespon
 	var out daemon.RunResponse
 	err := c.call(ctx, "/run", r, &out)
 	return out, err
+}
+
+// reapEvery is how often a client waiting for the daemon's answer checks
+// that the daemon is not dying (a process being killed has no event a
+// non-parent can wait on before it has exited, which this one cannot).
+const reapEvery = time.Second
+
+// runWatched is run, watching the daemon meanwhile: killed while a
+// thread of it waits on its own mount, it can never exit nor answer
+// (daemon.ReapDead), and the call would wait forever. The watcher aborts
+// its connections, so that the call fails, and returns what it did.
+func (c *client) runWatched(ctx context.Context, r daemon.RunRequest) (daemon.RunResponse, []string, error) {
+	done := make(chan struct{})
+	var reaped []string
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(reapEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			if notes, _ := daemon.ReapDead(c.dir); len(notes) > 0 {
+				reaped = notes // an error leaves the call waiting: tried again
+				return
+			}
+		}
+	}()
+	resp, err := c.run(ctx, r)
+	close(done)
+	wg.Wait()
+	return resp, reaped, err
 }
 
 func (c *client) call(ctx context.Context, path string, in, out any) error {
