@@ -390,8 +390,10 @@ func (d *Daemon) MountWorkspace(ws, mp string, opt MountOptions) (*Mount, []stri
 	if err := d.applyContextState(s); err != nil { // a freeze that raced this mount
 		d.logger.Printf("%s: context state: %v", ws, err)
 	}
-	// An in-place workspace's .git is the user's own repository: left alone.
-	if !isInPlace && !s.readOnly.Load() {
+	// An in-place workspace's .git is the user's own repository: left
+	// alone. Without a .git in the pinned tree there is nothing to set up,
+	// and the daemon does not ask its own mount (reap.go).
+	if !isInPlace && !s.readOnly.Load() && hasGitDir(m.Store(), root) {
 		// Without it git works as before, only slower: logged, not fatal.
 		if exe, err := os.Executable(); err != nil {
 			d.logger.Printf("%s: fsmonitor not set up: %v", ws, err)

@@ -72,10 +72,9 @@ func ReapDead(storeDir string) ([]string, error) {
 	lock := lockfile.New(filepath.Join(storeDir, LockName), os.O_RDONLY)
 	ok, err := lock.TryLock(lockfile.Exclusive)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, nil // no daemon ever ran here
-		}
-		return nil, err
+		// No daemon ever ran here, or the lock is not ours to take: its
+		// holder is not ours to judge either.
+		return nil, nil
 	}
 	if ok {
 		_ = lock.Unlock() // nobody serves the store

@@ -45,19 +45,21 @@ func (a *app) forward(ctx context.Context, args []string) (int, bool) {
 		return 0, false
 	}
 	c := newClient(dir)
+	// A daemon killed while a thread of it waited on its own mount cannot
+	// exit: it holds the store, never answers (the ping would wait for
+	// its timeout), and its mounts hang every process touching them until
+	// its FUSE connections are aborted. Every command checks (a flock
+	// attempt and a look at the holder's threads in /proc: some 100 µs),
+	// does it and says so.
+	notes, err := daemon.ReapDead(dir)
+	for _, n := range notes {
+		fmt.Fprintf(a.stderr, "acyclicfs: %s\n", n)
+	}
+	if err != nil {
+		reportError(a.stderr, fmt.Errorf("%s: %w", cmd, err))
+		return exitError, true
+	}
 	if !c.alive() {
-		// No daemon answers. One killed while a thread of it waited on
-		// its own mount cannot exit and still holds the store (and its
-		// mounts hang every process touching them) until its FUSE
-		// connections are aborted: this command does it and says so.
-		notes, err := daemon.ReapDead(dir)
-		for _, n := range notes {
-			fmt.Fprintf(a.stderr, "acyclicfs: %s\n", n)
-		}
-		if err != nil {
-			reportError(a.stderr, fmt.Errorf("%s: %w", cmd, err))
-			return exitError, true
-		}
 		if startsDaemon(line) {
 			if err := startDaemon(dir, a.stderr); err != nil {
 				reportError(a.stderr, fmt.Errorf("%s: start daemon: %w", cmd, err))
