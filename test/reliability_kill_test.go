@@ -213,6 +213,9 @@ func relKillTrial(t *testing.T, seed int64, st *relKillStats) {
 		deadlock = fmt.Sprintf("killed daemon %d could not exit (threads in D: %q)", pid, stuck)
 		// (A command of the workload may have done it meanwhile.)
 		r := e.k9Run(nil, "status")
+		if r.code != 0 {
+			k9CheckStuckBug(t, e, r)
+		}
 		if err := waitGone(pid, 10*time.Second); err != nil {
 			t.Fatalf("%s; still alive after status (which should have aborted its connection %s): %s", deadlock, conn, r)
 		}
