@@ -138,30 +138,37 @@ func connAt(r ConnRecord) (string, bool) {
 // left is a zombie or has SIGKILL pending. A live daemon has at least one
 // thread with neither.
 func dying(pid int) bool {
+	// The common case, a live daemon, is settled by its main thread.
+	if alive, known := threadAlive(fmt.Sprintf("/proc/%d", pid)); known && alive {
+		return false
+	}
 	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	if err != nil {
 		return false // gone, or not ours to see
 	}
 	seen := false
 	for _, task := range tasks {
-		dir := fmt.Sprintf("/proc/%d/task/%s", pid, task.Name())
-		st, err := os.ReadFile(dir + "/stat")
-		if err != nil {
-			continue // exited meanwhile
-		}
-		seen = true
-		if s := taskState(st); s == 'Z' || s == 'X' {
-			continue
-		}
-		status, err := os.ReadFile(dir + "/status")
-		if err != nil {
-			continue
-		}
-		if !sigkillPending(status) {
+		alive, known := threadAlive(fmt.Sprintf("/proc/%d/task/%s", pid, task.Name()))
+		if alive {
 			return false
 		}
+		seen = seen || known
 	}
 	return seen
+}
+
+// threadAlive reports whether the thread whose /proc directory is dir is
+// alive: neither a zombie nor with SIGKILL pending. known is false if the
+// thread is gone (or unreadable).
+func threadAlive(dir string) (alive, known bool) {
+	st, err := os.ReadFile(dir + "/stat")
+	if err != nil {
+		return false, false // exited meanwhile
+	}
+	if s := taskState(st); s == 'Z' || s == 'X' {
+		return false, true
+	}
+	return !sigkillPending(st), true
 }
 
 // taskState is the state letter of a /proc/PID/task/TID/stat line (it
@@ -174,19 +181,22 @@ func taskState(stat []byte) byte {
 	return stat[i+2]
 }
 
-// sigkillPending reports whether a /proc/PID/task/TID/status text shows
+// sigkillPending reports whether a /proc/PID/task/TID/stat line shows
 // SIGKILL among the thread's pending signals (the kernel adds it to every
-// thread of a process being killed).
-func sigkillPending(status []byte) bool {
-	for _, line := range strings.Split(string(status), "\n") {
-		v, ok := strings.CutPrefix(line, "SigPnd:")
-		if !ok {
-			continue
-		}
-		mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-		return err == nil && mask&(1<<(unix.SIGKILL-1)) != 0
+// thread of a process being killed): the 31st field, the thread's pending
+// set in decimal (its low 31 bits).
+func sigkillPending(stat []byte) bool {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return false
 	}
-	return false
+	f := strings.Fields(string(stat[i+1:])) // from the 3rd field, the state
+	const signalField = 31 - 3
+	if len(f) <= signalField {
+		return false
+	}
+	mask, err := strconv.ParseUint(f[signalField], 10, 64)
+	return err == nil && mask&(1<<(unix.SIGKILL-1)) != 0
 }
 
 // stuckIn lists the kernel functions pid's remaining threads wait in.
