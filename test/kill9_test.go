@@ -174,15 +174,37 @@ func (e *env) k9Unmount(mp string) {
 	}
 }
 
-// TestKill9SelfRequest: the daemon is killed (the failpoint fuse.self-request:
-// SIGKILL to itself) while it serves a request that one of its own threads
-// made on its own mount: the warm-up of a second mount. That thread can
-// never leave the kernel, so the process never finishes dying: on main the
-// mounts hang and `mount` fails "another daemon already serves the store"
-// for good. Now the next command aborts the dead daemon's connections,
-// says so, and the remount recovers every byte a tool fsynced in the first
-// mount.
+// TestKill9SelfRequest: the daemon is killed (the failpoint
+// fuse.self-request: SIGKILL to itself) while it serves a request that one
+// of its own threads made on its own mount, in the second mount of a
+// daemon whose first mount holds what a tool fsynced:
+//
+//   - warm-up: the request of a warm-up walker (listing the new mount
+//     through the kernel). The walkers have file tables of their own
+//     without the FUSE devices, so the daemon dies at once, as if no
+//     thread of it waited (on main it never finished dying: the mounts
+//     hung and `mount` failed "another daemon already serves" for good).
+//   - fsmonitor: the fsmonitor set-up's look at the mount's .git, made by
+//     the goroutine serving the mount command. That thread shares the
+//     daemon's file table: the daemon cannot finish dying, and the next
+//     command (here the mount command itself, waiting for its answer)
+//     aborts its connections and says so.
+//
+// Either way the remount recovers every byte the tool fsynced.
 func TestKill9SelfRequest(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		git   bool // b's tree has a .git (the fsmonitor set-up looks at it)
+		stuck bool // the killed daemon cannot exit by itself
+	}{
+		{name: "warm-up"},
+		{name: "fsmonitor", git: true, stuck: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { k9SelfRequest(t, tc.git, tc.stuck) })
+	}
+}
+
+func k9SelfRequest(t *testing.T, git, stuck bool) {
 	e := newMountEnv(t)
 	k9Guard(e)
 	src := filepath.Join(e.dir, "src")
@@ -191,9 +213,17 @@ func TestKill9SelfRequest(t *testing.T) {
 		files[fmt.Sprintf("d%02d/e/f.txt", i)] = fmt.Sprintf("file %d\n", i)
 	}
 	writeTree(t, src, files)
-	e.ok("create", "main", "--from", src)
-	e.ok("fork", "main", "a")
-	e.ok("fork", "main", "b")
+	e.ok("create", "a", "--from", src)
+	bFlags := []string{}
+	if git {
+		files[".git/config"] = "[core]\n\tbare = false\n"
+		files[".git/HEAD"] = "ref: refs/heads/main\n"
+		writeTree(t, filepath.Join(e.dir, "src-b"), files)
+		e.ok("create", "b", "--from", filepath.Join(e.dir, "src-b"))
+		bFlags = append(bFlags, "--warm-entries", "0") // the set-up alone asks the mount
+	} else {
+		e.ok("create", "b", "--from", src)
+	}
 	mpA, mpB := filepath.Join(e.dir, "mnt-a"), filepath.Join(e.dir, "mnt-b")
 	for _, d := range []string{mpA, mpB} {
 		if err := os.Mkdir(d, 0o755); err != nil {
@@ -214,25 +244,31 @@ func TestKill9SelfRequest(t *testing.T) {
 		t.Fatalf("tool in a: %v %s", err, r)
 	}
 
-	// b's warm-up lists b through the kernel: the daemon dies serving it.
-	rb := e.k9Run(fp, "mount", "b", mpB)
-	gone := waitGone(pid, 2*time.Second) == nil
-	t.Logf("mount b (the daemon kills itself at the warm-up's first request): %s; daemon exited on its own: %v, threads in the kernel: %q", rb, gone, relStuckIn(pid))
-	if gone && !strings.Contains(rb.stderr, "aborted FUSE connection") {
+	// Mounting b makes the daemon ask b something: it dies serving that.
+	rb := e.k9Run(fp, append([]string{"mount", "b", mpB}, bFlags...)...)
+	exited := waitGone(pid, 10*time.Second) == nil
+	reaped := strings.Contains(rb.stderr, "aborted FUSE connection")
+	t.Logf("mount b (the daemon kills itself at its first request on its own mount): %s; daemon gone: %v, reaped by that command: %v", rb, exited, reaped)
+	switch {
+	case !stuck && (!exited || reaped):
+		t.Fatalf("a warm-up walker kept the killed daemon %d from exiting (threads in the kernel: %q; reaped: %v)", pid, relStuckIn(pid), reaped)
+	case stuck && exited && !reaped:
 		t.Fatalf("the daemon %d did not die at its own mount's request (is the failpoint fuse.self-request there?): %s", pid, rb)
 	}
 
-	// The remount of a finds the dead daemon, aborts its connections and
-	// recovers.
+	// The remount of a recovers (after aborting the dead daemon's
+	// connections, if no command did yet).
 	ra := e.k9Mount(nil, "a", mpA, "--lease-ttl", "300ms")
 	if ra.code != 0 {
 		k9CheckStuckBug(t, e, ra)
 		t.Fatalf("remount of a after kill -9: %s\ndaemon log:\n%s", ra, e.daemonLog())
 	}
-	notes := rb.stderr + ra.stderr
-	want := fmt.Sprintf("the daemon (pid %d) was killed but could not exit", pid)
-	if !strings.Contains(notes, want) || !strings.Contains(notes, "aborted FUSE connection") {
-		t.Fatalf("no command said it aborted the dead daemon's connections (want %q):\nmount b: %s\nremount a: %s", want, rb, ra)
+	if stuck {
+		notes := rb.stderr + ra.stderr
+		want := fmt.Sprintf("the daemon (pid %d) was killed but could not exit", pid)
+		if !strings.Contains(notes, want) || !strings.Contains(notes, "aborted FUSE connection") {
+			t.Fatalf("no command said it aborted the dead daemon's connections (want %q):\nmount b: %s\nremount a: %s", want, rb, ra)
+		}
 	}
 	if err := waitGone(pid, 10*time.Second); err != nil {
 		t.Fatalf("the killed daemon is still there after the recovery: %v (threads in the kernel: %q)", err, relStuckIn(pid))
