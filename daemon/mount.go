@@ -395,15 +395,33 @@ func (d *Daemon) MountWorkspace(ws, mp string, opt MountOptions) (*Mount, []stri
 	// and the daemon does not ask its own mount (reap.go).
 	if !isInPlace && !s.readOnly.Load() && hasGitDir(m.Store(), root) {
 		// Without it git works as before, only slower: logged, not fatal.
+		// It reads and writes through the mount: from a thread that
+		// does not keep the FUSE devices open if the daemon is killed
+		// meanwhile (reap.go).
 		if exe, err := os.Executable(); err != nil {
 			d.logger.Printf("%s: fsmonitor not set up: %v", ws, err)
-		} else if err := configureFSMonitor(mp, exe, d.dir, !opt.NoFSMonitor); err != nil {
-			d.logger.Printf("%s: fsmonitor not set up: %v", ws, err)
+		} else {
+			fusefs.AsideFromDevices(func() { err = configureFSMonitor(mp, exe, d.dir, !opt.NoFSMonitor) })
+			if err != nil {
+				d.logger.Printf("%s: fsmonitor not set up: %v", ws, err)
+			}
 		}
+	}
+	if failpoint.Armed(selfStatPoint + "=" + ws) {
+		// A request on the daemon's own mount from a thread sharing its
+		// file table (none is left in the product): tests of ReapDead.
+		var st unix.Stat_t
+		_ = unix.Stat(filepath.Join(mp, "base.txt"), &st)
 	}
 	d.logger.Printf("mounted %s at %s (generation %s)", ws, mp, w.Head.Short())
 	return s, notes, nil
 }
+
+// selfStatPoint, armed as daemon.self-stat=WS, makes MountWorkspace stat
+// a file of WS's new mount from the goroutine serving the mount command
+// (together with the failpoint fuse.self-request, the daemon dies serving
+// it and cannot exit).
+const selfStatPoint = "daemon.self-stat"
 
 // hasGitDir reports whether tree root has a .git directory.
 func hasGitDir(st *store.Store, root store.ID) bool {

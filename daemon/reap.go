@@ -58,6 +58,10 @@ type ConnRecord struct {
 	Conn string `json:"conn,omitempty"`
 }
 
+// dieGrace is how long a killed daemon may take to finish dying by itself
+// before ReapDead aborts its connections.
+const dieGrace = 2 * time.Second
+
 // reapWait bounds how long ReapDead waits for a dying daemon to finish
 // exiting once its connections are aborted.
 const reapWait = 10 * time.Second
@@ -84,6 +88,16 @@ func ReapDead(storeDir string) ([]string, error) {
 	if err != nil || !dying(pid) {
 		return nil, nil // a live daemon (or one just starting) holds it
 	}
+	// A killed process may take a moment to finish dying (a thread
+	// completing a disk write): give it that before calling it stuck.
+	ctx, cancel := context.WithTimeout(context.Background(), dieGrace)
+	err = lock.Wait(ctx, lockfile.Exclusive, dieGrace, 20*time.Millisecond)
+	cancel()
+	if err == nil {
+		_ = lock.Unlock()
+		return nil, nil
+	}
+	stuck := stuckIn(pid)
 	recs, err := readConns(filepath.Join(storeDir, MountsName))
 	if err != nil {
 		return nil, fmt.Errorf("the daemon (pid %d) was killed but cannot exit, and its mounts are unknown: %w", pid, err)
@@ -99,13 +113,13 @@ func ReapDead(storeDir string) ([]string, error) {
 			errs = append(errs, fmt.Errorf("abort FUSE connection %s of %s at %s: %w", conn, r.Workspace, r.Mountpoint, err))
 			continue
 		}
-		notes = append(notes, fmt.Sprintf("the daemon (pid %d) was killed but could not exit (a thread waited on its own mount): aborted FUSE connection %s of %s at %s; its changes are recovered at the next mount",
-			pid, conn, r.Workspace, r.Mountpoint))
+		notes = append(notes, fmt.Sprintf("the daemon (pid %d) was killed but could not exit (threads waiting in the kernel: %s): aborted FUSE connection %s of %s at %s; its changes are recovered at the next mount",
+			pid, stuck, conn, r.Workspace, r.Mountpoint))
 	}
 	if len(errs) > 0 {
 		return notes, errors.Join(errs...)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), reapWait)
+	ctx, cancel = context.WithTimeout(context.Background(), reapWait)
 	defer cancel()
 	if err := lock.Wait(ctx, lockfile.Exclusive, reapWait, 20*time.Millisecond); err != nil {
 		if len(notes) > 0 {

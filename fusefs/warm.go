@@ -500,6 +500,25 @@ func restorePriority() {
 	_ = unix.SchedSetAttr(0, &attr, 0)
 }
 
+// AsideFromDevices runs f on a thread whose file table lacks the
+// process's FUSE devices (privateFiles), for work that waits on one of the
+// process's own mounts: killed meanwhile, the process still dies. It
+// returns when f has. Files f opens live in that table: f must close them
+// before it returns and hand none to other goroutines. Where the kernel
+// refuses a table of its own, f runs on the shared one.
+func AsideFromDevices(f func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		if !privateFiles() {
+			defer runtime.UnlockOSThread()
+		} // else the thread ends with f
+		f()
+	}()
+	<-done
+}
+
 // privateFiles gives the calling thread a file table of its own, without
 // the FUSE devices (and io_uring instances) the process serves its mounts
 // through, and reports whether it did. A walker waits on the daemon's own

@@ -73,6 +73,7 @@ func k9Dying(pid int) bool {
 	if err != nil || len(tasks) == 0 {
 		return false
 	}
+	live := false // a thread not yet a zombie (a zombie alone is dead, not stuck)
 	for _, task := range tasks {
 		dir := fmt.Sprintf("/proc/%d/task/%s/", pid, task.Name())
 		st, err := os.ReadFile(dir + "stat")
@@ -82,6 +83,7 @@ func k9Dying(pid int) bool {
 		if i := bytes.LastIndexByte(st, ')'); i > 0 && i+2 < len(st) && (st[i+2] == 'Z' || st[i+2] == 'X') {
 			continue
 		}
+		live = true
 		status, _ := os.ReadFile(dir + "status")
 		_, v, _ := strings.Cut(string(status), "SigPnd:")
 		v, _, _ = strings.Cut(v, "\n")
@@ -90,7 +92,7 @@ func k9Dying(pid int) bool {
 			return false
 		}
 	}
-	return true
+	return live
 }
 
 // k9Guard makes sure that the test leaves no hung mount behind, whatever
@@ -180,31 +182,39 @@ func (e *env) k9Unmount(mp string) {
 // daemon whose first mount holds what a tool fsynced:
 //
 //   - warm-up: the request of a warm-up walker (listing the new mount
-//     through the kernel). The walkers have file tables of their own
-//     without the FUSE devices, so the daemon dies at once, as if no
-//     thread of it waited (on main it never finished dying: the mounts
-//     hung and `mount` failed "another daemon already serves" for good).
-//   - fsmonitor: the fsmonitor set-up's look at the mount's .git, made by
-//     the goroutine serving the mount command. That thread shares the
-//     daemon's file table: the daemon cannot finish dying, and the next
-//     command (here the mount command itself, waiting for its answer)
-//     aborts its connections and says so.
+//     through the kernel);
+//   - fsmonitor: the fsmonitor set-up's look at the mount's .git.
+//
+// Both run on threads with file tables of their own, without the FUSE
+// devices, so the daemon dies at once, as if no thread of it waited (on
+// main it never finished dying: the mounts hung and `mount` failed
+// "another daemon already serves" for good).
+//
+//   - shared-thread: the failpoint daemon.self-stat makes the goroutine
+//     serving the mount command stat a file of the new mount, from a
+//     thread sharing the daemon's file table (no such request is left in
+//     the product): the daemon cannot finish dying, and the next command
+//     (here the mount command itself, waiting for its answer) aborts its
+//     connections and says so.
 //
 // Either way the remount recovers every byte the tool fsynced.
 func TestKill9SelfRequest(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		git   bool // b's tree has a .git (the fsmonitor set-up looks at it)
-		stuck bool // the killed daemon cannot exit by itself
+		name   string
+		git    bool     // b's tree has a .git (the fsmonitor set-up looks at it)
+		bFlags []string // for b's mount
+		points string   // failpoints beside fuse.self-request
+		stuck  bool     // the killed daemon cannot exit by itself
 	}{
 		{name: "warm-up"},
-		{name: "fsmonitor", git: true, stuck: true},
+		{name: "fsmonitor", git: true, bFlags: []string{"--warm-entries", "0"}},
+		{name: "shared-thread", bFlags: []string{"--warm-entries", "0"}, points: ",daemon.self-stat=b", stuck: true},
 	} {
-		t.Run(tc.name, func(t *testing.T) { k9SelfRequest(t, tc.git, tc.stuck) })
+		t.Run(tc.name, func(t *testing.T) { k9SelfRequest(t, tc.git, tc.bFlags, tc.points, tc.stuck) })
 	}
 }
 
-func k9SelfRequest(t *testing.T, git, stuck bool) {
+func k9SelfRequest(t *testing.T, git bool, bFlags []string, points string, stuck bool) {
 	e := newMountEnv(t)
 	k9Guard(e)
 	src := filepath.Join(e.dir, "src")
@@ -214,13 +224,11 @@ func k9SelfRequest(t *testing.T, git, stuck bool) {
 	}
 	writeTree(t, src, files)
 	e.ok("create", "a", "--from", src)
-	bFlags := []string{}
 	if git {
 		files[".git/config"] = "[core]\n\tbare = false\n"
 		files[".git/HEAD"] = "ref: refs/heads/main\n"
 		writeTree(t, filepath.Join(e.dir, "src-b"), files)
 		e.ok("create", "b", "--from", filepath.Join(e.dir, "src-b"))
-		bFlags = append(bFlags, "--warm-entries", "0") // the set-up alone asks the mount
 	} else {
 		e.ok("create", "b", "--from", src)
 	}
@@ -230,7 +238,7 @@ func k9SelfRequest(t *testing.T, git, stuck bool) {
 			t.Fatal(err)
 		}
 	}
-	fp := []string{"ACYCLICFS_FAILPOINT_ARMED=1", "ACYCLICFS_FAILPOINT=fuse.self-request"}
+	fp := []string{"ACYCLICFS_FAILPOINT_ARMED=1", "ACYCLICFS_FAILPOINT=fuse.self-request" + points}
 
 	// a without the warm-up (and without .git): the daemon asks its own
 	// mount nothing, and a tool writes and fsyncs.
@@ -251,7 +259,7 @@ func k9SelfRequest(t *testing.T, git, stuck bool) {
 	t.Logf("mount b (the daemon kills itself at its first request on its own mount): %s; daemon gone: %v, reaped by that command: %v", rb, exited, reaped)
 	switch {
 	case !stuck && (!exited || reaped):
-		t.Fatalf("a warm-up walker kept the killed daemon %d from exiting (threads in the kernel: %q; reaped: %v)", pid, relStuckIn(pid), reaped)
+		t.Fatalf("a thread waiting on the mount kept the killed daemon %d from exiting (threads in the kernel: %q; reaped: %v)", pid, relStuckIn(pid), reaped)
 	case stuck && exited && !reaped:
 		t.Fatalf("the daemon %d did not die at its own mount's request (is the failpoint fuse.self-request there?): %s", pid, rb)
 	}
