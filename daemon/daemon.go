@@ -62,6 +62,11 @@ type Daemon struct {
 	// store on etcd (nil for a local store); closed at exit, which
 	// revokes their lease.
 	claims *cluster.Claims
+
+	// connMu guards conns, this daemon's mounts as MountsName lists them
+	// (reap.go).
+	connMu sync.Mutex
+	conns  map[string]ConnRecord
 }
 
 // minDaemonProcs is the fewest Ps the daemon runs with. go-fuse keeps
@@ -151,7 +156,8 @@ type Config struct {
 // Run serves until shutdown, SIGTERM or (with cfg.ExitWhenIdle) the last
 // unmount. A second SIGTERM (or SIGINT, SIGHUP) during the shutdown
 // detaches every mount and exits without waiting for reconciliation. ready, if not nil, receives "ready\n" once the socket
-// listens (or the error that stopped the daemon) and is closed.
+// listens (or the error that stopped the daemon), after any ReadyNote
+// lines, and is closed.
 func Run(storeDir string, ready io.WriteCloser, cfg Config) error {
 	logger := log.New(os.Stderr, "acyclicfs-daemon: ", log.LstdFlags|log.Lmicroseconds)
 	if n := daemonProcs(runtime.NumCPU(), os.Getenv("GOMAXPROCS")); n > 0 {
@@ -184,10 +190,31 @@ func Run(storeDir string, ready io.WriteCloser, cfg Config) error {
 		return fail(err)
 	}
 	lock := lockfile.New(filepath.Join(storeDir, LockName), os.O_RDONLY|os.O_CREATE)
+	if ok, _ := lock.TryLock(lockfile.Exclusive); !ok {
+		// Held: by a live daemon, one exiting, or one killed that cannot
+		// exit because a thread of it waits on its own mount (reap.go),
+		// which only aborting its connections frees.
+		notes, err := ReapDead(storeDir)
+		for _, n := range notes {
+			logger.Print(n)
+			if ready != nil {
+				fmt.Fprintf(ready, "%s%s\n", ReadyNote, n)
+			}
+		}
+		if err != nil {
+			return fail(fmt.Errorf("another daemon already serves %s: %w", storeDir, err))
+		}
+	}
 	if err := lock.Wait(context.Background(), lockfile.Exclusive, daemonLockWait, 20*time.Millisecond); err != nil {
 		return fail(fmt.Errorf("another daemon already serves %s", storeDir))
 	}
 	defer lock.Unlock()
+	// The previous daemon's list of its mounts is stale: it is gone.
+	mountsPath := filepath.Join(storeDir, MountsName)
+	if err := os.Remove(mountsPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fail(fmt.Errorf("remove %s: %w", mountsPath, err))
+	}
+	defer os.Remove(mountsPath)
 	m, err := openManagerPatiently(storeDir, logger)
 	if err != nil {
 		return fail(err)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -358,20 +359,28 @@ func (d *Daemon) MountWorkspace(ws, mp string, opt MountOptions) (*Mount, []stri
 	if !isInPlace && !s.readOnly.Load() && !opt.NoFSMonitor && hasGitDir(m.Store(), root) {
 		warm, walkers = fsmonitorWarm(opt, indexHasUntrackedCache(m.Store(), root))
 	}
+	// Listed before the kernel mount exists: from then on a thread of this
+	// daemon may wait on it (the warm-up starts inside MountAt), and if
+	// the daemon is killed then, ReapDead must find it.
+	d.setConn(ws, &ConnRecord{Workspace: ws, Mountpoint: mp})
 	mnt, err := fusefs.MountAt(mp, fusefs.Config{Objects: storeObjects{m.Store()}, Root: root, Links: links, StateDir: stateDir, WarmWalkers: walkers,
 		Admitter: tr, DescribeWriter: s.describeWriter, AllowOther: opt.AllowOther, BaseInodes: m.DerivesFromInPlace(ws), Debug: opt.Debug, FsName: "acyclicfs:" + ws, Passthrough: true, EnableXattrs: opt.Xattrs,
 		NoAttribution: opt.NoAttribution, WarmEntries: warm, Uring: opt.Transport == TransportUring, PreferUring: opt.Transport == TransportAuto,
 		ReadOnly: s.readOnly.Load()})
 	if err != nil {
+		d.setConn(ws, nil)
 		tr.Close()
 		s.closeBase()
 		_ = m.ClearMountRecord(ws)
 		return nil, notes, fmt.Errorf("mount %s at %s: %w", ws, mp, err)
 	}
 	s.mnt, s.view = mnt, mnt
-	var st unix.Stat_t
-	if err := unix.Stat(mp, &st); err == nil {
-		s.dev = fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
+	// From mountinfo, not a stat of the mountpoint: the daemon asks its
+	// own mount nothing it need not (reap.go).
+	if dev, _, found := fusectl.FindDev(mp); found {
+		s.dev = dev
+		_, minor, _ := strings.Cut(dev, ":")
+		d.setConn(ws, &ConnRecord{Workspace: ws, Mountpoint: mp, Conn: minor})
 	}
 	d.mu.Lock()
 	d.mounts[ws] = s
@@ -382,18 +391,38 @@ func (d *Daemon) MountWorkspace(ws, mp string, opt MountOptions) (*Mount, []stri
 	if err := d.applyContextState(s); err != nil { // a freeze that raced this mount
 		d.logger.Printf("%s: context state: %v", ws, err)
 	}
-	// An in-place workspace's .git is the user's own repository: left alone.
-	if !isInPlace && !s.readOnly.Load() {
+	// An in-place workspace's .git is the user's own repository: left
+	// alone. Without a .git in the pinned tree there is nothing to set up,
+	// and the daemon does not ask its own mount (reap.go).
+	if !isInPlace && !s.readOnly.Load() && hasGitDir(m.Store(), root) {
 		// Without it git works as before, only slower: logged, not fatal.
+		// It reads and writes through the mount: from a thread that
+		// does not keep the FUSE devices open if the daemon is killed
+		// meanwhile (reap.go).
 		if exe, err := os.Executable(); err != nil {
 			d.logger.Printf("%s: fsmonitor not set up: %v", ws, err)
-		} else if err := configureFSMonitor(mp, exe, d.dir, !opt.NoFSMonitor); err != nil {
-			d.logger.Printf("%s: fsmonitor not set up: %v", ws, err)
+		} else {
+			fusefs.AsideFromDevices(func() { err = configureFSMonitor(mp, exe, d.dir, !opt.NoFSMonitor) })
+			if err != nil {
+				d.logger.Printf("%s: fsmonitor not set up: %v", ws, err)
+			}
 		}
+	}
+	if failpoint.Armed(selfStatPoint + "=" + ws) {
+		// A request on the daemon's own mount from a thread sharing its
+		// file table (none is left in the product): tests of ReapDead.
+		var st unix.Stat_t
+		_ = unix.Stat(filepath.Join(mp, "base.txt"), &st)
 	}
 	d.logger.Printf("mounted %s at %s (generation %s)", ws, mp, w.Head.Short())
 	return s, notes, nil
 }
+
+// selfStatPoint, armed as daemon.self-stat=WS, makes MountWorkspace stat
+// a file of WS's new mount from the goroutine serving the mount command
+// (together with the failpoint fuse.self-request, the daemon dies serving
+// it and cannot exit).
+const selfStatPoint = "daemon.self-stat"
 
 // hasGitDir reports whether tree root has a .git directory.
 func hasGitDir(st *store.Store, root store.ID) bool {
@@ -1141,6 +1170,7 @@ func (s *Mount) Unmount(lazy bool) (res workspace.Result, err error) {
 	// The kernel mount is gone: whatever fails below, the daemon forgets
 	// it (a record left behind is recovered by the next mount or unmount
 	// of the workspace, as a dead daemon's).
+	s.d.setConn(s.ws, nil)
 	defer func() {
 		s.d.mu.Lock()
 		delete(s.d.mounts, s.ws)

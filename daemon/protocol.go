@@ -17,6 +17,12 @@ const (
 	LockName   = "daemon.lock"
 )
 
+// ReadyNote starts a line a starting daemon writes on its ready pipe
+// before "ready\n" (or its error): something the user should know, such
+// as a killed daemon's connections it aborted (ReapDead). The CLI prints
+// it without the prefix.
+const ReadyNote = "note: "
+
 // RunRequest is a forwarded invocation.
 type RunRequest struct {
 	Args      []string `json:"args"`

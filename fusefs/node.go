@@ -3,12 +3,14 @@ package fusefs
 import (
 	"context"
 	"os"
+	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/acyclicfs/acyclicfs/internal/failpoint"
 	"github.com/acyclicfs/acyclicfs/store"
 )
 
@@ -27,6 +29,11 @@ func (m *Mount) admit(ctx context.Context) syscall.Errno {
 		return 0
 	}
 	c, ok := fuse.FromContext(ctx)
+	if ok && failpoint.Armed(selfRequestPoint) && ownThread(c.Pid) {
+		// The daemon dies serving a request of one of its own threads,
+		// which then waits for the answer forever (issue #38).
+		failpoint.Hit(selfRequestPoint)
+	}
 	if !ok || c.Pid == 0 || m.isWarmer(c.Pid) {
 		return 0
 	}
@@ -34,6 +41,17 @@ func (m *Mount) admit(ctx context.Context) syscall.Errno {
 		return toErrno(err)
 	}
 	return 0
+}
+
+// selfRequestPoint is the failpoint at a request of the server's own
+// process on its mount: a crash test's kill -9 at the moment a daemon
+// thread waits on its own mount.
+const selfRequestPoint = "fuse.self-request"
+
+// ownThread reports whether thread tid belongs to this process.
+func ownThread(tid uint32) bool {
+	_, err := os.Stat("/proc/self/task/" + strconv.FormatUint(uint64(tid), 10))
+	return tid != 0 && err == nil
 }
 
 func callerOwner(ctx context.Context, ov *overlay) (uid, gid uint32) {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -118,7 +119,9 @@ func (m *Mount) startWarm(limit, walkers int) {
 		go func() {
 			defer wg.Done()
 			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
+			if !privateFiles() {
+				defer runtime.UnlockOSThread()
+			} // else the thread must end with the walk: see privateFiles
 			// Background work: the walker's thread runs only when a CPU
 			// is otherwise idle, so that the tools the warm-up is for
 			// (and the requests they make) are never slowed by it.
@@ -495,4 +498,73 @@ func setIdlePriority() bool {
 func restorePriority() {
 	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_NORMAL}
 	_ = unix.SchedSetAttr(0, &attr, 0)
+}
+
+// AsideFromDevices runs f on a thread whose file table lacks the
+// process's FUSE devices (privateFiles), for work that waits on one of the
+// process's own mounts: killed meanwhile, the process still dies. It
+// returns when f has. Files f opens live in that table: f must close them
+// before it returns and hand none to other goroutines. Where the kernel
+// refuses a table of its own, f runs on the shared one.
+func AsideFromDevices(f func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		if !privateFiles() {
+			defer runtime.UnlockOSThread()
+		} // else the thread ends with f
+		f()
+	}()
+	<-done
+}
+
+// privateFiles gives the calling thread a file table of its own, without
+// the FUSE devices (and io_uring instances) the process serves its mounts
+// through, and reports whether it did. A walker waits on the daemon's own
+// mount: had it the devices in its table, a daemon killed meanwhile (kill
+// -9, the OOM killer) could never finish dying — its threads exit, but
+// the walker waits uninterruptibly for an answer only the dead daemon
+// could give, and keeps every device (the mounts hang), the store's locks
+// and the process with it (issue #38). With a table of its own, the
+// other threads' exit closes the devices, the kernel aborts the
+// connections, the walker's request fails, and it exits too. The
+// walker's thread must then never run other goroutines: it stays locked
+// and ends with the walk (the runtime exits a thread whose goroutine
+// returns locked).
+func privateFiles() bool {
+	if err := unix.Unshare(unix.CLONE_FILES); err != nil {
+		return false
+	}
+	dir, err := unix.Open("/proc/thread-self/fd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return true // still a table of its own; the devices stay in it
+	}
+	defer unix.Close(dir)
+	var devs []int
+	buf := make([]byte, 8192)
+	for {
+		n, err := unix.Getdents(dir, buf)
+		if err != nil || n <= 0 {
+			break
+		}
+		for _, e := range parseDirents(buf[:n], nil) {
+			fd, err := strconv.Atoi(e.name)
+			if err != nil || fd == dir {
+				continue
+			}
+			lb := make([]byte, 64)
+			k, err := unix.Readlinkat(dir, e.name, lb)
+			if err != nil {
+				continue
+			}
+			if t := string(lb[:k]); t == "/dev/fuse" || t == "anon_inode:[io_uring]" {
+				devs = append(devs, fd)
+			}
+		}
+	}
+	for _, fd := range devs {
+		_ = unix.Close(fd) // in this thread's table only
+	}
+	return true
 }

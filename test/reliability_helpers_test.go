@@ -17,8 +17,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/acyclicfs/acyclicfs/internal/fusectl"
 )
 
 // Helpers of the reliability_* tests (issue 6): trees read through a mount
@@ -289,14 +287,4 @@ func relStuckIn(pid int) []string {
 		out = append(out, string(w))
 	}
 	return out
-}
-
-// relAbortFuse aborts FUSE connection conn (as an administrator would with
-// a wedged server): every request waiting on it fails and its server can
-// exit.
-func relAbortFuse(conn string) error {
-	if conn == "" {
-		return errors.New("no FUSE connection known")
-	}
-	return fusectl.Abort(conn)
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -45,9 +46,23 @@ func (a *app) forward(ctx context.Context, args []string) (int, bool) {
 		return 0, false
 	}
 	c := newClient(dir)
+	// A daemon killed while a thread of it waited on its own mount cannot
+	// exit: it holds the store, never answers (the ping would wait for
+	// its timeout), and its mounts hang every process touching them until
+	// its FUSE connections are aborted. Every command checks (a flock
+	// attempt and a look at the holder's threads in /proc: some 100 µs),
+	// does it and says so.
+	notes, err := daemon.ReapDead(dir)
+	for _, n := range notes {
+		fmt.Fprintf(a.stderr, "acyclicfs: %s\n", n)
+	}
+	if err != nil {
+		reportError(a.stderr, fmt.Errorf("%s: %w", cmd, err))
+		return exitError, true
+	}
 	if !c.alive() {
 		if startsDaemon(line) {
-			if err := startDaemon(dir); err != nil {
+			if err := startDaemon(dir, a.stderr); err != nil {
 				err = fmt.Errorf("%s: start daemon: %w", cmd, err)
 				reportError(a.stderr, err)
 				return exitCode(err), true
@@ -57,7 +72,14 @@ func (a *app) forward(ctx context.Context, args []string) (int, bool) {
 		}
 	}
 	req := daemon.RunRequest{Args: args, Cwd: a.cwd, StderrTTY: a.stderrTTY, ClientPID: os.Getpid(), GitEnv: clientGitEnv()}
-	resp, err := c.run(ctx, req)
+	resp, reaped, err := c.runWatched(ctx, req)
+	for _, n := range reaped {
+		fmt.Fprintf(a.stderr, "acyclicfs: %s\n", n)
+	}
+	if err != nil && len(reaped) > 0 {
+		reportError(a.stderr, fmt.Errorf("%s: the daemon was killed while it ran the command: %w", cmd, err))
+		return exitError, true
+	}
 	if err != nil && (isGone(err) || errors.Is(err, errDaemonExiting) || (isReset(err) && c.socketGone())) {
 		// The daemon exited, or is exiting, between the ping and the call
 		// (it stops after its last unmount): the store is ours again, or
@@ -65,12 +87,15 @@ func (a *app) forward(ctx context.Context, args []string) (int, bool) {
 		if !startsDaemon(line) {
 			return 0, false
 		}
-		if err := startDaemon(dir); err != nil {
+		if err := startDaemon(dir, a.stderr); err != nil {
 			err = fmt.Errorf("%s: start daemon: %w", cmd, err)
 			reportError(a.stderr, err)
 			return exitCode(err), true
 		}
-		resp, err = c.run(ctx, req)
+		resp, reaped, err = c.runWatched(ctx, req)
+		for _, n := range reaped {
+			fmt.Fprintf(a.stderr, "acyclicfs: %s\n", n)
+		}
 	}
 	if err != nil && ctx.Err() != nil {
 		// Interrupted: the connection closed, which cancels the command
@@ -133,6 +158,42 @@ func (c *client) run(ctx context.Context, r daemon.RunRequest) (daemon.RunRespon
 	return out, err
 }
 
+// reapEvery is how often a client waiting for the daemon's answer checks
+// that the daemon is not dying (a process being killed has no event a
+// non-parent can wait on before it has exited, which this one cannot).
+const reapEvery = time.Second
+
+// runWatched is run, watching the daemon meanwhile: killed while a
+// thread of it waits on its own mount, it can never exit nor answer
+// (daemon.ReapDead), and the call would wait forever. The watcher aborts
+// its connections, so that the call fails, and returns what it did.
+func (c *client) runWatched(ctx context.Context, r daemon.RunRequest) (daemon.RunResponse, []string, error) {
+	done := make(chan struct{})
+	var reaped []string
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(reapEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			if notes, _ := daemon.ReapDead(c.dir); len(notes) > 0 {
+				reaped = notes // an error leaves the call waiting: tried again
+				return
+			}
+		}
+	}()
+	resp, err := c.run(ctx, r)
+	close(done)
+	wg.Wait()
+	return resp, reaped, err
+}
+
 func (c *client) call(ctx context.Context, path string, in, out any) error {
 	body, err := json.Marshal(in)
 	if err != nil {
@@ -162,8 +223,9 @@ func (c *client) call(ctx context.Context, path string, in, out any) error {
 }
 
 // startDaemon launches `acyclicfs --store DIR daemon` detached in its own
-// session and waits until it signals readiness on a pipe (or dies).
-func startDaemon(storeDir string) error {
+// session and waits until it signals readiness on a pipe (or dies). The
+// notes it writes first (daemon.ReadyNote) go to stderr.
+func startDaemon(storeDir string, stderr io.Writer) error {
 	// Before the directory or the daemon's log is made: never among a
 	// user's files.
 	if err := workspace.CheckStoreDir(storeDir); err != nil {
@@ -206,6 +268,15 @@ func startDaemon(storeDir string) error {
 	pr.SetReadDeadline(time.Now().Add(30 * time.Second))
 	// The daemon writes "ready\n" and closes, or writes its error and exits.
 	buf, err := io.ReadAll(io.LimitReader(pr, 64<<10))
+	for {
+		line, rest, ok := bytes.Cut(buf, []byte("\n"))
+		note, isNote := bytes.CutPrefix(line, []byte(daemon.ReadyNote))
+		if !ok || !isNote {
+			break
+		}
+		fmt.Fprintf(stderr, "acyclicfs: %s\n", note)
+		buf = rest
+	}
 	if string(buf) == "ready\n" {
 		return nil
 	}

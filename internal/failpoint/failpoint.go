@@ -56,6 +56,14 @@ func Hit(name string) {
 	select {} // SIGKILL is not deliverable late; never return past the point
 }
 
+// Armed reports whether the failpoint name is armed, for a point whose
+// check itself costs something (one atomic load when nothing is armed).
+func Armed(name string) bool {
+	once.Do(load)
+	set := armed.Load()
+	return set != nil && (*set)[name]
+}
+
 // ErrInjected is what Fail returns at a point armed as NAME=error.
 var ErrInjected = errors.New("failpoint: injected error")
 

@@ -59,25 +59,34 @@ func isMounted() (bool, error) {
 	return found, nil
 }
 
-// Find looks mp up in /proc/self/mountinfo: its device minor (the FUSE
-// connection number of a FUSE mount) and file system type. It asks
-// nothing of the mount itself, so it works on a wedged one.
+// Find looks mp up in /proc/self/mountinfo: the device minor (the FUSE
+// connection number of a FUSE mount) and file system type of the mount on
+// top at mp. It asks nothing of the mount itself, so it works on a wedged
+// one.
 func Find(mp string) (minor, fstype string, found bool) {
+	dev, fstype, found := FindDev(mp)
+	_, minor, _ = strings.Cut(dev, ":")
+	return minor, fstype, found
+}
+
+// FindDev is Find with the whole device number, "major:minor" as
+// mountinfo shows it (and as st_dev of the mount's files decodes).
+func FindDev(mp string) (dev, fstype string, found bool) {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return "", "", false
 	}
+	// The last line for mp is the mount on top, the one a path reaches.
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
 		if len(f) < 5 || unescapeMount(f[4]) != mp {
 			continue
 		}
 		_, post, _ := strings.Cut(line, " - ")
-		_, minor, _ = strings.Cut(f[2], ":")
+		dev, found = f[2], true
 		fstype, _, _ = strings.Cut(post, " ")
-		return minor, fstype, true
 	}
-	return "", "", false
+	return dev, fstype, found
 }
 
 func unescapeMount(s string) string {
