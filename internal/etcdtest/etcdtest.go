@@ -214,12 +214,31 @@ func (c *Cluster) Ready(i int) {
 }
 
 // Stop stops member i (its data stays for restart).
+//
+// A member that does not stop within stopLimit is left behind with a line
+// in the test log naming it: embed's Close can wait for ever on a member
+// that never joined its cluster (a start that failed half-way), and a
+// test's cleanup must not hang the whole package until go test's timeout.
 func (c *Cluster) Stop(i int) {
-	if e := c.members[i]; e != nil {
+	e := c.members[i]
+	if e == nil {
+		return
+	}
+	c.members[i] = nil
+	done := make(chan struct{})
+	go func() {
 		e.Close()
-		c.members[i] = nil
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(stopLimit):
+		c.t.Logf("etcd member %d (%s) did not stop within %v; left behind", i, c.cfgs[i].Name, stopLimit)
 	}
 }
+
+// stopLimit bounds the wait for one member to stop.
+const stopLimit = 30 * time.Second
 
 // Restart starts member i again from its data directory.
 func (c *Cluster) Restart(i int) {
