@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/acyclicfs/acyclicfs/workspace"
 )
@@ -305,12 +306,17 @@ func (a *app) runChildProcess(ctx context.Context, dir, ws, mp, at string, argv 
 	child.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
 	if os.Geteuid() != 0 {
 		// A user namespace in which this user may mount: the same user
-		// and group inside, nothing else mapped.
+		// and group inside, nothing else mapped (so CMD and its files keep
+		// their ids). A user that is not root in the namespace loses its
+		// capabilities at exec, so the child keeps CAP_SYS_ADMIN (of this
+		// namespace only) as an ambient capability for its two mounts, and
+		// drops it before it becomes CMD.
 		child.SysProcAttr = &syscall.SysProcAttr{
 			Cloneflags:                 syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
 			UidMappings:                []syscall.SysProcIDMap{{ContainerID: os.Geteuid(), HostID: os.Geteuid(), Size: 1}},
 			GidMappings:                []syscall.SysProcIDMap{{ContainerID: os.Getegid(), HostID: os.Getegid(), Size: 1}},
 			GidMappingsEnableSetgroups: false,
+			AmbientCaps:                []uintptr{unix.CAP_SYS_ADMIN},
 		}
 	}
 	if err := child.Start(); err != nil {
@@ -399,6 +405,13 @@ func runChild(argv []string, stderr io.Writer) int {
 			}
 		}
 		env = append(env, kv)
+	}
+	if os.Geteuid() != 0 {
+		// In run's user namespace: CMD runs without the capability the
+		// mounts needed.
+		if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+			return fail(126, "drop the namespace's capabilities: %v", err)
+		}
 	}
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
