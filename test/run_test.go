@@ -106,6 +106,14 @@ func TestRunGivesTheCommandItsFork(t *testing.T) {
 		t.Fatal("a failing CMD's fork landed")
 	}
 
+	// CMD's hooks reach the mount through ACYCLICFS_RUN_MOUNT (the
+	// private mountpoint): a lease around a tool call.
+	r = e.runAt(t, proj, "--fork-of", "main", "--name", "leaser", "--", "sh", "-c",
+		`l=$("$0" --store "$1" lease begin "$ACYCLICFS_RUN_MOUNT" --owner call-1) && "$0" --store "$1" lease end "$ACYCLICFS_RUN_MOUNT" "$l"`, bin, e.store)
+	if r.code != 0 {
+		t.Fatalf("lease begin/end at $ACYCLICFS_RUN_MOUNT inside run: %s", r)
+	}
+
 	// A run inside a run is refused, clearly, and changes nothing.
 	r = e.runAt(t, proj, "--fork-of", "main", "--name", "outer", "--", bin, "--store", e.store, "run", "--fork-of", "main", "--", "true")
 	if r.code != 2 || !strings.Contains(r.stderr, "run inside a run") {

@@ -22,8 +22,10 @@ import (
 )
 
 // The environment of `run`: ACYCLICFS_RUN names the workspace inside a run
-// (and refuses a run inside it); the others pass the set-up to the child
-// side of run (runChild), which is this binary started again.
+// (and refuses a run inside it), ACYCLICFS_RUN_MOUNT its private mountpoint
+// (what `lease begin`, `exec` and `lease harness --mount` take inside); the
+// others pass the set-up to the child side of run (runChild), which is this
+// binary started again.
 const (
 	envRun      = "ACYCLICFS_RUN"
 	envRunChild = "ACYCLICFS_RUN_CHILD"
@@ -397,7 +399,7 @@ func runChild(argv []string, stderr io.Writer) int {
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
-		case envRunChild, envRunMount, envRunDir, envRunCwd:
+		case envRunChild, envRunDir, envRunCwd: // envRunMount stays: CMD's hooks use it (lease begin)
 			continue
 		case "PWD":
 			if wd, err := os.Getwd(); err == nil {

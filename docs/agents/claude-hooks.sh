@@ -4,9 +4,10 @@
 # it in .claude/settings.json for PreToolUse (pre), PostToolUse and
 # PostToolUseFailure (post) and Stop (stop). Claude Code gives each hook the
 # event as JSON on stdin; the tool call's id keys its lease.
-#   ACYCLICFS_MOUNT  the mountpoint (default: $CLAUDE_PROJECT_DIR)
+#   ACYCLICFS_MOUNT  the mountpoint (default: under 'acyclicfs run' its
+#                    private mountpoint $ACYCLICFS_RUN_MOUNT, else $CLAUDE_PROJECT_DIR)
 #   ACYCLICFS        the acyclicfs binary (default: acyclicfs on PATH)
-mp=${ACYCLICFS_MOUNT:-$CLAUDE_PROJECT_DIR}
+mp=${ACYCLICFS_MOUNT:-${ACYCLICFS_RUN_MOUNT:-$CLAUDE_PROJECT_DIR}}
 afs=${ACYCLICFS:-acyclicfs}
 # Lease ids live outside the mount: writing them inside would be a change.
 dir=${XDG_RUNTIME_DIR:-/tmp}/acyclicfs-claude-$(id -u)
