@@ -98,6 +98,20 @@ type hookTurn struct {
 // for the call's end.
 func TestClaudeCodeHooksRecipe(t *testing.T) {
 	t.Parallel()
+	testClaudeCodeHooks(t, false)
+}
+
+// TestClaudeCodeHooksRecipeUnderRun: the same recipe, the same project
+// files, with the harness started by `acyclicfs run child -- node …` in
+// the project's own directory: the hooks find run's mount through
+// ACYCLICFS_RUN_MOUNT (SessionStart declares again the harness run
+// declared), and the lease behaviour is the same.
+func TestClaudeCodeHooksRecipeUnderRun(t *testing.T) {
+	t.Parallel()
+	testClaudeCodeHooks(t, true)
+}
+
+func testClaudeCodeHooks(t *testing.T, underRun bool) {
 	needTool(t, "node")
 	e := newMountEnv(t)
 	settings, err := os.ReadFile("../docs/agents/claude-settings.json")
@@ -117,7 +131,10 @@ func TestClaudeCodeHooksRecipe(t *testing.T) {
 	e.ok("create", "main", "--from", src)
 	e.ok("fork", "main", "child")
 	e.ok("fork", "main", "sib")
-	mp := e.mountAt("child")
+	mp := ""
+	if !underRun {
+		mp = e.mountAt("child")
+	}
 
 	// Claude Code as the user starts it: in the mount, acyclicfs on PATH.
 	p := filepath.Join(e.dir, "claude-like.js")
@@ -127,6 +144,10 @@ func TestClaudeCodeHooksRecipe(t *testing.T) {
 	runtime := filepath.Join(e.dir, "xdg-run")
 	cmd := exec.Command("node", p)
 	cmd.Dir = mp
+	if underRun {
+		cmd = exec.Command(bin, "--store", e.store, "run", "child", "--", "node", p)
+		cmd.Dir = src
+	}
 	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(bin)+":"+os.Getenv("PATH"), "ACYCLICFS_STORE="+e.store, "XDG_RUNTIME_DIR="+runtime)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	cmd.Stderr = os.Stderr
@@ -261,5 +282,13 @@ func TestClaudeCodeHooksRecipe(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("harness: %v", err)
 	}
-	e.unmount(mp)
+	if !underRun {
+		e.unmount(mp)
+	} else {
+		for _, m := range runMounts() {
+			if strings.Contains(m, "acyclicfs-run-child-") {
+				t.Fatalf("run left its mount: %s", m)
+			}
+		}
+	}
 }
