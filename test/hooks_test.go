@@ -275,7 +275,7 @@ func testClaudeCodeHooks(t *testing.T, underRun bool) {
 	if got := e.ok("cat", "main", "g"); strings.TrimSpace(got) != "notes by claude" {
 		t.Fatalf("main's g after the child landed: %q", got)
 	}
-	if left, _ := filepath.Glob(filepath.Join(runtime, "acyclicfs-claude-*", "*")); len(left) != 0 {
+	if left, _ := filepath.Glob(filepath.Join(runtime, "acyclicfs-claude-*", "*", "*")); len(left) != 0 {
 		t.Fatalf("lease files left: %v", left)
 	}
 	in.Close()

@@ -56,7 +56,9 @@ Standard streams, the terminal and signals pass through. When CMD exits, run
 prints a summary on stderr (what changed, conflicts, the command that lands it),
 unmounts (unless --keep) and exits with CMD's status; --land lands the
 workspace after CMD exits 0. Without root, run uses a user namespace; a kernel
-that refuses one is a clear error. A run inside a run is refused.`,
+that refuses one is a clear error. Inside, ACYCLICFS_RUN names the workspace
+and ACYCLICFS_RUN_MOUNT its private mountpoint (for 'lease begin', hooks). A
+run inside a run is refused.`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dash := cmd.ArgsLenAtDash()

@@ -9,15 +9,17 @@
 #   ACYCLICFS        the acyclicfs binary (default: acyclicfs on PATH)
 mp=${ACYCLICFS_MOUNT:-${ACYCLICFS_RUN_MOUNT:-$CLAUDE_PROJECT_DIR}}
 afs=${ACYCLICFS:-acyclicfs}
-# Lease ids live outside the mount: writing them inside would be a change.
-dir=${XDG_RUNTIME_DIR:-/tmp}/acyclicfs-claude-$(id -u)
 input=$(cat)
 field() { printf '%s' "$input" | sed -n 's/.*"'"$1"'" *: *"\([^"]*\)".*/\1/p'; }
-id=$(field tool_use_id)
+# Lease ids live outside the mount (writing them inside would be a change),
+# one directory per Claude Code session: Stop ends only its own session's.
+sid=$(field session_id | tr -cd 'A-Za-z0-9_-')
+dir=${XDG_RUNTIME_DIR:-/tmp}/acyclicfs-claude-$(id -u)/${sid:-none}
+id=$(field tool_use_id | tr -cd 'A-Za-z0-9_-')
 case $1 in
 pre)
 	[ -n "$id" ] || exit 0
-	mkdir -p -m 700 "$dir" || exit 1
+	mkdir -p -m 700 "${dir%/*}" "$dir" || exit 1
 	# A tool call is one lease: no landing moves the view under it.
 	# Failing to open one does not block the call (exit 1, not 2).
 	"$afs" lease begin "$mp" --owner "claude:$id" --ttl 1h >"$dir/$id" || { rm -f "$dir/$id"; exit 1; }
@@ -37,6 +39,7 @@ stop)
 		"$afs" lease end "$mp" "$(cat "$f")" >/dev/null 2>&1
 		rm -f "$f"
 	done
+	rmdir "$dir" 2>/dev/null
 	;;
 esac
 exit 0
