@@ -1,7 +1,6 @@
 package test
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -18,11 +17,18 @@ import (
 // nonRootUser is created (once per machine) for TestNonRootMountThroughFusermount.
 const nonRootUser = "acyclicfs-test"
 
-// TestNonRootMountThroughFusermount: a user without privileges mounts
-// through fusermount3 (Debian's fuse3), runs a tool session, and unmounts;
-// the write is captured. Runs as root (to create the user) where useradd
-// and fusermount3 exist.
-func TestNonRootMountThroughFusermount(t *testing.T) {
+// nonRoot is an unprivileged user's set-up: the user acyclicfs-test
+// (created once per machine), a scratch directory it owns (with the
+// binary copied in, src/ holding a, and mnt/), and its store there.
+type nonRoot struct {
+	root, store, bin, fm string
+	uid, gid             int
+}
+
+// newNonRoot makes the set-up, or skips where it cannot be made (not
+// root, no fusermount3 or useradd). Its cleanup shuts the user's daemon down.
+func newNonRoot(t *testing.T) *nonRoot {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create the unprivileged test user")
 	}
@@ -84,27 +90,10 @@ func TestNonRootMountThroughFusermount(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	store, mp := filepath.Join(root, "store"), filepath.Join(root, "mnt")
-	asUser := func(args ...string) result {
-		t.Helper()
-		cmd := exec.Command(userBin, append([]string{"--store", store}, args...)...)
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "HOME="+root, "ACYCLICFS_STORE=")
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, Setsid: true}
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatalf("run %v as %s: %v", args, nonRootUser, err)
-		}
-		return result{out.String(), errb.String(), code}
-	}
+	nr := &nonRoot{root: root, store: filepath.Join(root, "store"), bin: userBin, fm: fm, uid: uid, gid: gid}
 	t.Cleanup(func() {
-		asUser("shutdown")
-		if b, err := os.ReadFile(filepath.Join(store, "daemon.pid")); err == nil {
+		nr.run(t, root, "shutdown")
+		if b, err := os.ReadFile(filepath.Join(nr.store, "daemon.pid")); err == nil {
 			var pid int
 			fmt.Sscan(string(b), &pid)
 			if pid > 0 && waitGone(pid, 10*time.Second) != nil {
@@ -112,20 +101,50 @@ func TestNonRootMountThroughFusermount(t *testing.T) {
 				syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
+	})
+	return nr
+}
+
+// run is `acyclicfs --store STORE ARGS…` as the user, in dir, in a
+// session of its own, bounded.
+func (nr *nonRoot) run(t *testing.T, dir string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(nr.bin, append([]string{"--store", nr.store}, args...)...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "HOME="+nr.root, "ACYCLICFS_STORE=")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(nr.uid), Gid: uint32(nr.gid)}, Setsid: true}
+	r, err := runLimited(cmd, 2*time.Minute)
+	if err != nil {
+		t.Fatalf("run %v as %s: %v", args, nonRootUser, err)
+	}
+	return r
+}
+
+// must is run that fails the test unless the command exits 0.
+func (nr *nonRoot) must(t *testing.T, args ...string) string {
+	t.Helper()
+	r := nr.run(t, nr.root, args...)
+	if r.code != 0 {
+		t.Fatalf("acyclicfs %s as %s: %s", strings.Join(args, " "), nonRootUser, r)
+	}
+	return r.stdout
+}
+
+// TestNonRootMountThroughFusermount: a user without privileges mounts
+// through fusermount3 (Debian's fuse3), runs a tool session, and unmounts;
+// the write is captured. Runs as root (to create the user) where useradd
+// and fusermount3 exist.
+func TestNonRootMountThroughFusermount(t *testing.T) {
+	nr := newNonRoot(t)
+	mp := filepath.Join(nr.root, "mnt")
+	t.Cleanup(func() {
 		if isMountpoint(mp) {
 			t.Errorf("mount leaked: %s", mp)
-			exec.Command(fm, "-u", "-z", mp).Run()
+			exec.Command(nr.fm, "-u", "-z", mp).Run()
 		}
 	})
-	must := func(args ...string) string {
-		t.Helper()
-		r := asUser(args...)
-		if r.code != 0 {
-			t.Fatalf("acyclicfs %s as %s: %s", strings.Join(args, " "), nonRootUser, r)
-		}
-		return r.stdout
-	}
-	must("create", "main", "--from", filepath.Join(root, "src"))
+	must := func(args ...string) string { t.Helper(); return nr.must(t, args...) }
+	must("create", "main", "--from", filepath.Join(nr.root, "src"))
 	must("fork", "main", "child")
 	if got := strings.TrimSpace(must("mount", "child", mp)); got != mp {
 		t.Fatalf("mount printed %q", got)
@@ -133,7 +152,7 @@ func TestNonRootMountThroughFusermount(t *testing.T) {
 	if !isMountpoint(mp) {
 		t.Fatalf("%s is not mounted", mp)
 	}
-	r := asUser("exec", mp, "--", "sh", "-c", "cat a && echo written > b")
+	r := nr.run(t, nr.root, "exec", mp, "--", "sh", "-c", "cat a && echo written > b")
 	if r.code != 0 || r.stdout != "hi\n" {
 		t.Fatalf("exec as %s: %s", nonRootUser, r)
 	}

@@ -1,6 +1,7 @@
 package test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -105,6 +106,14 @@ func TestRunGivesTheCommandItsFork(t *testing.T) {
 		t.Fatal("a failing CMD's fork landed")
 	}
 
+	// CMD's hooks reach the mount through ACYCLICFS_RUN_MOUNT (the
+	// private mountpoint): a lease around a tool call.
+	r = e.runAt(t, proj, "--fork-of", "main", "--name", "leaser", "--", "sh", "-c",
+		`l=$("$0" --store "$1" lease begin "$ACYCLICFS_RUN_MOUNT" --owner call-1) && "$0" --store "$1" lease end "$ACYCLICFS_RUN_MOUNT" "$l"`, bin, e.store)
+	if r.code != 0 {
+		t.Fatalf("lease begin/end at $ACYCLICFS_RUN_MOUNT inside run: %s", r)
+	}
+
 	// A run inside a run is refused, clearly, and changes nothing.
 	r = e.runAt(t, proj, "--fork-of", "main", "--name", "outer", "--", bin, "--store", e.store, "run", "--fork-of", "main", "--", "true")
 	if r.code != 2 || !strings.Contains(r.stderr, "run inside a run") {
@@ -177,4 +186,40 @@ func TestRunKilledCommandLosesNothing(t *testing.T) {
 	if st := e.statusOf("victim"); len(st.Leases) != 0 || st.State == "mounted" {
 		t.Fatalf("victim after run: %+v", st)
 	}
+}
+
+// TestRunAsNonRoot: an unprivileged user's `run --fork-of main -- CMD`
+// (its mount through fusermount3, CMD in a user namespace): CMD sees the
+// fork at the project's own path (reads main's file, writes one there),
+// the original directory is untouched, the summary is printed, and no
+// mount is left; CMD holds no capability.
+func TestRunAsNonRoot(t *testing.T) {
+	nr := newNonRoot(t)
+	proj := filepath.Join(nr.root, "src")
+	nr.must(t, "create", "main", "--from", proj)
+	r := nr.run(t, proj, "run", "--fork-of", "main", "--", "sh", "-c", `pwd; cat a; echo fork > b; id -u; ls; grep -E '^Cap(Eff|Amb)' /proc/self/status`)
+	if r.code != 0 {
+		t.Fatalf("run as %s: %s", nonRootUser, r)
+	}
+	// CMD keeps its user id and holds no capability (not even the
+	// namespace's own, which run's child used for its mounts).
+	want := fmt.Sprintf("%s\nhi\n%d\na\nb\nCapEff:\t0000000000000000\nCapAmb:\t0000000000000000\n", proj, nr.uid)
+	if r.stdout != want {
+		t.Fatalf("CMD printed %q, want %q (stderr %s)", r.stdout, want, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(proj, "b")); !os.IsNotExist(err) {
+		t.Fatalf("the fork's b is in the original directory: %v", err)
+	}
+	for _, want := range []string{"workspace main-run-1", "changed: 1 path(s)", "land it: acyclicfs land main-run-1"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("summary lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	if m := runMounts(); len(m) != 0 {
+		t.Fatalf("run left mounts: %v", m)
+	}
+	if got := nr.must(t, "cat", "main-run-1", "b"); got != "fork\n" {
+		t.Fatalf("the fork's b: %q", got)
+	}
+	nr.must(t, "fsck")
 }

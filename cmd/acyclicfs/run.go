@@ -16,13 +16,16 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/acyclicfs/acyclicfs/workspace"
 )
 
 // The environment of `run`: ACYCLICFS_RUN names the workspace inside a run
-// (and refuses a run inside it); the others pass the set-up to the child
-// side of run (runChild), which is this binary started again.
+// (and refuses a run inside it), ACYCLICFS_RUN_MOUNT its private mountpoint
+// (what `lease begin`, `exec` and `lease harness --mount` take inside); the
+// others pass the set-up to the child side of run (runChild), which is this
+// binary started again.
 const (
 	envRun      = "ACYCLICFS_RUN"
 	envRunChild = "ACYCLICFS_RUN_CHILD"
@@ -53,7 +56,9 @@ Standard streams, the terminal and signals pass through. When CMD exits, run
 prints a summary on stderr (what changed, conflicts, the command that lands it),
 unmounts (unless --keep) and exits with CMD's status; --land lands the
 workspace after CMD exits 0. Without root, run uses a user namespace; a kernel
-that refuses one is a clear error. A run inside a run is refused.`,
+that refuses one is a clear error. Inside, ACYCLICFS_RUN names the workspace
+and ACYCLICFS_RUN_MOUNT its private mountpoint (for 'lease begin', hooks). A
+run inside a run is refused.`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dash := cmd.ArgsLenAtDash()
@@ -305,12 +310,17 @@ func (a *app) runChildProcess(ctx context.Context, dir, ws, mp, at string, argv 
 	child.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
 	if os.Geteuid() != 0 {
 		// A user namespace in which this user may mount: the same user
-		// and group inside, nothing else mapped.
+		// and group inside, nothing else mapped (so CMD and its files keep
+		// their ids). A user that is not root in the namespace loses its
+		// capabilities at exec, so the child keeps CAP_SYS_ADMIN (of this
+		// namespace only) as an ambient capability for its two mounts, and
+		// drops it before it becomes CMD.
 		child.SysProcAttr = &syscall.SysProcAttr{
 			Cloneflags:                 syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
 			UidMappings:                []syscall.SysProcIDMap{{ContainerID: os.Geteuid(), HostID: os.Geteuid(), Size: 1}},
 			GidMappings:                []syscall.SysProcIDMap{{ContainerID: os.Getegid(), HostID: os.Getegid(), Size: 1}},
 			GidMappingsEnableSetgroups: false,
+			AmbientCaps:                []uintptr{unix.CAP_SYS_ADMIN},
 		}
 	}
 	if err := child.Start(); err != nil {
@@ -391,7 +401,7 @@ func runChild(argv []string, stderr io.Writer) int {
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
-		case envRunChild, envRunMount, envRunDir, envRunCwd:
+		case envRunChild, envRunDir, envRunCwd: // envRunMount stays: CMD's hooks use it (lease begin)
 			continue
 		case "PWD":
 			if wd, err := os.Getwd(); err == nil {
@@ -399,6 +409,13 @@ func runChild(argv []string, stderr io.Writer) int {
 			}
 		}
 		env = append(env, kv)
+	}
+	if os.Geteuid() != 0 {
+		// In run's user namespace: CMD runs without the capability the
+		// mounts needed.
+		if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+			return fail(126, "drop the namespace's capabilities: %v", err)
+		}
 	}
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
