@@ -387,7 +387,7 @@ func TestWindowMountAndExecErrors(t *testing.T) {
 	}
 	for _, c := range []struct{ mp, want string }{
 		{filepath.Join(mp, "sub"), "nested"},
-		{e.store, "holds the store"},
+		{e.store, "is the store"},
 		{storeSub, "inside the store"},
 	} {
 		if r := e.fails(2, "mount", "main", c.mp); !strings.Contains(r.stderr, c.want) {
