@@ -124,7 +124,7 @@ func TestRunGivesTheCommandItsFork(t *testing.T) {
 	}
 
 	// Bad uses: no command, both a workspace and --fork-of, an unknown parent.
-	for _, args := range [][]string{{"--fork-of", "main"}, {"main", "--fork-of", "main", "--", "true"}, {"--fork-of", "nope", "--", "true"}} {
+	for _, args := range [][]string{{"--fork-of", "main"}, {"main", "--fork-of", "main", "--", "true"}, {"--fork-of", "nope", "--", "true"}, {"--fork-of", "main", "--land", "--keep", "--", "true"}} {
 		if r := e.runAt(t, proj, args...); r.code != 2 || !strings.HasPrefix(r.stderr, "acyclicfs: ") {
 			t.Errorf("run %v: want exit 2 with a message, got %s", args, r)
 		}

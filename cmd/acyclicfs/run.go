@@ -81,7 +81,6 @@ run inside a run is refused.`,
 	f.StringVar(&fl.at, "at", "", "the directory CMD sees the fork at (default: the current directory)")
 	f.BoolVar(&fl.land, "land", false, "land the workspace into its parent after CMD exits 0")
 	f.BoolVar(&fl.keep, "keep", false, "keep the workspace mounted after CMD exits (its private mountpoint is printed)")
-	c.MarkFlagsMutuallyExclusive("land", "keep")
 	return c
 }
 
@@ -112,6 +111,8 @@ func (a *app) runHarness(ctx context.Context, fl runFlags, ws string, argv []str
 		return usageError{fmt.Errorf("run: already inside 'acyclicfs run' (workspace %s): a run inside a run is refused; use the tools directly, they already see the fork", in)}
 	}
 	switch {
+	case fl.land && fl.keep:
+		return usageError{errors.New("run: --land and --keep exclude each other (--land unmounts to land)")}
 	case ws != "" && fl.forkOf != "":
 		return usageError{errors.New("run: give a workspace or --fork-of, not both")}
 	case ws == "" && fl.forkOf == "":
