@@ -223,3 +223,48 @@ func TestRunAsNonRoot(t *testing.T) {
 	}
 	nr.must(t, "fsck")
 }
+
+// TestRunCtrlCReachesTheCommand: a terminal's Ctrl-C (SIGINT to the
+// foreground process group, run and CMD alike) is CMD's: CMD handles it,
+// and run still captures, prints its summary and unmounts, exiting with
+// CMD's status.
+func TestRunCtrlCReachesTheCommand(t *testing.T) {
+	e := newMountEnv(t)
+	proj := filepath.Join(e.dir, "proj")
+	writeTree(t, proj, map[string]string{"a.txt": "alpha\n"})
+	e.ok("create", "main", "--from", proj)
+	ready := e.fifo("ready")
+	cmd := e.command(nil, "run", "--fork-of", "main", "--name", "agent", "--", "sh", "-c",
+		`trap 'echo interrupted > i.txt; exit 0' INT; echo kept > k.txt; read x < `+ready.path+`; while :; do sleep 0.05; done`)
+	cmd.Dir = proj
+	// run leads its own process group, as a terminal's foreground job does.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	done := make(chan result, 1)
+	go func() {
+		r, err := runLimited(cmd, runLimit)
+		if err != nil {
+			r.stderr += err.Error()
+		}
+		done <- r
+	}()
+	f := ready.opened(runLimit)
+	f.Close()
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(runLimit + 10*time.Second):
+		t.Fatal("run did not return after Ctrl-C")
+	}
+	if r.code != 0 || strings.Contains(r.stderr, "interrupted") || !strings.Contains(r.stderr, "changed: 2 path(s)") {
+		t.Fatalf("run after Ctrl-C: %s", r)
+	}
+	if m := runMounts(); len(m) != 0 {
+		t.Fatalf("run left mounts: %v", m)
+	}
+	if got := e.ok("cat", "agent", "i.txt"); strings.TrimSpace(got) != "interrupted" {
+		t.Fatalf("what CMD wrote on Ctrl-C: %q", got)
+	}
+}

@@ -185,6 +185,10 @@ func (a *app) runHarness(ctx context.Context, fl runFlags, ws string, argv []str
 	if err != nil {
 		return err
 	}
+	// A Ctrl-C at the terminal was CMD's (it reached CMD directly), not an
+	// order to skip what follows: the capture, the summary and --land run
+	// to their end whatever interrupted CMD.
+	ctx = context.WithoutCancel(ctx)
 
 	// The summary: what CMD's run changed, what to do with it.
 	if !fl.keep {
