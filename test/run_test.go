@@ -3,6 +3,7 @@ package test
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -26,6 +27,34 @@ func (e *env) runAt(t *testing.T, dir string, args ...string) result {
 		t.Fatalf("run %v: %v", args, err)
 	}
 	return r
+}
+
+// startRun starts `acyclicfs run ARGS…` in dir, leading a session of its
+// own as a terminal's foreground job does; wait returns its result, or
+// fails the test if run does not return within runLimit.
+func (e *env) startRun(t *testing.T, dir string, args ...string) (cmd *exec.Cmd, wait func() result) {
+	t.Helper()
+	cmd = e.command(nil, append([]string{"run"}, args...)...)
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	done := make(chan result, 1)
+	go func() {
+		r, err := runLimited(cmd, runLimit)
+		if err != nil {
+			r.stderr += err.Error()
+		}
+		done <- r
+	}()
+	return cmd, func() result {
+		t.Helper()
+		select {
+		case r := <-done:
+			return r
+		case <-time.After(runLimit + 10*time.Second):
+			t.Fatalf("run %v did not return within %v", args, runLimit)
+			return result{}
+		}
+	}
 }
 
 // runMounts are the mounts run left in this process's view (its private
@@ -145,18 +174,8 @@ func TestRunKilledCommandLosesNothing(t *testing.T) {
 	e.ok("create", "main", "--from", proj)
 	pidFile := filepath.Join(e.dir, "cmd.pid")
 	ready := e.fifo("ready")
-	cmd := e.command(nil, "run", "--fork-of", "main", "--name", "victim", "--", "sh", "-c",
+	_, wait := e.startRun(t, proj, "--fork-of", "main", "--name", "victim", "--", "sh", "-c",
 		"echo kept > k.txt && sync k.txt && echo $$ > "+pidFile+" && read x < "+ready.path)
-	cmd.Dir = proj
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	done := make(chan result, 1)
-	go func() {
-		r, err := runLimited(cmd, runLimit)
-		if err != nil {
-			r.stderr += err.Error()
-		}
-		done <- r
-	}()
 	// The command blocks reading the fifo once it wrote and synced k.txt.
 	f := ready.opened(runLimit)
 	defer f.Close()
@@ -168,12 +187,7 @@ func TestRunKilledCommandLosesNothing(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	var r result
-	select {
-	case r = <-done:
-	case <-time.After(runLimit + 10*time.Second):
-		t.Fatal("run did not return after its command was killed")
-	}
+	r := wait()
 	if r.code != 128+int(syscall.SIGKILL) {
 		t.Fatalf("run of a killed command: %s", r)
 	}
@@ -234,30 +248,14 @@ func TestRunCtrlCReachesTheCommand(t *testing.T) {
 	writeTree(t, proj, map[string]string{"a.txt": "alpha\n"})
 	e.ok("create", "main", "--from", proj)
 	ready := e.fifo("ready")
-	cmd := e.command(nil, "run", "--fork-of", "main", "--name", "agent", "--", "sh", "-c",
+	cmd, wait := e.startRun(t, proj, "--fork-of", "main", "--name", "agent", "--", "sh", "-c",
 		`trap 'echo interrupted > i.txt; exit 0' INT; echo kept > k.txt; read x < `+ready.path+`; while :; do sleep 0.05; done`)
-	cmd.Dir = proj
-	// run leads its own process group, as a terminal's foreground job does.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	done := make(chan result, 1)
-	go func() {
-		r, err := runLimited(cmd, runLimit)
-		if err != nil {
-			r.stderr += err.Error()
-		}
-		done <- r
-	}()
 	f := ready.opened(runLimit)
 	f.Close()
 	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	var r result
-	select {
-	case r = <-done:
-	case <-time.After(runLimit + 10*time.Second):
-		t.Fatal("run did not return after Ctrl-C")
-	}
+	r := wait()
 	if r.code != 0 || strings.Contains(r.stderr, "interrupted") || !strings.Contains(r.stderr, "changed: 2 path(s)") {
 		t.Fatalf("run after Ctrl-C: %s", r)
 	}
