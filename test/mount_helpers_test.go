@@ -241,15 +241,30 @@ func sessionRun(dir, script string) (result, error) {
 // runLimited runs cmd (which must start a new session) and kills its
 // whole session with SIGKILL if it outlives limit.
 func runLimited(cmd *exec.Cmd, limit time.Duration) (result, error) {
+	wait, err := startLimited(cmd, limit)
+	if err != nil {
+		return result{}, err
+	}
+	return wait()
+}
+
+// startLimited starts cmd (which must start a new session) and returns
+// once it runs; wait is runLimited's end: it kills the whole session with
+// SIGKILL if it outlives limit. cmd.Process may be read once it returns.
+func startLimited(cmd *exec.Cmd, limit time.Duration) (wait func() (result, error), err error) {
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	// A killed shell's hung child may keep the output pipes open: stop
 	// waiting for them shortly after the shell is gone.
 	cmd.WaitDelay = 2 * time.Second
 	if err := cmd.Start(); err != nil {
-		return result{}, err
+		return nil, err
 	}
 	timer := time.AfterFunc(limit, func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	return func() (result, error) { return waitLimited(cmd, timer, limit, &out, &errb) }, nil
+}
+
+func waitLimited(cmd *exec.Cmd, timer *time.Timer, limit time.Duration, out, errb *bytes.Buffer) (result, error) {
 	err := cmd.Wait()
 	if !timer.Stop() {
 		return result{out.String(), errb.String(), -1}, fmt.Errorf("killed after %v (hung?): stdout %q stderr %q", limit, out.String(), errb.String())

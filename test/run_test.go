@@ -37,9 +37,13 @@ func (e *env) startRun(t *testing.T, dir string, args ...string) (cmd *exec.Cmd,
 	cmd = e.command(nil, append([]string{"run"}, args...)...)
 	cmd.Dir = dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	waitRun, err := startLimited(cmd, runLimit)
+	if err != nil {
+		t.Fatalf("run %v: %v", args, err)
+	}
 	done := make(chan result, 1)
 	go func() {
-		r, err := runLimited(cmd, runLimit)
+		r, err := waitRun()
 		if err != nil {
 			r.stderr += err.Error()
 		}
